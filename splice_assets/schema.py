@@ -1,0 +1,245 @@
+"""Public table schemas: the only source of bounds and category lists that may shape a release.
+
+A schema is a versioned YAML file written from public knowledge (never from observed min/max).
+It is parsed into small frozen dataclasses; any malformed entry raises ``SchemaError`` quoting it.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+ColumnKind = Literal["continuous", "integer", "ordinal", "categorical", "boolean"]
+NUMERIC_KINDS: frozenset[str] = frozenset({"continuous", "integer"})
+DISCRETE_KINDS: frozenset[str] = frozenset({"ordinal", "categorical", "boolean"})
+TASKS: frozenset[str] = frozenset({"classification", "regression"})
+Category = str | int | float | bool
+
+
+class SchemaError(ValueError):
+    """A schema file or entry is malformed; the message quotes the offending entry."""
+
+
+def category_key(value: Any) -> str:
+    """Canonical matching key for a category value.
+
+    Unicode variants (NFKC), surrounding white space and case are normalised; numbers compare by
+    value (``1``, ``1.0`` and ``"1"`` are the same category). Total: never raises.
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = unicodedata.normalize("NFKC", str(value)).strip().casefold()
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    if math.isfinite(number) and number == int(number) and abs(number) < 2**53:
+        return str(int(number))
+    return repr(number)
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One column: its kind and the public domain it lives in."""
+
+    name: str
+    kind: ColumnKind
+    nullable: bool = False
+    bounds: tuple[float, float] | None = None
+    categories: tuple[Category, ...] | None = None
+    other: Category | None = None
+    bounds_auto: bool = False
+
+    @property
+    def is_numeric(self) -> bool:
+        return self.kind in NUMERIC_KINDS
+
+    @property
+    def is_discrete(self) -> bool:
+        return self.kind in DISCRETE_KINDS
+
+    def category_index(self) -> dict[str, int]:
+        """Map canonical category keys to their 0-based position in the schema order."""
+        assert self.categories is not None
+        return {category_key(c): i for i, c in enumerate(self.categories)}
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """A dataset's public schema."""
+
+    name: str
+    version: int
+    columns: tuple[ColumnSpec, ...]
+    n_min: int
+    target: str | None = None
+    task: str | None = None
+    description: str = ""
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> ColumnSpec:
+        for spec in self.columns:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+
+def _fail(where: str, entry: Any, problem: str) -> SchemaError:
+    return SchemaError(f"{where}: {problem} (entry: {entry!r})")
+
+
+def _parse_bounds(where: str, raw: Any) -> tuple[tuple[float, float] | None, bool]:
+    if raw == "auto":
+        return None, True
+    if not isinstance(raw, (list, tuple)) or len(raw) != 2:
+        raise _fail(where, raw, "bounds must be a list [lo, hi] or 'auto'")
+    try:
+        lo, hi = float(raw[0]), float(raw[1])
+    except (TypeError, ValueError):
+        raise _fail(where, raw, "bounds must be numbers") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
+        raise _fail(where, raw, "bounds must be finite with lo < hi")
+    return (lo, hi), False
+
+
+def _parse_categories(where: str, raw: Any) -> tuple[Category, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise _fail(where, raw, "categories must be a non-empty list")
+    for value in raw:
+        if not isinstance(value, (str, int, float, bool)) or (isinstance(value, float) and not math.isfinite(value)):
+            raise _fail(where, value, "a category must be a string, number or boolean")
+    keys = [category_key(v) for v in raw]
+    duplicates = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicates:
+        raise _fail(where, raw, f"categories repeat after normalisation: {duplicates}")
+    return tuple(raw)
+
+
+_COLUMN_KEYS = {"name", "kind", "nullable", "bounds", "categories", "other", "description"}
+
+
+def parse_column(raw: Any, position: int) -> ColumnSpec:
+    where = f"columns[{position}]"
+    if not isinstance(raw, dict):
+        raise _fail(where, raw, "a column must be a mapping")
+    unknown = set(raw) - _COLUMN_KEYS
+    if unknown:
+        raise _fail(where, raw, f"unknown keys {sorted(unknown)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise _fail(where, raw, "name must be a non-empty string")
+    where = f"column {name!r}"
+    kind = raw.get("kind")
+    if kind not in NUMERIC_KINDS | DISCRETE_KINDS:
+        raise _fail(where, kind, f"kind must be one of {sorted(NUMERIC_KINDS | DISCRETE_KINDS)}")
+    nullable = raw.get("nullable", False)
+    if not isinstance(nullable, bool):
+        raise _fail(where, nullable, "nullable must be true or false")
+    bounds, auto = None, False
+    categories: tuple[Category, ...] | None = None
+    other = raw.get("other")
+    if kind in NUMERIC_KINDS:
+        if "bounds" not in raw:
+            raise _fail(where, raw, "a numeric column needs public bounds [lo, hi] (or 'auto')")
+        if "categories" in raw or other is not None:
+            raise _fail(where, raw, "a numeric column takes no categories or other")
+        bounds, auto = _parse_bounds(where, raw["bounds"])
+    elif kind == "boolean":
+        if "bounds" in raw or "categories" in raw:
+            raise _fail(where, raw, "a boolean column takes no bounds or categories")
+        categories = (False, True)
+    else:
+        if "bounds" in raw:
+            raise _fail(where, raw, "a categorical/ordinal column takes no bounds")
+        categories = _parse_categories(where, raw.get("categories"))
+        if other is not None:
+            if category_key(other) not in {category_key(c) for c in categories}:
+                categories = (*categories, other)
+    return ColumnSpec(
+        name=name, kind=kind, nullable=nullable, bounds=bounds, categories=categories, other=other, bounds_auto=auto
+    )
+
+
+_SCHEMA_KEYS = {"name", "version", "description", "columns", "n_min", "target", "task", "source", "license"}
+
+
+def parse_schema(raw: Any) -> TableSchema:
+    """Build a ``TableSchema`` from a parsed YAML mapping, rejecting anything malformed."""
+    if not isinstance(raw, dict):
+        raise SchemaError(f"schema must be a mapping, got {type(raw).__name__}")
+    unknown = set(raw) - _SCHEMA_KEYS
+    if unknown:
+        raise SchemaError(f"schema: unknown top-level keys {sorted(unknown)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise _fail("schema", name, "name must be a non-empty string")
+    version = raw.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise _fail("schema", version, "version must be a positive integer")
+    n_min = raw.get("n_min")
+    if not isinstance(n_min, int) or isinstance(n_min, bool) or n_min < 1:
+        raise _fail("schema", n_min, "n_min must be a positive integer (a public lower bound on rows)")
+    columns_raw = raw.get("columns")
+    if not isinstance(columns_raw, list) or not columns_raw:
+        raise _fail("schema", columns_raw, "columns must be a non-empty list")
+    columns = tuple(parse_column(c, i) for i, c in enumerate(columns_raw))
+    names = [c.name for c in columns]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise _fail("schema", repeated, "column names repeat")
+    target, task = raw.get("target"), raw.get("task")
+    if target is not None and target not in names:
+        raise _fail("schema", target, "target is not one of the columns")
+    if task is not None and task not in TASKS:
+        raise _fail("schema", task, f"task must be one of {sorted(TASKS)}")
+    return TableSchema(
+        name=name,
+        version=version,
+        columns=columns,
+        n_min=n_min,
+        target=target,
+        task=task,
+        description=str(raw.get("description", "")),
+    )
+
+
+def load_schema(path: str | Path) -> TableSchema:
+    """Read and parse a schema YAML file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SchemaError(f"cannot read schema file {str(path)!r}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise SchemaError(f"schema file {str(path)!r} is not valid YAML: {exc}") from None
+    return parse_schema(raw)
+
+
+def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
+    """The schema as a plain mapping (for release manifests); round-trips through ``parse_schema``."""
+    columns = []
+    for c in schema.columns:
+        entry: dict[str, Any] = {"name": c.name, "kind": c.kind, "nullable": c.nullable}
+        if c.is_numeric:
+            entry["bounds"] = "auto" if c.bounds_auto else list(c.bounds or ())
+        elif c.kind != "boolean":
+            entry["categories"] = list(c.categories or ())
+            if c.other is not None:
+                entry["other"] = c.other
+        columns.append(entry)
+    out: dict[str, Any] = {"name": schema.name, "version": schema.version, "n_min": schema.n_min, "columns": columns}
+    if schema.description:
+        out["description"] = schema.description
+    if schema.target is not None:
+        out["target"] = schema.target
+    if schema.task is not None:
+        out["task"] = schema.task
+    return out

@@ -1,0 +1,219 @@
+"""Structural validation (fail fast) and total record-level cleaning of a private input table.
+
+Structural problems (unreadable file, missing or duplicate columns, schema-version drift, too few rows)
+raise ``StructuralError`` naming the column and the problem and never quoting a cell value. Record-level
+problems never raise: every cell goes through a total rule (clip, missing, declared OTHER), and what was
+changed is *counted* in an internal report that must not be released.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+
+from .schema import ColumnSpec, TableSchema, category_key
+
+
+class StructuralError(ValueError):
+    """The input's structure does not match the schema. Nothing was charged or released."""
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """INTERNAL: counts of record-level repairs per column. Computed from private rows; never release it."""
+
+    n_rows: int
+    dropped_columns: tuple[str, ...]
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def total(self, kind: str) -> int:
+        return sum(c.get(kind, 0) for c in self.counts.values())
+
+
+@dataclass(frozen=True)
+class ValidatedTable:
+    table: pd.DataFrame
+    report: ValidationReport
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a CSV (optionally gzipped) or Parquet file; every CSV cell is read as text for strict parsing."""
+    path = Path(path)
+    if not path.exists():
+        raise StructuralError(f"input file {str(path)!r} does not exist")
+    suffixes = [s.lower() for s in path.suffixes]
+    try:
+        if ".parquet" in suffixes or ".pq" in suffixes:
+            table = pd.read_parquet(path)
+            header = [str(c) for c in table.columns]
+        else:
+            with _open_text(path) as handle:
+                header = next(csv.reader(handle), None)
+            if not header:
+                raise StructuralError(f"input file {str(path)!r} is empty or has no header row")
+            table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    except StructuralError:
+        raise
+    except (UnicodeDecodeError, OSError, ValueError, pd.errors.ParserError, csv.Error) as exc:
+        raise StructuralError(f"cannot read input file {str(path)!r}: {type(exc).__name__}") from None
+    check_duplicate_columns(header)
+    table.columns = header
+    return table
+
+
+def check_duplicate_columns(columns: list[str]) -> None:
+    repeated = sorted(name for name, count in Counter(str(c).strip() for c in columns).items() if count > 1)
+    if repeated:
+        raise StructuralError(f"column {repeated[0]!r}: duplicate column name in the input ({len(repeated)} repeated)")
+
+
+def check_structure(table: pd.DataFrame, schema: TableSchema, expected_version: int | None = None) -> None:
+    """Raise ``StructuralError`` for anything that is not a per-record problem."""
+    if expected_version is not None and expected_version != schema.version:
+        raise StructuralError(
+            f"schema {schema.name!r}: version drift, the run expects version {expected_version} "
+            f"but the schema file is version {schema.version}"
+        )
+    check_duplicate_columns([str(c) for c in table.columns])
+    present = {str(c).strip() for c in table.columns}
+    for spec in schema.columns:
+        if spec.name not in present:
+            raise StructuralError(f"column {spec.name!r}: required by schema {schema.name!r} but missing from the input")
+        if spec.is_numeric and spec.bounds is None:
+            raise StructuralError(f"column {spec.name!r}: bounds are 'auto' and have not been resolved")
+    if len(table) < schema.n_min:
+        raise StructuralError(
+            f"table has fewer rows than the schema's public minimum n_min={schema.n_min}; nothing was released"
+        )
+
+
+def _parse_numbers(series: pd.Series) -> np.ndarray:
+    """Strict numeric parse: numbers stay numbers, text must be a plain decimal literal, else NaN."""
+    if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype):
+        return series.to_numpy(dtype=np.float64, na_value=np.nan)
+    text = series.astype("string").str.strip()
+    # Locale formats ("1.234,5", "1,234") and other text are not guessed at: they become missing.
+    plain = text.str.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|infinity)", case=False)
+    parsed = pd.to_numeric(text.where(plain.fillna(False)), errors="coerce")
+    return parsed.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _clean_numeric(series: pd.Series, spec: ColumnSpec, counts: Counter) -> pd.Series:
+    assert spec.bounds is not None
+    lo, hi = spec.bounds
+    was_missing = series.isna().to_numpy()
+    values = _parse_numbers(series)
+    unparsed = np.isnan(values) & ~was_missing
+    counts["unparseable_to_missing"] += int(unparsed.sum())
+    counts["infinite_clipped"] += int(np.isinf(values).sum())
+    finite_out = np.isfinite(values) & ((values < lo) | (values > hi))
+    counts["out_of_bounds_clipped"] += int(finite_out.sum())
+    # Clip before any arithmetic: inf and 1e308 become the public bounds.
+    values = np.where(np.isnan(values), np.nan, np.clip(values, lo, hi))
+    missing = np.isnan(values)
+    if not spec.nullable and missing.any():
+        counts["missing_in_non_nullable_imputed"] += int(missing.sum())
+        values = np.where(missing, (lo + hi) / 2.0, values)
+        missing = np.zeros_like(missing)
+    counts["missing"] += int(missing.sum())
+    if spec.kind == "integer":
+        rounded = np.clip(np.rint(values), math.ceil(lo), math.floor(hi))
+        counts["non_integer_rounded"] += int(np.sum((rounded != values) & ~missing))
+        out = pd.Series(pd.array(np.where(missing, 0, rounded).astype(np.int64), dtype="Int64"), index=series.index)
+        out[missing] = pd.NA
+        return out if spec.nullable else out.astype(np.int64)
+    return pd.Series(values, index=series.index, dtype=np.float64)
+
+
+def _clean_discrete(series: pd.Series, spec: ColumnSpec, counts: Counter) -> pd.Series:
+    assert spec.categories is not None
+    index = spec.category_index()
+    keys = series.map(lambda v: None if _is_missing(v) else category_key(v))
+    codes = keys.map(lambda k: -1 if k is None else index.get(k, -2)).to_numpy(dtype=np.int64)
+    unseen = codes == -2
+    if unseen.any():
+        if spec.other is not None:
+            counts["unseen_to_other"] += int(unseen.sum())
+            codes = np.where(unseen, index[category_key(spec.other)], codes)
+        else:
+            counts["unseen_to_missing"] += int(unseen.sum())
+            codes = np.where(unseen, -1, codes)
+    missing = codes == -1
+    if not spec.nullable and missing.any():
+        fallback = index[category_key(spec.other)] if spec.other is not None else 0
+        counts["missing_in_non_nullable_imputed"] += int(missing.sum())
+        codes = np.where(missing, fallback, codes)
+    counts["missing"] += int((codes == -1).sum())
+    if spec.kind == "boolean":
+        return pd.Series(pd.array([None if c < 0 else bool(c) for c in codes], dtype="boolean"), index=series.index)
+    dtype = pd.CategoricalDtype(list(spec.categories), ordered=spec.kind == "ordinal")
+    return pd.Series(pd.Categorical.from_codes(codes, dtype=dtype), index=series.index)
+
+
+def _is_missing(value: object) -> bool:
+    if value is None or value is pd.NA:
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def pandera_schema(schema: TableSchema) -> pa.DataFrameSchema:
+    """The structural contract of a validated table: columns, order, dtypes, bounds, categories, nulls."""
+    columns: dict[str, pa.Column] = {}
+    for spec in schema.columns:
+        if spec.is_numeric:
+            assert spec.bounds is not None
+            dtype = ("Int64" if spec.nullable else "int64") if spec.kind == "integer" else "float64"
+            check = pa.Check.in_range(spec.bounds[0], spec.bounds[1])
+            columns[spec.name] = pa.Column(dtype, check, nullable=spec.nullable)
+        elif spec.kind == "boolean":
+            columns[spec.name] = pa.Column("boolean", nullable=spec.nullable)
+        else:
+            assert spec.categories is not None
+            dtype = pd.CategoricalDtype(list(spec.categories), ordered=spec.kind == "ordinal")
+            columns[spec.name] = pa.Column(dtype, nullable=spec.nullable)
+    return pa.DataFrameSchema(columns, strict=True, ordered=True, name=schema.name)
+
+
+def conform(table: pd.DataFrame, schema: TableSchema) -> None:
+    """Check a table against the pandera contract; errors name columns and checks only, never values."""
+    try:
+        pandera_schema(schema).validate(table, lazy=True)
+    except pa.errors.SchemaErrors as exc:
+        cases = exc.failure_cases
+        problems = sorted({f"column {c!r}: failed {chk}" for c, chk in zip(cases["column"], cases["check"])})
+        raise StructuralError("; ".join(problems)) from None
+
+
+def validate(table: pd.DataFrame, schema: TableSchema, expected_version: int | None = None) -> ValidatedTable:
+    """Structural checks, then total record-level cleaning into the schema's exact columns and dtypes."""
+    check_structure(table, schema, expected_version)
+    table = table.rename(columns=lambda c: str(c).strip())
+    dropped = tuple(sorted(set(table.columns) - set(schema.column_names)))
+    counts: dict[str, dict[str, int]] = {}
+    cleaned: dict[str, pd.Series] = {}
+    for spec in schema.columns:
+        column_counts: Counter = Counter()
+        series = table[spec.name].reset_index(drop=True)
+        if spec.is_numeric:
+            cleaned[spec.name] = _clean_numeric(series, spec, column_counts)
+        else:
+            cleaned[spec.name] = _clean_discrete(series, spec, column_counts)
+        counts[spec.name] = {k: v for k, v in column_counts.items() if v}
+    out = pd.DataFrame(cleaned, columns=list(schema.column_names))
+    conform(out, schema)
+    return ValidatedTable(out, ValidationReport(n_rows=len(out), dropped_columns=dropped, counts=counts))
