@@ -143,8 +143,11 @@ def _clean_numeric(series: pd.Series, spec: ColumnSpec, counts: Counter) -> pd.S
 def _clean_discrete(series: pd.Series, spec: ColumnSpec, counts: Counter) -> pd.Series:
     assert spec.categories is not None
     index = spec.category_index()
-    keys = series.map(lambda v: None if _is_missing(v) else category_key(v))
-    codes = keys.map(lambda k: -1 if k is None else index.get(k, -2)).to_numpy(dtype=np.int64)
+    codes = np.fromiter(
+        (-1 if _is_missing(v) else index.get(category_key(v), -2) for v in series.to_numpy(dtype=object)),
+        dtype=np.int64,
+        count=len(series),
+    )
     unseen = codes == -2
     if unseen.any():
         if spec.other is not None:

@@ -1,0 +1,37 @@
+# The two commands: `make demo` (a full release on the bundled dataset) and `make test` (the whole suite).
+# Both create .venv when missing and install the project with torch pinned to the local CPU wheel.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export DAGSTER_HOME ?= $(CURDIR)/dagster_home
+export GX_ANALYTICS_ENABLED ?= false
+export PYTHONUNBUFFERED = 1
+
+.PHONY: install demo test test-slow bench dagster-ui mlflow-ui clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]' 2>&1 \
+		| grep -v "is ignored: it is neither a file nor a directory" || true
+	$(PY) -c "import splice_assets, torch, dagster, mlflow, great_expectations" 
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(PY) -m splice_assets.dagster_layer.demo
+
+test: install
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-slow: install
+	$(PY) -m pytest -q -m slow
+
+dagster-ui: install
+	$(VENV)/bin/dagster dev -f definitions.py
+
+mlflow-ui: install
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(DAGSTER_HOME)/mlflow.db
+
+clean:
+	rm -rf $(VENV) out
