@@ -1,0 +1,1 @@
+"""Dagster orchestration for SPLICE releases: thin wiring of the library modules (no algorithm here)."""

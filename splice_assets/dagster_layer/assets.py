@@ -1,0 +1,328 @@
+"""The release chain as Dagster assets. Each asset wraps library calls and nothing more.
+
+validated_table -> unit_ball_encoding -> private_moments -> mixture_model -> synthetic_table ->
+fidelity_report -> release. Metadata on the private path holds public facts only; anything computed from
+the real rows is labelled ``internal``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+
+from .. import pipeline, release as release_lib
+from ..datasets import schema_path
+from ..encoding import encode, layout_for
+from ..fit import FitConfig, FittedMixture
+from ..measurement import Measurement
+from ..report import build_report
+from ..sampling import sample_table
+from ..schema import TableSchema, load_schema
+from ..validation import ValidationReport, read_table, validate
+from .config import ReleaseConfig, ReleaseSettings
+from .resources import ArtifactStore, LedgerResource, MlflowResource
+
+GROUP = "splice_release"
+OWNERS = ["team:data-platform"]
+INTERNAL = "internal (computed from real rows; never release)"
+
+
+def release_id_of(context: dg.AssetExecutionContext) -> str:
+    """A release is identified by the root run: re-executions of a failed run keep the same id."""
+    return context.run.root_run_id or context.run_id
+
+
+@dataclass(frozen=True)
+class ValidatedInput:
+    settings: ReleaseSettings
+    schema: TableSchema
+    train: pd.DataFrame
+    holdout: pd.DataFrame
+    report: ValidationReport
+    source_uri: str
+
+
+@dataclass(frozen=True)
+class EncodedInput:
+    settings: ReleaseSettings
+    schema: TableSchema
+    x: np.ndarray
+
+
+@dataclass(frozen=True)
+class MeasuredMoments:
+    settings: ReleaseSettings
+    schema: TableSchema
+    measurement: Measurement
+    reused: bool
+
+
+@dataclass(frozen=True)
+class FittedModel:
+    settings: ReleaseSettings
+    schema: TableSchema
+    measurement: Measurement
+    model: FittedMixture
+
+
+@dataclass(frozen=True)
+class SyntheticTable:
+    settings: ReleaseSettings
+    schema: TableSchema
+    table: pd.DataFrame
+
+
+def split_holdout(table: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Public-seeded split; the holdout is never measured and serves the internal report only."""
+    order = np.random.default_rng(np.random.SeedSequence([seed, 0x401D])).permutation(len(table))
+    cut = len(table) - int(round(fraction * len(table)))
+    return (table.iloc[order[:cut]].reset_index(drop=True), table.iloc[order[cut:]].reset_index(drop=True))
+
+
+@dg.asset(
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds={"pandas", "pandera"},
+    description="Structural validation (fail fast) and total record-level cleaning against the public schema.",
+    check_specs=[dg.AssetCheckSpec("structure", asset="validated_table", blocking=True)],
+)
+def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig):
+    settings = config.settings()
+    schema = load_schema(schema_path(settings.dataset))
+    raw = read_table(settings.resolved_input())
+    checked = validate(raw, schema, settings.schema_version)
+    train, holdout = split_holdout(checked.table, settings.holdout_fraction, settings.seed)
+    if len(train) < schema.n_min:
+        raise dg.Failure(
+            f"after holding out {settings.holdout_fraction:.0%} for evaluation the measured part is below the "
+            f"schema's public n_min={schema.n_min}; lower holdout_fraction"
+        )
+    yield dg.AssetCheckResult(
+        check_name="structure",
+        passed=True,
+        metadata={"columns": len(schema.columns), "schema_version": schema.version},
+    )
+    yield dg.Output(
+        ValidatedInput(settings, schema, train, holdout, checked.report, settings.resolved_input()),
+        metadata={
+            "dataset": schema.name,
+            "schema_version": schema.version,
+            "n (public)": len(train),
+            "internal: repaired cells per kind": dg.MetadataValue.json(
+                {"visibility": INTERNAL, "counts": checked.report.counts}
+            ),
+        },
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds={"numpy"},
+    description="Public min-max / grid encoding of the measured part into [-1, 1]^d (ball scaling at measurement).",
+)
+def unit_ball_encoding(validated_table: ValidatedInput) -> dg.Output[EncodedInput]:
+    v = validated_table
+    x = encode(v.train, v.schema)
+    layout = layout_for(v.schema)
+    return dg.Output(
+        EncodedInput(v.settings, v.schema, x),
+        metadata={"d": layout.d, "n (public)": x.shape[0], "scaling": "ball (1/sqrt(d))"},
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds={"numpy"},
+    description="Noisy sliced Chebyshev moments under a ledger-recorded (epsilon, delta) spend.",
+    check_specs=[dg.AssetCheckSpec("moments_in_range_before_noise", asset="private_moments", blocking=True)],
+)
+def private_moments(
+    context: dg.AssetExecutionContext,
+    unit_ball_encoding: EncodedInput,
+    ledger: LedgerResource,
+    store: ArtifactStore,
+):
+    e = unit_ball_encoding
+    s = e.settings
+    release_id = release_id_of(context)
+    stem = store.public_dir(s.dataset, release_id) / "measurement"
+    if stem.with_suffix(".json").exists():
+        # A retry of this step: reuse the stored noisy moments, never draw (and pay for) fresh noise.
+        measurement, reused = Measurement.load(stem), True
+        yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=True,
+                                  metadata={"note": "reused stored measurement"})
+    else:
+        plan, calibration = pipeline.make_plan(
+            e.schema, e.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed
+        )
+        exact = pipeline.exact_moments(e.x, plan)
+        in_range = bool(np.all(np.isfinite(exact)) and np.max(np.abs(exact), initial=0.0) <= 1.0)
+        yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=in_range)
+        if not in_range:
+            raise dg.Failure("exact moments not finite or outside [-1, 1]; nothing was charged")
+        measurement = pipeline.measure_exact(
+            exact, e.x.shape[1], plan, calibration, ledger.open(s.dataset), release_id,
+            on_noisy=lambda m: m.save(stem),
+        )
+        reused = False
+    yield dg.Output(
+        MeasuredMoments(s, e.schema, measurement, reused),
+        metadata={
+            "epsilon": measurement.epsilon,
+            "delta": measurement.delta,
+            "sigma": measurement.sigma,
+            "sensitivity": measurement.sensitivity,
+            "L": measurement.n_directions,
+            "k": measurement.k,
+            "directions_seed": measurement.seed,
+            "relation": measurement.relation,
+            "ledger_entry_id": measurement.ledger_entry_id or "",
+            "reused_stored_measurement": reused,
+        },
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds={"torch"},
+    description="Mixture fitted to the noisy moments by gradient descent (post-processing, no privacy cost).",
+)
+def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
+    p = private_moments
+    s = p.settings
+    config = FitConfig(K=s.components, R=s.rank, max_steps=s.max_steps, seed=s.seed)
+    model = pipeline.fit(p.measurement, p.schema, config)
+    curve = [float(v) for v in model.loss_curve]
+    return dg.Output(
+        FittedModel(s, p.schema, p.measurement, model),
+        metadata={
+            "K": s.components,
+            "R": s.rank,
+            "steps": model.steps,
+            "converged": bool(model.converged),
+            "final_loss": curve[-1] if curve else float("nan"),
+            "loss_curve (every 10th step)": dg.MetadataValue.json(curve[::10]),
+            "fit_seconds": float(model.seconds),
+        },
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds={"pandas"},
+    description="Rows sampled from the fitted mixture, clipped to [-1, 1] and decoded to the schema.",
+)
+def synthetic_table(mixture_model: FittedModel, unit_ball_encoding: EncodedInput) -> dg.Output[SyntheticTable]:
+    m = mixture_model
+    s = m.settings
+    n_rows = s.n_synthetic or unit_ball_encoding.x.shape[0]
+    table = sample_table(m.model, m.schema, n_rows, s.seed)
+    return dg.Output(
+        SyntheticTable(s, m.schema, table),
+        metadata={
+            "rows": n_rows,
+            "sampling_seed": s.seed,
+            "output schema": dg.MetadataValue.table_schema(
+                dg.TableSchema(columns=[dg.TableColumn(c, str(t)) for c, t in table.dtypes.items()])
+            ),
+        },
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds={"html"},
+    description="INTERNAL fidelity report: synthetic vs the real holdout (reads real rows; never release).",
+)
+def fidelity_report(
+    context: dg.AssetExecutionContext,
+    validated_table: ValidatedInput,
+    synthetic_table: SyntheticTable,
+    private_moments: MeasuredMoments,
+    ledger: LedgerResource,
+    store: ArtifactStore,
+):
+    v = validated_table
+    s = v.settings
+    release_id = release_id_of(context)
+    facts = release_lib.public_facts(private_moments.measurement, ledger.open(s.dataset), release_id)
+    result = build_report(
+        v.train, v.holdout, synthetic_table.table, v.schema, facts, s.seed, store.internal_dir(s.dataset, release_id)
+    )
+    headline = release_lib.headline_metrics(result.metrics)
+    return dg.Output(
+        result,
+        metadata={
+            "visibility": INTERNAL,
+            "report": dg.MetadataValue.path(str(result.html_path)),
+            **{f"internal: {k}": v for k, v in headline.items()},
+        },
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds={"mlflow"},
+    description="The release: public bundle + internal audit record, tracked as an MLflow run.",
+)
+def release(
+    context: dg.AssetExecutionContext,
+    validated_table: ValidatedInput,
+    private_moments: MeasuredMoments,
+    mixture_model: FittedModel,
+    synthetic_table: SyntheticTable,
+    fidelity_report,
+    ledger: LedgerResource,
+    mlflow: MlflowResource,
+    store: ArtifactStore,
+) -> dg.Output[dict]:
+    s = validated_table.settings
+    release_id = release_id_of(context)
+    record = release_lib.write_release(
+        release_id=release_id,
+        settings=s.__dict__,
+        schema=validated_table.schema,
+        measurement=private_moments.measurement,
+        model=mixture_model.model,
+        synthetic=synthetic_table.table,
+        report=fidelity_report,
+        validation=validated_table.report,
+        source_uri=validated_table.source_uri,
+        ledger=ledger.open(s.dataset),
+        public_dir=store.public_dir(s.dataset, release_id),
+        internal_dir=store.internal_dir(s.dataset, release_id),
+        tracking_uri=mlflow.uri(),
+        artifact_location=mlflow.artifact_location(),
+        dagster_run_id=context.run_id,
+    )
+    context.log.info(f"release {release_id}: public bundle at {record['public_dir']}")
+    return dg.Output(
+        record,
+        metadata={
+            "release_id": release_id,
+            "public_bundle": dg.MetadataValue.path(record["public_dir"]),
+            "mlflow_run_id": record.get("mlflow_run_id", ""),
+            "epsilon_spent_lifetime": record.get("epsilon_spent", float("nan")),
+            "epsilon_remaining": record.get("epsilon_remaining", float("nan")),
+        },
+    )
+
+
+ALL_ASSETS = [
+    validated_table,
+    unit_ball_encoding,
+    private_moments,
+    mixture_model,
+    synthetic_table,
+    fidelity_report,
+    release,
+]

@@ -1,0 +1,108 @@
+"""The release job, the refresh schedule and the new-file sensor.
+
+Every scheduled refresh is a new spend. A refresh that would exceed the dataset's lifetime budget is
+skipped with a reason (visible in the UI) instead of failing later; the sensor launches one release per
+new file (run key = file name + modification time).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from .. import pipeline
+from ..datasets import DEMO_DATASET, schema_path
+from ..ledger import BUDGET_TOLERANCE
+from ..schema import load_schema
+from .assets import ALL_ASSETS
+from .config import ReleaseConfig
+from .resources import LedgerResource
+
+release_job = dg.define_asset_job(
+    "release",
+    selection=dg.AssetSelection.assets(*ALL_ASSETS),
+    description="Validate -> encode -> measure (charged) -> fit -> sample -> report -> release.",
+)
+
+INPUT_SUFFIXES = (".csv", ".csv.gz", ".parquet")
+
+
+def run_config_for(config: ReleaseConfig) -> dg.RunConfig:
+    return dg.RunConfig(ops={"validated_table": config})
+
+
+def refresh_skip_reason(config: ReleaseConfig, ledger: LedgerResource) -> str | None:
+    """Why a refresh must not run (budget), or None. Uses only public facts: n_min as the planning n."""
+    schema = load_schema(schema_path(config.dataset))
+    _, calibration = pipeline.make_plan(
+        schema, schema.n_min, config.epsilon, config.delta, config.n_directions, config.k, config.seed
+    )
+    # The cost of a spend is sigma/Delta, which depends on (epsilon, delta) only, so n_min serves for planning.
+    book = ledger.open(config.dataset)
+    after = book.projected(config.dataset, [calibration.noise_multiplier])
+    budget = book.budget(config.dataset)
+    if after > budget.epsilon_total + BUDGET_TOLERANCE:
+        return (
+            f"refresh skipped: dataset {config.dataset!r} would reach epsilon={after:.4f} "
+            f"(budget {budget.epsilon_total:g} at delta={budget.delta_total:g})"
+        )
+    return None
+
+
+def refresh_config_from_env() -> ReleaseConfig:
+    return ReleaseConfig(
+        dataset=os.environ.get("SPLICE_REFRESH_DATASET", DEMO_DATASET),
+        input_path=os.environ.get("SPLICE_REFRESH_INPUT", ""),
+        epsilon=float(os.environ.get("SPLICE_REFRESH_EPSILON", "1.0")),
+    )
+
+
+@dg.schedule(
+    job=release_job,
+    cron_schedule=os.environ.get("SPLICE_REFRESH_CRON", "0 3 * * 1"),
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Weekly synthetic-data refresh (cron via SPLICE_REFRESH_CRON); each refresh is a new spend.",
+)
+def refresh_schedule(context: dg.ScheduleEvaluationContext, ledger: LedgerResource):
+    config = refresh_config_from_env()
+    reason = refresh_skip_reason(config, ledger)
+    if reason is not None:
+        return dg.SkipReason(reason)
+    tick = context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else "manual"
+    return dg.RunRequest(run_key=f"refresh-{config.dataset}-{tick}", run_config=run_config_for(config),
+                         tags={"splice/trigger": "schedule", "splice/dataset": config.dataset})
+
+
+def landing_dir() -> Path:
+    return Path(os.environ.get("SPLICE_LANDING_DIR", "landing"))
+
+
+@dg.sensor(
+    job=release_job,
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Launch a release when a new file lands in SPLICE_LANDING_DIR/<dataset>/ (one run per file).",
+)
+def new_file_sensor(context: dg.SensorEvaluationContext, ledger: LedgerResource):
+    root = landing_dir()
+    if not root.is_dir():
+        return dg.SkipReason(f"landing folder {str(root)!r} does not exist")
+    requests = []
+    skipped = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        for path in sorted(folder.iterdir()):
+            if not path.is_file() or not path.name.lower().endswith(INPUT_SUFFIXES):
+                continue
+            config = ReleaseConfig(dataset=folder.name, input_path=str(path.resolve()))
+            reason = refresh_skip_reason(config, ledger)
+            if reason is not None:
+                skipped.append(f"{path.name}: {reason}")
+                continue
+            run_key = f"{folder.name}/{path.name}@{path.stat().st_mtime_ns}"
+            requests.append(dg.RunRequest(run_key=run_key, run_config=run_config_for(config),
+                                          tags={"splice/trigger": "sensor", "splice/dataset": folder.name}))
+    if not requests:
+        return dg.SkipReason("; ".join(skipped) or "no new input files")
+    return requests

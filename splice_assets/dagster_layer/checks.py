@@ -1,0 +1,63 @@
+"""Asset checks: the budget gate before measurement and the great-expectations suite on synthetic rows."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from .. import pipeline
+from ..expectations import run_suite
+from ..ledger import BUDGET_TOLERANCE
+from .assets import EncodedInput, SyntheticTable
+from .resources import LedgerResource
+
+
+@dg.asset_check(
+    asset="unit_ball_encoding",
+    blocking=True,
+    description="Blocking: the planned spend fits the dataset's lifetime budget (evaluated before any noise).",
+)
+def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -> dg.AssetCheckResult:
+    s = unit_ball_encoding.settings
+    _, calibration = pipeline.make_plan(
+        unit_ball_encoding.schema, unit_ball_encoding.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed
+    )
+    book = ledger.open(s.dataset)
+    budget = book.budget(s.dataset)
+    spent, at_delta = book.spent(s.dataset)
+    after = book.projected(s.dataset, [calibration.noise_multiplier])
+    fits = after <= budget.epsilon_total + BUDGET_TOLERANCE
+    return dg.AssetCheckResult(
+        passed=bool(fits),
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=None if fits else (
+            f"release at epsilon={s.epsilon} would bring dataset {s.dataset!r} to epsilon={after:.4f} at "
+            f"delta={at_delta:g}, over its lifetime budget {budget.epsilon_total:g}; nothing was charged"
+        ),
+        metadata={
+            "epsilon_spent": spent,
+            "epsilon_after_release": after,
+            "epsilon_budget": budget.epsilon_total,
+            "delta_total": at_delta,
+        },
+    )
+
+
+@dg.asset_check(
+    asset="synthetic_table",
+    blocking=False,
+    description="Great-expectations suite from the schema on the SYNTHETIC rows only (BOOLEAN_ONLY results).",
+)
+def synthetic_expectations(synthetic_table: SyntheticTable) -> dg.AssetCheckResult:
+    summary = run_suite(synthetic_table.table, synthetic_table.schema)
+    return dg.AssetCheckResult(
+        passed=bool(summary.success),
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "expectations": summary.evaluated,
+            "failed": summary.failed,
+            "results": dg.MetadataValue.json(summary.to_dict()),
+        },
+    )
+
+
+ALL_CHECKS = [budget_available, synthetic_expectations]

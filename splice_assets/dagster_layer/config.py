@@ -1,0 +1,89 @@
+"""Run configuration of a release, validated where it enters (messages quote the bad value)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import dagster as dg
+from pydantic import Field, field_validator
+
+from ..datasets import DEMO_DATASET, demo_data_path
+
+
+class ReleaseConfig(dg.Config):
+    """Everything a release needs. Only ``dataset`` matters for the bundled demo; the rest has defaults."""
+
+    dataset: str = Field(default=DEMO_DATASET, description="Schema name: schemas/<dataset>.yaml.")
+    schema_version: int | None = Field(default=None, description="Expected schema version (drift check).")
+    input_path: str = Field(default="", description="CSV (optionally .gz) or Parquet file; empty = bundled demo.")
+    epsilon: float = Field(default=1.0, description="Privacy loss epsilon of this release's measurement.")
+    delta: float = Field(default=1e-9, description="Privacy loss delta; must be < 1/n_min of the schema.")
+    k: int = Field(default=16, description="Chebyshev order per direction.")
+    n_directions: int = Field(default=1024, description="Number of random directions L.")
+    components: int = Field(default=5, description="Mixture components K.")
+    rank: int = Field(default=2, description="Low-rank covariance factor R per component.")
+    max_steps: int = Field(default=600, description="Upper bound on fitting steps (convergence stops earlier).")
+    n_synthetic: int = Field(default=0, description="Synthetic rows to sample; 0 = as many as the input.")
+    seed: int = Field(default=0, description="Public seed: directions, initialisation, sampling, holdout split.")
+    holdout_fraction: float = Field(default=0.2, description="Share of rows kept out of measurement for the report.")
+
+    @field_validator("epsilon")
+    @classmethod
+    def _epsilon(cls, value: float) -> float:
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"epsilon must be a finite number > 0, got {value!r}")
+        return value
+
+    @field_validator("delta")
+    @classmethod
+    def _delta(cls, value: float) -> float:
+        if not math.isfinite(value) or not 0 < value < 1:
+            raise ValueError(f"delta must be in (0, 1), got {value!r}")
+        return value
+
+    @field_validator("k", "n_directions", "components", "max_steps")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be >= 1, got {value!r}")
+        return value
+
+    @field_validator("rank", "n_synthetic")
+    @classmethod
+    def _non_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"must be >= 0, got {value!r}")
+        return value
+
+    @field_validator("holdout_fraction")
+    @classmethod
+    def _fraction(cls, value: float) -> float:
+        if not 0.0 <= value < 0.9:
+            raise ValueError(f"holdout_fraction must be in [0, 0.9), got {value!r}")
+        return value
+
+    def settings(self) -> "ReleaseSettings":
+        return ReleaseSettings(**self.model_dump())
+
+
+@dataclass(frozen=True)
+class ReleaseSettings:
+    """The validated config as a plain frozen value carried along the asset chain (public)."""
+
+    dataset: str
+    schema_version: int | None
+    input_path: str
+    epsilon: float
+    delta: float
+    k: int
+    n_directions: int
+    components: int
+    rank: int
+    max_steps: int
+    n_synthetic: int
+    seed: int
+    holdout_fraction: float
+
+    def resolved_input(self) -> str:
+        return self.input_path or str(demo_data_path())

@@ -1,0 +1,21 @@
+"""The Dagster ``Definitions``: assets, checks, the release job, schedule, sensor and resources."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from .assets import ALL_ASSETS
+from .automation import new_file_sensor, refresh_schedule, release_job
+from .checks import ALL_CHECKS
+from .resources import default_resources
+
+
+def build_definitions(resources: dict[str, object] | None = None) -> dg.Definitions:
+    return dg.Definitions(
+        assets=ALL_ASSETS,
+        asset_checks=ALL_CHECKS,
+        jobs=[release_job],
+        schedules=[refresh_schedule],
+        sensors=[new_file_sensor],
+        resources=resources or default_resources(),
+    )

@@ -1,0 +1,110 @@
+"""Resources: the budget ledger, MLflow tracking and the release artifact store.
+
+Defaults are embedded (SQLite files under $DAGSTER_HOME); production points them elsewhere through
+environment variables without code changes: SPLICE_LEDGER_URL, MLFLOW_TRACKING_URI, SPLICE_ARTIFACT_DIR,
+SPLICE_BUDGET_EPSILON / SPLICE_BUDGET_DELTA (lifetime budget per dataset).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from ..ledger import BudgetLedger
+
+
+def dagster_home() -> Path:
+    return Path(os.environ.get("DAGSTER_HOME") or Path(__file__).resolve().parents[2] / "dagster_home")
+
+
+def default_ledger_url() -> str:
+    return f"sqlite:///{dagster_home() / 'ledger.sqlite'}"
+
+
+def default_tracking_uri() -> str:
+    return f"sqlite:///{dagster_home() / 'mlflow.db'}"
+
+
+def default_artifact_dir() -> str:
+    return str(dagster_home() / "releases")
+
+
+class LedgerResource(dg.ConfigurableResource):
+    """The persistent privacy-budget ledger, with the lifetime budget applied to datasets that have none."""
+
+    url: str = ""
+    budget_epsilon: float = 10.0
+    budget_delta: float = 1e-6
+
+    def open(self, dataset: str) -> BudgetLedger:
+        ledger = BudgetLedger(self.url or default_ledger_url())
+        if ledger.budget(dataset) is None:
+            ledger.set_budget(dataset, self.budget_epsilon, self.budget_delta)
+        return ledger
+
+
+class MlflowResource(dg.ConfigurableResource):
+    """MLflow tracking: SQLite store under $DAGSTER_HOME unless a tracking URI is configured."""
+
+    tracking_uri: str = ""
+    artifact_root: str = ""
+
+    def uri(self) -> str:
+        return self.tracking_uri or default_tracking_uri()
+
+    def artifact_location(self) -> str | None:
+        root = self.artifact_root or str(dagster_home() / "mlartifacts")
+        return Path(root).resolve().as_uri()
+
+
+class ArtifactStore(dg.ConfigurableResource):
+    """Where release folders live: <base_dir>/<dataset>/<release_id>/{public,internal}/."""
+
+    base_dir: str = ""
+
+    def release_dir(self, dataset: str, release_id: str) -> Path:
+        path = Path(self.base_dir or default_artifact_dir()) / dataset / release_id
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def public_dir(self, dataset: str, release_id: str) -> Path:
+        path = self.release_dir(dataset, release_id) / "public"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def internal_dir(self, dataset: str, release_id: str) -> Path:
+        path = self.release_dir(dataset, release_id) / "internal"
+        path.mkdir(exist_ok=True)
+        return path
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be a number, got {raw!r}") from None
+
+
+def default_resources() -> dict[str, object]:
+    """Resources wired from the environment (EnvVar keeps secrets out of the UI)."""
+    return {
+        "ledger": LedgerResource(
+            url=dg.EnvVar("SPLICE_LEDGER_URL") if os.environ.get("SPLICE_LEDGER_URL") else "",
+            budget_epsilon=env_float("SPLICE_BUDGET_EPSILON", 10.0),
+            budget_delta=env_float("SPLICE_BUDGET_DELTA", 1e-6),
+        ),
+        "mlflow": MlflowResource(
+            tracking_uri=dg.EnvVar("MLFLOW_TRACKING_URI") if os.environ.get("MLFLOW_TRACKING_URI") else "",
+        ),
+        "store": ArtifactStore(
+            base_dir=dg.EnvVar("SPLICE_ARTIFACT_DIR") if os.environ.get("SPLICE_ARTIFACT_DIR") else "",
+        ),
+        "io_manager": dg.FilesystemIOManager(
+            base_dir=os.environ.get("SPLICE_IO_DIR") or str(dagster_home() / "storage"),
+        ),
+    }

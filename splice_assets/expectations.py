@@ -1,0 +1,188 @@
+"""Great Expectations (1.x) suite generated from the public schema, run on SYNTHETIC rows only.
+
+The suite checks column order, dtypes, numeric bounds, category sets, non-null for non-nullable columns and,
+optionally, null-rate bounds for nullable columns. Validation uses ``result_format="BOOLEAN_ONLY"`` so no
+cell values or samples end up in results, and the returned summary keeps only (type, column, success).
+
+GE runs in an ephemeral context (nothing written to disk) with analytics and progress bars disabled.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+import pandas as pd
+
+from .schema import ColumnSpec, TableSchema
+
+# Must be set before great_expectations is imported anywhere in the process.
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+if TYPE_CHECKING:  # pragma: no cover
+    import great_expectations as gx
+
+RESULT_FORMAT = "BOOLEAN_ONLY"
+# What ExpectColumnValuesToBeOfType reports for the dtypes validate()/decode() produce.
+_CATEGORICAL_TYPE = "CategoricalDtypeType"
+
+
+@dataclass(frozen=True)
+class ExpectationOutcome:
+    """One expectation's outcome: no observed values, only whether it held."""
+
+    expectation_type: str
+    column: str | None
+    success: bool
+    raised_exception: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "expectation_type": self.expectation_type,
+            "column": self.column,
+            "success": self.success,
+            "raised_exception": self.raised_exception,
+        }
+
+
+@dataclass(frozen=True)
+class ExpectationSummary:
+    """Outcome of the schema suite on a synthetic table."""
+
+    suite_name: str
+    success: bool
+    n_expectations: int
+    n_passed: int
+    n_failed: int
+    results: tuple[ExpectationOutcome, ...]
+
+    def failed(self) -> tuple[ExpectationOutcome, ...]:
+        return tuple(r for r in self.results if not r.success)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "suite_name": self.suite_name,
+            "success": self.success,
+            "n_expectations": self.n_expectations,
+            "n_passed": self.n_passed,
+            "n_failed": self.n_failed,
+            "results": [r.to_dict() for r in self.results],
+        }
+
+
+def _gx() -> Any:
+    import great_expectations as gx
+
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    return gx
+
+
+def ephemeral_context() -> Any:
+    """A fresh in-memory GE context with progress bars off (suites need an active context in GE 1.x)."""
+    gx = _gx()
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    return context
+
+
+def expected_type(spec: ColumnSpec) -> str:
+    """The dtype name ``ExpectColumnValuesToBeOfType`` should see for a validated column."""
+    if spec.kind == "boolean":
+        return "boolean"
+    if spec.is_discrete:
+        return _CATEGORICAL_TYPE
+    if spec.kind == "integer":
+        return "Int64" if spec.nullable else "int64"
+    return "float64"
+
+
+def build_suite(
+    schema: TableSchema,
+    null_rate_bounds: Mapping[str, tuple[float, float]] | None = None,
+    name: str | None = None,
+    context: Any = None,
+) -> "gx.ExpectationSuite":
+    """The expectation suite implied by the schema (public: depends on the schema and the given bounds only).
+
+    ``null_rate_bounds`` maps a nullable column to (min, max) share of missing values; it becomes an
+    ``ExpectColumnProportionOfNonNullValuesToBeBetween(1 - max, 1 - min)``. GE 1.x needs an active context to
+    build a suite; one is created (ephemeral) unless ``context`` is given.
+    """
+    gx = _gx()
+    if context is None:
+        context = ephemeral_context()
+    import great_expectations.expectations as gxe
+
+    null_rate_bounds = dict(null_rate_bounds or {})
+    unknown = sorted(set(null_rate_bounds) - set(schema.column_names))
+    if unknown:
+        raise ValueError(f"null_rate_bounds names columns not in schema {schema.name!r}: {unknown}")
+    suite = gx.ExpectationSuite(name=name or f"{schema.name}_v{schema.version}_synthetic")
+    suite.add_expectation(gxe.ExpectTableColumnsToMatchOrderedList(column_list=list(schema.column_names)))
+    for spec in schema.columns:
+        column = spec.name
+        suite.add_expectation(gxe.ExpectColumnValuesToBeOfType(column=column, type_=expected_type(spec)))
+        if spec.is_numeric:
+            assert spec.bounds is not None, f"column {column!r} has unresolved 'auto' bounds"
+            lo, hi = spec.bounds
+            suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column=column, min_value=lo, max_value=hi))
+        else:
+            assert spec.categories is not None
+            values = [True, False] if spec.kind == "boolean" else list(spec.categories)
+            suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column=column, value_set=values))
+        if not spec.nullable:
+            suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=column))
+        if column in null_rate_bounds:
+            lo_rate, hi_rate = (float(v) for v in null_rate_bounds[column])
+            if not 0.0 <= lo_rate <= hi_rate <= 1.0:
+                raise ValueError(f"column {column!r}: null-rate bounds must satisfy 0 <= min <= max <= 1")
+            suite.add_expectation(
+                gxe.ExpectColumnProportionOfNonNullValuesToBeBetween(
+                    column=column, min_value=1.0 - hi_rate, max_value=1.0 - lo_rate
+                )
+            )
+    return suite
+
+
+def run_suite(synthetic: pd.DataFrame, suite: "gx.ExpectationSuite", context: Any = None) -> Any:
+    """Validate a DataFrame of SYNTHETIC rows in an ephemeral context; returns GE's raw validation result
+    (``BOOLEAN_ONLY``: the per-expectation ``result`` dicts carry no values)."""
+    if context is None:
+        context = ephemeral_context()
+    source = context.data_sources.add_pandas(name="synthetic")
+    batch_definition = source.add_dataframe_asset(name="synthetic_rows").add_batch_definition_whole_dataframe(
+        name="all_rows"
+    )
+    suite = context.suites.add(suite)
+    batch = batch_definition.get_batch(batch_parameters={"dataframe": synthetic})
+    return batch.validate(suite, result_format=RESULT_FORMAT)
+
+
+def check_synthetic(
+    synthetic: pd.DataFrame,
+    schema: TableSchema,
+    null_rate_bounds: Mapping[str, tuple[float, float]] | None = None,
+) -> ExpectationSummary:
+    """Build the schema suite, run it on ``synthetic`` and return a value-free summary."""
+    context = ephemeral_context()
+    suite = build_suite(schema, null_rate_bounds, context=context)
+    result = run_suite(synthetic, suite, context=context)
+    outcomes = []
+    for r in result.results:
+        config = r.expectation_config
+        exception = bool((r.exception_info or {}).get("raised_exception", False))
+        column = config.kwargs.get("column")
+        outcomes.append(ExpectationOutcome(str(config.type), None if column is None else str(column), bool(r.success), exception))
+    n_passed = sum(o.success for o in outcomes)
+    return ExpectationSummary(
+        suite_name=suite.name,
+        success=bool(result.success),
+        n_expectations=len(outcomes),
+        n_passed=n_passed,
+        n_failed=len(outcomes) - n_passed,
+        results=tuple(outcomes),
+    )

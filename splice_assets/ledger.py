@@ -1,0 +1,509 @@
+"""Persistent privacy-budget ledger (SQLAlchemy 2 Core; SQLite by default, any SQLAlchemy URL).
+
+One budget row per dataset (epsilon_total at delta_total, neighbouring relation) and one entry per charged or
+zero-cost release. A spend is *reserved* before any noise is drawn and then committed, or aborted when no noise
+was drawn. Reserved and committed entries count; a crash after reservation stays counted (conservative).
+Totals are always recomputed from the stored primitives (sigma/Delta per entry) with ``compose_epsilon`` at
+the budget's delta_total, rounded up, and compared with the budget with an explicit tolerance.
+
+Reservations are serialised per dataset: SQLite transactions start with ``BEGIN IMMEDIATE`` (one writer at a
+time, others wait on the busy timeout); other backends (PostgreSQL) lock the budget row with
+``SELECT ... FOR UPDATE``. The ledger holds only public parameters and mechanism outputs' metadata: never a
+noise draw, never a private value, never an exact row count beyond the public n in ``params_hash`` inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import ROUND_FLOOR, Decimal
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.pool import StaticPool
+
+from .measurement import RELATION_REPLACE_ONE
+from .privacy import PrivacyParameterError, compose_epsilon
+
+#: A composed epsilon (already rounded up to 1e-6) may exceed epsilon_total by at most this much.
+BUDGET_TOLERANCE = 1e-9
+#: Seconds a SQLite writer waits for the lock before giving up.
+SQLITE_BUSY_TIMEOUT_S = 120.0
+
+STATUS_RESERVED = "reserved"
+STATUS_COMMITTED = "committed"
+STATUS_ABORTED = "aborted"
+COUNTED_STATUSES = (STATUS_RESERVED, STATUS_COMMITTED)
+
+_metadata = sa.MetaData()
+
+budgets_table = sa.Table(
+    "splice_budgets",
+    _metadata,
+    sa.Column("dataset", sa.String(255), primary_key=True),
+    sa.Column("epsilon_total", sa.Double, nullable=False),
+    sa.Column("delta_total", sa.Double, nullable=False),
+    sa.Column("relation", sa.String(32), nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+entries_table = sa.Table(
+    "splice_ledger_entries",
+    _metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("dataset", sa.String(255), sa.ForeignKey("splice_budgets.dataset"), nullable=False, index=True),
+    sa.Column("release_id", sa.String(255), nullable=False),
+    sa.Column("parent_release_id", sa.String(255), nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("mechanism", sa.String(64), nullable=False),
+    sa.Column("noise_multiplier", sa.Double, nullable=True),  # NULL = zero cost
+    sa.Column("sigma", sa.Double, nullable=True),
+    sa.Column("sensitivity", sa.Double, nullable=True),
+    sa.Column("epsilon", sa.Double, nullable=False),
+    sa.Column("delta", sa.Double, nullable=False),
+    sa.Column("relation", sa.String(32), nullable=False),
+    sa.Column("params_hash", sa.String(64), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+)
+
+
+class LedgerError(RuntimeError):
+    """A ledger operation was refused (unknown dataset or entry, wrong state, relation mismatch)."""
+
+
+class BudgetExceeded(LedgerError):
+    """A reservation would push the composed epsilon over the dataset's budget. Nothing was reserved."""
+
+
+class NoBudget(LedgerError):
+    """No budget has been set for the dataset."""
+
+
+class RelationMismatch(LedgerError):
+    """A release's neighbouring relation differs from the one the dataset's ledger uses."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    dataset: str
+    epsilon_total: float
+    delta_total: float
+    relation: str
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    id: str
+    dataset: str
+    release_id: str
+    parent_release_id: str | None
+    created_at: datetime
+    mechanism: str
+    noise_multiplier: float | None
+    sigma: float | None
+    sensitivity: float | None
+    epsilon: float
+    delta: float
+    relation: str
+    params_hash: str
+    status: str
+
+    @property
+    def counted(self) -> bool:
+        return self.status in COUNTED_STATUSES
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        return value.item()
+    if hasattr(value, "tolist") and callable(value.tolist):  # numpy arrays
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"public parameter of type {type(value).__name__} is not JSON-serialisable")
+
+
+def params_hash(public_params: Mapping[str, Any]) -> str:
+    """sha256 (hex) of the canonical JSON (sorted keys, no spaces, no NaN) of *public* parameters only."""
+    text = json.dumps(
+        dict(public_params), sort_keys=True, separators=(",", ":"), allow_nan=False, default=_json_default
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def default_ledger_url() -> str:
+    """``$SPLICE_LEDGER_URL`` if set, else a SQLite file ledger.sqlite under $DAGSTER_HOME (or ./dagster_home)."""
+    url = os.environ.get("SPLICE_LEDGER_URL")
+    if url:
+        return url
+    home = os.environ.get("DAGSTER_HOME") or "dagster_home"
+    return f"sqlite:///{(Path(home) / 'ledger.sqlite').resolve()}"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _as_utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def _make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return sa.create_engine(parsed, pool_pre_ping=True)
+    database = parsed.database or ""
+    in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
+    if in_memory:
+        engine = sa.create_engine(
+            parsed, poolclass=StaticPool, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S}
+        )
+    else:
+        Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+
+    # SQLAlchemy's recipe: let SQLAlchemy (not the sqlite3 module) emit BEGIN, and make it BEGIN IMMEDIATE so a
+    # transaction takes the write lock up front (no read-then-upgrade deadlock, no lost update).
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _entry(row: Any) -> LedgerEntry:
+    data = dict(row._mapping)
+    data["created_at"] = _as_utc(data["created_at"])
+    return LedgerEntry(**data)
+
+
+class BudgetLedger:
+    """The privacy-budget ledger of all datasets behind one SQLAlchemy URL."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url or default_ledger_url()
+        self.engine = _make_engine(self.url)
+        try:
+            _metadata.create_all(self.engine)
+        except sa.exc.DBAPIError:
+            # Another process created the tables concurrently (PostgreSQL); the second pass sees them.
+            _metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> "BudgetLedger":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    # -- budgets -------------------------------------------------------------------------------------------
+
+    def set_budget(
+        self, dataset: str, epsilon_total: float, delta_total: float, relation: str = RELATION_REPLACE_ONE
+    ) -> Budget:
+        """Create or update a dataset's lifetime budget (epsilon_total reported at delta_total).
+
+        The relation cannot change once the dataset has entries (never mix relations in one ledger).
+        """
+        if not isinstance(dataset, str) or not dataset:
+            raise LedgerError(f"dataset must be a non-empty string, got {dataset!r}")
+        if not (isinstance(epsilon_total, (int, float)) and math.isfinite(epsilon_total) and epsilon_total >= 0):
+            raise PrivacyParameterError(f"epsilon_total must be a finite number >= 0, got {epsilon_total!r}")
+        if not (isinstance(delta_total, (int, float)) and 0.0 < delta_total < 1.0):
+            raise PrivacyParameterError(f"delta_total must lie in (0, 1), got {delta_total!r}")
+        now = _utcnow()
+        with self._transaction() as conn:
+            current = self._lock_budget(conn, dataset)
+            if current is None:
+                conn.execute(
+                    budgets_table.insert().values(
+                        dataset=dataset,
+                        epsilon_total=float(epsilon_total),
+                        delta_total=float(delta_total),
+                        relation=relation,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+            else:
+                if relation != current.relation and self._count_entries(conn, dataset) > 0:
+                    raise RelationMismatch(
+                        f"dataset {dataset!r} already has entries under relation {current.relation!r}; "
+                        f"cannot switch to {relation!r}"
+                    )
+                conn.execute(
+                    budgets_table.update()
+                    .where(budgets_table.c.dataset == dataset)
+                    .values(
+                        epsilon_total=float(epsilon_total),
+                        delta_total=float(delta_total),
+                        relation=relation,
+                        updated_at=now,
+                    )
+                )
+        return Budget(dataset, float(epsilon_total), float(delta_total), relation)
+
+    def budget(self, dataset: str) -> Budget | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(budgets_table).where(budgets_table.c.dataset == dataset)).one_or_none()
+            conn.rollback()
+        return None if row is None else self._budget(row)
+
+    @staticmethod
+    def _budget(row: Any) -> Budget:
+        return Budget(row.dataset, float(row.epsilon_total), float(row.delta_total), row.relation)
+
+    def _lock_budget(self, conn: Connection, dataset: str) -> Budget | None:
+        # FOR UPDATE serialises reservations on PostgreSQL; SQLite ignores it (BEGIN IMMEDIATE already locked).
+        row = conn.execute(
+            sa.select(budgets_table).where(budgets_table.c.dataset == dataset).with_for_update()
+        ).one_or_none()
+        return None if row is None else self._budget(row)
+
+    def _require_budget(self, conn: Connection, dataset: str) -> Budget:
+        budget = self._lock_budget(conn, dataset)
+        if budget is None:
+            raise NoBudget(f"no privacy budget is set for dataset {dataset!r}; set one before any release")
+        return budget
+
+    @staticmethod
+    def _count_entries(conn: Connection, dataset: str) -> int:
+        query = sa.select(sa.func.count()).select_from(entries_table).where(entries_table.c.dataset == dataset)
+        return int(conn.execute(query).scalar_one())
+
+    @staticmethod
+    def _counted_multipliers(conn: Connection, dataset: str) -> list[float]:
+        rows = conn.execute(
+            sa.select(entries_table.c.noise_multiplier).where(
+                entries_table.c.dataset == dataset,
+                entries_table.c.status.in_(COUNTED_STATUSES),
+                entries_table.c.noise_multiplier.is_not(None),
+                entries_table.c.epsilon > 0,
+            )
+        )
+        return [float(r.noise_multiplier) for r in rows]
+
+    @staticmethod
+    def _check_relation(conn: Connection, budget: Budget, relation: str) -> None:
+        other = conn.execute(
+            sa.select(entries_table.c.relation)
+            .where(entries_table.c.dataset == budget.dataset, entries_table.c.relation != relation)
+            .limit(1)
+        ).one_or_none()
+        if relation != budget.relation or other is not None:
+            existing = budget.relation if relation != budget.relation else other.relation
+            raise RelationMismatch(
+                f"dataset {budget.dataset!r} is accounted under relation {existing!r}; "
+                f"refusing a release under {relation!r} (never mix relations in one ledger)"
+            )
+
+    # -- spends --------------------------------------------------------------------------------------------
+
+    def reserve(
+        self,
+        dataset: str,
+        release_id: str,
+        mechanism: str,
+        noise_multiplier: float,
+        sigma: float,
+        sensitivity: float,
+        epsilon: float,
+        delta: float,
+        relation: str,
+        params_hash: str,
+        parent_release_id: str | None = None,
+    ) -> str:
+        """Atomically reserve a Gaussian release; returns the entry id. Call *before* drawing any noise.
+
+        All reserved and committed entries of the dataset plus the new one are composed at delta_total
+        (``compose_epsilon``, rounded up); refuses with ``BudgetExceeded`` if that exceeds epsilon_total.
+        """
+        nm = float(noise_multiplier)
+        if not (math.isfinite(nm) and nm > 0):
+            raise PrivacyParameterError(f"noise_multiplier must be a finite number > 0, got {noise_multiplier!r}")
+        if not (math.isfinite(sigma) and sigma > 0 and math.isfinite(sensitivity) and sensitivity > 0):
+            raise PrivacyParameterError(f"sigma and sensitivity must be > 0, got {sigma!r}, {sensitivity!r}")
+        if abs(sigma / sensitivity - nm) > 1e-6 * nm:
+            raise PrivacyParameterError(
+                f"noise_multiplier {nm!r} does not equal sigma/sensitivity = {sigma / sensitivity!r}"
+            )
+        if not (math.isfinite(epsilon) and epsilon > 0 and 0 < delta < 1):
+            raise PrivacyParameterError(f"per-release (epsilon, delta) must be > 0, got ({epsilon!r}, {delta!r})")
+        entry_id = uuid.uuid4().hex
+        with self._transaction() as conn:
+            budget = self._require_budget(conn, dataset)
+            self._check_relation(conn, budget, relation)
+            existing = self._counted_multipliers(conn, dataset)
+            total = compose_epsilon([*existing, nm], budget.delta_total)
+            if total > budget.epsilon_total + BUDGET_TOLERANCE:
+                spent = compose_epsilon(existing, budget.delta_total)
+                raise BudgetExceeded(
+                    f"privacy budget exceeded for dataset {dataset!r}: spent epsilon={spent:.6f} "
+                    f"({len(existing)} release(s)), this release (epsilon={epsilon:g}, delta={delta:g}) would bring "
+                    f"the total to epsilon={total:.6f} at delta={budget.delta_total:g}, "
+                    f"budget epsilon={budget.epsilon_total:g}"
+                )
+            conn.execute(
+                entries_table.insert().values(
+                    id=entry_id,
+                    dataset=dataset,
+                    release_id=str(release_id),
+                    parent_release_id=parent_release_id,
+                    created_at=_utcnow(),
+                    mechanism=str(mechanism),
+                    noise_multiplier=nm,
+                    sigma=float(sigma),
+                    sensitivity=float(sensitivity),
+                    epsilon=float(epsilon),
+                    delta=float(delta),
+                    relation=relation,
+                    params_hash=str(params_hash),
+                    status=STATUS_RESERVED,
+                )
+            )
+        return entry_id
+
+    def _transition(self, entry_id: str, target: str) -> None:
+        with self._transaction() as conn:
+            row = conn.execute(
+                sa.select(entries_table.c.status).where(entries_table.c.id == entry_id).with_for_update()
+            ).one_or_none()
+            if row is None:
+                raise LedgerError(f"no ledger entry with id {entry_id!r}")
+            if row.status == target == STATUS_COMMITTED:
+                return  # idempotent commit (a retried step)
+            if row.status != STATUS_RESERVED:
+                raise LedgerError(f"ledger entry {entry_id!r} is {row.status!r}; only a reserved entry can be {target}")
+            conn.execute(entries_table.update().where(entries_table.c.id == entry_id).values(status=target))
+
+    def commit(self, entry_id: str) -> None:
+        """Mark a reserved entry committed (the noisy release exists). Committing twice is a no-op."""
+        self._transition(entry_id, STATUS_COMMITTED)
+
+    def abort(self, entry_id: str) -> None:
+        """Release a reservation. Only legal while reserved and only if NO noise was drawn for it."""
+        self._transition(entry_id, STATUS_ABORTED)
+
+    def record_zero_cost(
+        self,
+        dataset: str,
+        release_id: str,
+        parent_release_id: str,
+        mechanism: str = "refit",
+        params_hash: str = "",
+        relation: str | None = None,
+    ) -> str:
+        """Record a post-processing release (e.g. a refit of stored noisy moments): epsilon 0, committed.
+
+        The parent release must have a committed entry for the dataset (the charged measurement it reuses).
+        """
+        entry_id = uuid.uuid4().hex
+        with self._transaction() as conn:
+            budget = self._require_budget(conn, dataset)
+            relation = budget.relation if relation is None else relation
+            self._check_relation(conn, budget, relation)
+            parent = conn.execute(
+                sa.select(entries_table.c.id)
+                .where(
+                    entries_table.c.dataset == dataset,
+                    entries_table.c.release_id == parent_release_id,
+                    entries_table.c.status == STATUS_COMMITTED,
+                )
+                .limit(1)
+            ).one_or_none()
+            if parent is None:
+                raise LedgerError(
+                    f"dataset {dataset!r} has no committed release {parent_release_id!r} to derive a zero-cost release from"
+                )
+            conn.execute(
+                entries_table.insert().values(
+                    id=entry_id,
+                    dataset=dataset,
+                    release_id=str(release_id),
+                    parent_release_id=str(parent_release_id),
+                    created_at=_utcnow(),
+                    mechanism=str(mechanism),
+                    noise_multiplier=None,
+                    sigma=None,
+                    sensitivity=None,
+                    epsilon=0.0,
+                    delta=0.0,
+                    relation=relation,
+                    params_hash=str(params_hash),
+                    status=STATUS_COMMITTED,
+                )
+            )
+        return entry_id
+
+    # -- reports -------------------------------------------------------------------------------------------
+
+    def entries(self, dataset: str) -> list[LedgerEntry]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(entries_table)
+                .where(entries_table.c.dataset == dataset)
+                .order_by(entries_table.c.created_at, entries_table.c.id)
+            ).all()
+            conn.rollback()
+        return [_entry(r) for r in rows]
+
+    def entry(self, entry_id: str) -> LedgerEntry:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(entries_table).where(entries_table.c.id == entry_id)).one_or_none()
+            conn.rollback()
+        if row is None:
+            raise LedgerError(f"no ledger entry with id {entry_id!r}")
+        return _entry(row)
+
+    def _get_budget(self, dataset: str) -> Budget:
+        budget = self.budget(dataset)
+        if budget is None:
+            raise NoBudget(f"no privacy budget is set for dataset {dataset!r}")
+        return budget
+
+    def spent(self, dataset: str) -> tuple[float, float]:
+        """(composed epsilon of reserved + committed entries, rounded up; the delta_total it is reported at)."""
+        budget = self._get_budget(dataset)
+        multipliers = [e.noise_multiplier for e in self.entries(dataset) if e.counted and e.epsilon > 0]
+        return compose_epsilon(multipliers, budget.delta_total), budget.delta_total
+
+    def projected(self, dataset: str, noise_multipliers: list[float]) -> float:
+        """Composed epsilon (at delta_total) if releases with these sigma/Delta were added now."""
+        budget = self._get_budget(dataset)
+        multipliers = [e.noise_multiplier for e in self.entries(dataset) if e.counted and e.epsilon > 0]
+        return compose_epsilon([*multipliers, *noise_multipliers], budget.delta_total)
+
+    def remaining(self, dataset: str) -> float:
+        """epsilon_total - composed epsilon spent (>= 0). Composition is not additive: use ``projected`` to test whether a release fits."""
+        budget = self._get_budget(dataset)
+        spent, _ = self.spent(dataset)
+        left = Decimal(budget.epsilon_total) - Decimal(spent)
+        return max(0.0, float(left.quantize(Decimal("1e-6"), rounding=ROUND_FLOOR)))

@@ -1,0 +1,382 @@
+"""The SPLICE model q: a mixture of K product components, and its exact sliced Chebyshev moments.
+
+Component c (weight pi_c) is a product of
+  * one probability vector per *discrete* coordinate over its grid levels (categoricals, ordinals, and the
+    two-level missing indicators of nullable numeric columns, so missingness depends on the component), and
+  * ONE Gaussian N(mu_c, U_c U_c^T + diag(D_c)) of rank R over all *continuous* coordinates.
+
+Closed-form moments (exact in float64, differentiable, cost independent of n)
+--------------------------------------------------------------------------
+Within a component the scaled projection z = theta^T x / s is a sum of independent parts:
+``w_i x_i`` for every discrete coordinate i (w = theta / s) and one Gaussian G ~ N(w_C^T mu, w_C^T Sigma w_C).
+Cumulants of independent parts add, so everything is done in the *cumulant* basis:
+
+1. For each (component, discrete coordinate) the centred grid distribution ``g - gbar`` gives divided moments
+   ``sum_r p_r (g_r - gbar)^m / m!`` and, by the log-series recurrence, divided cumulants kappa_m (m >= 2).
+   They do not depend on the direction: the part ``w x`` has cumulants ``w^m kappa_m``.
+2. One einsum over coordinates sums ``w_{l,i}^m kappa_{c,i,m}`` for all (c, l, m); the Gaussian adds only
+   ``var / 2`` at m = 2. The projection mean ``mu_{c,l}`` is kept separately (never mixed into the series).
+3. The exp-series recurrence turns the summed cumulants into *central* moments E[(z - mu)^p].
+4. E[T_j(mu + u)] = sum_p P_j[p] E[u^p], with P_j the Taylor coefficients of T_j at mu, produced by the
+   Chebyshev recurrence P_{j+1} = 2 (mu + u) P_j - P_{j-1} (stable for |mu| <= 1).
+
+Why not the plain power basis: converting raw power moments E[z^p] to Chebyshev moments multiplies rounding
+errors by about |T_j(i r)| ~ (r + sqrt(r^2 + 1))^j / 2, r the largest |z|: ~1e12 at j = 32 when projections
+reach +-1 (small d, aligned directions, or the l1 scaling), i.e. 1e-4 absolute errors. Centring every part
+on its own mean before anything is summed makes the amplification depend on the *spread* of each
+component's projection instead of its location (measured: see tests/test_model_moments.py), and centring is
+free in the cumulant basis. The loops run over the moment order only (k steps on (K, L, k+1) tensors).
+
+Tails: outside [-1, 1] T_j explodes (|z| + sqrt(z^2 - 1))^j. In ``ball`` scaling |z| <= max_i |x_i|, so keeping
+every Gaussian marginal inside [-1, 1] keeps every model moment bounded. The torch module below therefore
+uses a bounded parametrisation: marginal standard deviations sd in [sd_min, sd_max], means
+``(1 - tail_sigmas * sd) * tanh(a)`` (each marginal has at least ``tail_sigmas`` standard deviations of room
+inside [-1, 1]), and a correlation of rank R plus diagonal; ``tail_mass`` gives the per-coordinate Gaussian
+mass outside [-1, 1] for an optional penalty.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .encoding import EncodingLayout
+
+DTYPE = torch.float64
+
+
+@dataclass(frozen=True)
+class MixtureParameters:
+    """Natural parameters of a fitted mixture (numpy, float64).
+
+    ``probs[t]`` is the (K, levels) probability table of the t-th discrete coordinate in ``layout.discrete_index``
+    order; ``means``/``factors``/``diag`` cover the continuous coordinates in ``layout.continuous_index`` order:
+    component c's Gaussian is N(means[c], factors[c] @ factors[c].T + diag(diag[c])).
+    """
+
+    weights: np.ndarray
+    probs: tuple[np.ndarray, ...]
+    means: np.ndarray
+    factors: np.ndarray
+    diag: np.ndarray
+
+    @property
+    def K(self) -> int:
+        return int(self.weights.shape[0])
+
+    @property
+    def R(self) -> int:
+        return int(self.factors.shape[2])
+
+    def check(self, layout: EncodingLayout) -> None:
+        """Raise ``ValueError`` if the shapes do not match ``layout`` or a value is out of its domain."""
+        K = self.K
+        disc = [layout.coordinates[i] for i in layout.discrete_index]
+        n_cont = len(layout.continuous_index)
+        if self.weights.ndim != 1 or K < 1 or not np.all(self.weights >= 0) or abs(self.weights.sum() - 1) > 1e-9:
+            raise ValueError("weights must be a probability vector of length K >= 1")
+        if len(self.probs) != len(disc):
+            raise ValueError(f"expected {len(disc)} probability tables, got {len(self.probs)}")
+        for coord, p in zip(disc, self.probs):
+            if p.shape != (K, coord.levels) or np.any(p < 0) or np.any(np.abs(p.sum(axis=1) - 1) > 1e-9):
+                raise ValueError(f"probability table of {coord.column!r}/{coord.role} has a bad shape or values")
+        if self.means.shape != (K, n_cont) or self.diag.shape != (K, n_cont) or self.factors.shape[:2] != (K, n_cont):
+            raise ValueError("Gaussian parameters do not match the continuous coordinates of the layout")
+        if np.any(self.diag < 0):
+            raise ValueError("diagonal variances must be >= 0")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Truncated power-series helpers (last axis = coefficient index 0..k), batched over leading axes.
+
+
+def _log_series(a: torch.Tensor) -> torch.Tensor:
+    """Coefficients of log(A(t)) for A(t) = sum_m a_m t^m with a_0 = 1 and a_1 = 0 (a centred distribution).
+
+    m c_m = m a_m - sum_{q=1}^{m-1} q c_q a_{m-q}; returns c with c_0 = c_1 = 0.
+    """
+    k = a.shape[-1] - 1
+    zero = torch.zeros_like(a[..., 0])
+    cs = [zero, zero]
+    for m in range(2, k + 1):
+        if m > 2:
+            q = torch.arange(2, m, dtype=a.dtype, device=a.device)
+            prev = torch.stack(cs[2:m], dim=-1)  # c_2..c_{m-1}
+            tail = a[..., 1 : m - 1].flip(-1)  # a_{m-2}..a_1
+            cs.append(a[..., m] - (prev * q * tail).sum(-1) / m)
+        else:
+            cs.append(a[..., 2])
+    return torch.stack(cs[: k + 1], dim=-1)
+
+
+def _exp_series(c: torch.Tensor) -> torch.Tensor:
+    """Coefficients of exp(C(t)) for C with c_0 = c_1 = 0: m b_m = sum_{q=2}^m q c_q b_{m-q}, b_0 = 1."""
+    k = c.shape[-1] - 1
+    one = torch.ones_like(c[..., 0])
+    bs = [one, torch.zeros_like(one)]
+    weighted = c * torch.arange(k + 1, dtype=c.dtype, device=c.device)  # q c_q
+    for m in range(2, k + 1):
+        prev = torch.stack(bs[m - 2 :: -1], dim=-1)  # b_{m-2}..b_0
+        bs.append((weighted[..., 2 : m + 1] * prev).sum(-1) / m)
+    return torch.stack(bs[: k + 1], dim=-1)
+
+
+def chebyshev_taylor_expectations(mu: torch.Tensor, central: torch.Tensor, k: int) -> torch.Tensor:
+    """E[T_j(mu + u)] for j = 1..k given the central moments ``central[..., p] = E[u^p]`` (p = 0..k).
+
+    Uses the Taylor coefficients of T_j at mu, built by the Chebyshev recurrence. Returns (..., k).
+    """
+    zeros = torch.zeros_like(central)
+    e0 = torch.zeros(k + 1, dtype=central.dtype, device=central.device)
+    e0[0] = 1.0
+    e1 = torch.zeros_like(e0)
+    e1[1] = 1.0
+    prev = zeros + e0
+    cur = mu.unsqueeze(-1) * e0 + e1
+    out = [(cur * central).sum(-1)]
+    two_mu = 2.0 * mu.unsqueeze(-1)
+    for _ in range(1, k):
+        shifted = torch.nn.functional.pad(cur[..., :-1], (1, 0))
+        prev, cur = cur, two_mu * cur + 2.0 * shifted - prev
+        out.append((cur * central).sum(-1))
+    return torch.stack(out, dim=-1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TorchMixture:
+    """Natural parameters as torch tensors; ``probs`` is padded to (K, n_discrete, max_levels) with zeros."""
+
+    weights: torch.Tensor
+    probs: torch.Tensor
+    means: torch.Tensor
+    factors: torch.Tensor
+    diag: torch.Tensor
+
+    def to_numpy(self, layout: EncodingLayout) -> MixtureParameters:
+        levels = [layout.coordinates[i].levels for i in layout.discrete_index]
+        probs = self.probs.detach().cpu().numpy()
+        tables = []
+        for t, r in enumerate(levels):
+            p = np.clip(probs[:, t, :r], 0.0, None)
+            tables.append(p / p.sum(axis=1, keepdims=True))
+        w = np.clip(self.weights.detach().cpu().numpy(), 0.0, None)
+        return MixtureParameters(
+            weights=w / w.sum(),
+            probs=tuple(tables),
+            means=self.means.detach().cpu().numpy().copy(),
+            factors=self.factors.detach().cpu().numpy().copy(),
+            diag=self.diag.detach().cpu().numpy().copy(),
+        )
+
+    @classmethod
+    def from_numpy(cls, params: MixtureParameters, layout: EncodingLayout, device: str | torch.device = "cpu") -> "TorchMixture":
+        levels = [layout.coordinates[i].levels for i in layout.discrete_index]
+        rmax = max(levels, default=1)
+        padded = np.zeros((params.K, len(levels), rmax))
+        for t, (r, p) in enumerate(zip(levels, params.probs)):
+            padded[:, t, :r] = p
+        as_t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float64), dtype=DTYPE, device=device)  # noqa: E731
+        return cls(as_t(params.weights), as_t(padded), as_t(params.means), as_t(params.factors), as_t(params.diag))
+
+
+class MomentEvaluator:
+    """Exact model moments m_j(theta_l, q) for fixed directions, scales and order k (all batched).
+
+    Precomputes everything that depends only on public inputs (directions, scales, layout). Calling it with a
+    ``TorchMixture`` returns a (k, L) tensor, differentiable with respect to the mixture parameters.
+    """
+
+    def __init__(
+        self,
+        layout: EncodingLayout,
+        directions: np.ndarray,
+        scales: np.ndarray,
+        k: int,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        if k < 1:
+            raise ValueError(f"moment order k must be >= 1, got {k}")
+        directions = np.asarray(directions, dtype=np.float64)
+        scales = np.asarray(scales, dtype=np.float64)
+        if directions.ndim != 2 or directions.shape[1] != layout.d or scales.shape != (directions.shape[0],):
+            raise ValueError(f"directions {directions.shape} / scales {scales.shape} do not match d = {layout.d}")
+        self.layout = layout
+        self.k = k
+        self.device = torch.device(device)
+        w = torch.as_tensor(directions / scales[:, None], dtype=DTYPE, device=self.device)
+        disc, cont = layout.discrete_index, layout.continuous_index
+        self.w_disc = w[:, torch.as_tensor(disc, dtype=torch.long)] if len(disc) else w[:, :0]
+        self.w_cont = w[:, torch.as_tensor(cont, dtype=torch.long)] if len(cont) else w[:, :0]
+        orders = torch.arange(k + 1, dtype=DTYPE, device=self.device)
+        # w^m for every (discrete coordinate, direction, m): (n_disc, L, k+1)
+        self.w_pow = self.w_disc.T.unsqueeze(-1) ** orders
+        levels = [layout.coordinates[i].levels for i in disc]
+        rmax = max(levels, default=1)
+        grid = np.zeros((len(levels), rmax))
+        for t, r in enumerate(levels):
+            grid[t, :r] = layout.coordinates[disc[t]].grid()
+        self.grid = torch.as_tensor(grid, dtype=DTYPE, device=self.device)
+        self.orders = orders
+        self.inv_factorial = torch.as_tensor(
+            [1.0 / math.factorial(m) for m in range(k + 1)], dtype=DTYPE, device=self.device
+        )
+        self.factorial = 1.0 / self.inv_factorial
+
+    @property
+    def n_directions(self) -> int:
+        return int(self.w_disc.shape[0])
+
+    def component_moments(self, q: TorchMixture) -> torch.Tensor:
+        """E_c[T_j(theta_l^T x / s_l)] for every component c, direction l and j = 1..k: (K, L, k)."""
+        K = q.weights.shape[0]
+        L = self.n_directions
+        k = self.k
+        mu = torch.zeros(K, L, dtype=DTYPE, device=self.device)
+        cum = torch.zeros(K, L, k + 1, dtype=DTYPE, device=self.device)
+        if self.w_disc.shape[1]:
+            gbar = (q.probs * self.grid).sum(-1)  # (K, n_disc)
+            dev = self.grid - gbar.unsqueeze(-1)  # (K, n_disc, rmax)
+            part = (q.probs.unsqueeze(-1) * dev.unsqueeze(-1) ** self.orders).sum(-2) * self.inv_factorial
+            kappa = _log_series(part)  # divided cumulants of each centred discrete coordinate (K, n_disc, k+1)
+            cum = cum + torch.einsum("ilm,cim->clm", self.w_pow, kappa)
+            mu = mu + gbar @ self.w_disc.T
+        if self.w_cont.shape[1]:
+            mu = mu + q.means @ self.w_cont.T
+            var = (q.diag @ (self.w_cont**2).T)  # (K, L)
+            if q.factors.shape[-1]:
+                proj = torch.einsum("li,cir->clr", self.w_cont, q.factors)
+                var = var + (proj**2).sum(-1)
+            if k >= 2:
+                cum = cum + torch.nn.functional.pad((0.5 * var).unsqueeze(-1), (2, k - 2))
+        central = _exp_series(cum) * self.factorial  # E[(z - mu)^p], p = 0..k
+        return chebyshev_taylor_expectations(mu, central, k)
+
+    def __call__(self, q: TorchMixture) -> torch.Tensor:
+        """Mixture moments (k, L)."""
+        return torch.einsum("c,clj->jl", q.weights, self.component_moments(q))
+
+
+def model_moments(
+    params: MixtureParameters,
+    layout: EncodingLayout,
+    directions: np.ndarray,
+    scales: np.ndarray,
+    k: int,
+) -> np.ndarray:
+    """Exact moments m[j-1, l] of a numpy mixture (float64), same convention as ``moments.moment_sums``."""
+    params.check(layout)
+    evaluator = MomentEvaluator(layout, directions, scales, k)
+    with torch.no_grad():
+        return evaluator(TorchMixture.from_numpy(params, layout)).cpu().numpy()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bounded, differentiable parametrisation used by the fit.
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Box for the Gaussian marginals: sd in [sd_min, sd_max], |mean| <= 1 - tail_sigmas * sd."""
+
+    sd_min: float = 1e-3
+    sd_max: float = 1.0
+    tail_sigmas: float = 6.0
+
+    def __post_init__(self) -> None:
+        if not (0 < self.sd_min < self.sd_max) or self.tail_sigmas < 0:
+            raise ValueError(f"invalid bounds {self}")
+
+    @property
+    def effective_sd_max(self) -> float:
+        """The largest sd that still leaves ``tail_sigmas`` standard deviations of room around mean 0."""
+        if self.tail_sigmas > 0:
+            return min(self.sd_max, 0.999 / self.tail_sigmas)
+        return self.sd_max
+
+
+class MixtureModule(torch.nn.Module):
+    """Unconstrained raw tensors -> a ``TorchMixture`` inside ``Bounds`` (always a valid mixture)."""
+
+    def __init__(self, layout: EncodingLayout, K: int, R: int, bounds: Bounds = Bounds(), device: str | torch.device = "cpu") -> None:
+        super().__init__()
+        if K < 1 or R < 0:
+            raise ValueError(f"need K >= 1 and R >= 0, got K={K}, R={R}")
+        self.layout = layout
+        self.bounds = bounds
+        levels = [layout.coordinates[i].levels for i in layout.discrete_index]
+        rmax = max(levels, default=1)
+        mask = torch.zeros(len(levels), rmax, dtype=torch.bool)
+        for t, r in enumerate(levels):
+            mask[t, :r] = True
+        self.register_buffer("level_mask", mask.to(device))
+        n_cont = len(layout.continuous_index)
+        z = lambda *s: torch.nn.Parameter(torch.zeros(*s, dtype=DTYPE, device=device))  # noqa: E731
+        self.weight_logits = z(K)
+        self.prob_logits = z(K, len(levels), rmax)
+        self.mean_raw = z(K, n_cont)
+        self.sd_raw = z(K, n_cont)
+        self.corr_factors = z(K, n_cont, R)
+        self.corr_diag_raw = z(K, n_cont)
+
+    @property
+    def K(self) -> int:
+        return int(self.weight_logits.shape[0])
+
+    def marginal_sd(self) -> torch.Tensor:
+        lo, hi = self.bounds.sd_min, self.bounds.effective_sd_max
+        return lo + (hi - lo) * torch.sigmoid(self.sd_raw)
+
+    def forward(self) -> TorchMixture:
+        weights = torch.softmax(self.weight_logits, dim=0)
+        logits = self.prob_logits.masked_fill(~self.level_mask, -torch.inf)
+        probs = torch.softmax(logits, dim=-1)
+        if probs.shape[1] == 0:
+            probs = self.prob_logits * 0.0
+        sd = self.marginal_sd()
+        means = (1.0 - self.bounds.tail_sigmas * sd) * torch.tanh(self.mean_raw)
+        corr_diag = torch.nn.functional.softplus(self.corr_diag_raw) + 1e-4
+        norm2 = (self.corr_factors**2).sum(-1) + corr_diag
+        scale = sd / torch.sqrt(norm2)  # marginal variance of every coordinate is exactly sd^2
+        factors = self.corr_factors * scale.unsqueeze(-1)
+        diag = corr_diag * scale**2
+        return TorchMixture(weights, probs, means, factors, diag)
+
+    def tail_mass(self) -> torch.Tensor:
+        """sum_c pi_c sum_i P_c(|x_i| > 1) over the continuous coordinates (a scalar)."""
+        q = self.forward()
+        if q.means.shape[1] == 0:
+            return q.weights.sum() * 0.0
+        sd = self.marginal_sd()
+        out = torch.special.ndtr((-1.0 - q.means) / sd) + torch.special.ndtr((q.means - 1.0) / sd)
+        return (q.weights * out.sum(-1)).sum()
+
+    @torch.no_grad()
+    def initialise(
+        self,
+        weights: np.ndarray,
+        probs: np.ndarray,
+        means: np.ndarray,
+        sds: np.ndarray,
+        corr_factors: np.ndarray,
+        corr_diag: np.ndarray,
+    ) -> None:
+        """Set raw tensors from target natural values (clipped into the bounds)."""
+        dev = self.weight_logits.device
+        t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float64), dtype=DTYPE, device=dev)  # noqa: E731
+        self.weight_logits.copy_(t(np.log(np.clip(weights, 1e-6, None))))
+        self.prob_logits.copy_(t(np.log(np.clip(probs, 1e-6, None))))
+        lo, hi = self.bounds.sd_min, self.bounds.effective_sd_max
+        frac = np.clip((sds - lo) / (hi - lo), 1e-4, 1 - 1e-4)
+        self.sd_raw.copy_(t(np.log(frac / (1 - frac))))
+        sd = lo + (hi - lo) * frac
+        room = 1.0 - self.bounds.tail_sigmas * sd
+        self.mean_raw.copy_(t(np.arctanh(np.clip(means / room, -0.999, 0.999))))
+        self.corr_factors.copy_(t(corr_factors))
+        d = np.clip(corr_diag - 1e-4, 1e-4, None)
+        self.corr_diag_raw.copy_(t(np.log(np.expm1(d))))

@@ -1,0 +1,268 @@
+"""Privacy calculus of SPLICE: parameter checks, sensitivity, calibration, noise and composition.
+
+The released statistic is the (k, L) matrix of sliced Chebyshev moments m[j-1, l] (``moments.py``), with
+moment order j scaled by 1/sqrt(j). Neighbouring tables differ by **replacing one row, n public**
+(``RELATION_REPLACE_ONE``). The Gaussian mechanism adds N(0, sigma^2) to every scaled coordinate, i.e.
+N(0, j sigma^2) to raw moment j. Calibration uses the exact analytic Gaussian mechanism (Balle & Wang 2018,
+via ``dp_accounting``); noise comes from OpenDP's float-safe sampler fed by OS entropy; composition across
+releases uses a PLD accountant at one fixed total delta.
+
+Pure functions and frozen dataclasses only (no Dagster import). Nothing here logs a noise draw.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
+
+import numpy as np
+from dp_accounting import dp_event, pld
+from dp_accounting.gaussian_mechanism import get_sigma_gaussian
+from scipy.stats import norm
+
+from .measurement import RELATION_REPLACE_ONE
+from .moments import harmonic
+
+#: Relative safety margin on the root-finder output of ``get_sigma_gaussian`` (it can miss the delta target by
+#: ~1e-13 relative).
+SIGMA_MARGIN = 1e-9
+#: Composed epsilons are rounded *up* to this quantum before any comparison with a budget.
+EPSILON_QUANTUM = Decimal("1e-6")
+#: Floor of the relative floating-point slack on the sensitivity.
+MIN_FLOAT_SLACK = 1e-9
+#: OpenDP draws a discrete Gaussian on the grid 2^g; the grid sits this many binary orders below sigma
+#: (plus half the log2 of the vector length), so rounding the input onto it is negligible (see add_noise).
+GRID_BITS_BELOW_SIGMA = 60
+
+_UNIT_ROUNDOFF = 2.0**-53
+
+
+class PrivacyParameterError(ValueError):
+    """An (epsilon, delta, k, L, n) parameter is invalid; the message quotes the offending value."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _finite_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+def validate_parameters(
+    epsilon: float, delta: float, k: int, n_directions: int, n_min: int, n: int | None = None
+) -> None:
+    """Reject invalid privacy/moment parameters with a ``PrivacyParameterError`` quoting the bad value.
+
+    epsilon must be finite and > 0; delta must lie in (0, 1/n_min) (delta << 1/n keeps the guarantee
+    meaningful for the public lower bound n_min on the row count); k (moment order) and L (directions) are
+    integers >= 1. When given, the public row count n must be an integer >= n_min.
+    """
+    if not _is_int(n_min) or n_min < 1:
+        raise PrivacyParameterError(f"n_min must be an integer >= 1, got {n_min!r}")
+    if not _finite_real(epsilon) or float(epsilon) <= 0.0:
+        raise PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if not _finite_real(delta) or not 0.0 < float(delta) < 1.0 / n_min:
+        raise PrivacyParameterError(f"delta must lie in (0, 1/n_min) = (0, {1.0 / n_min:.3g}), got {delta!r}")
+    if not _is_int(k) or k < 1:
+        raise PrivacyParameterError(f"moment order k must be an integer >= 1, got {k!r}")
+    if not _is_int(n_directions) or n_directions < 1:
+        raise PrivacyParameterError(f"number of directions L must be an integer >= 1, got {n_directions!r}")
+    if n is not None and (not _is_int(n) or n < n_min):
+        raise PrivacyParameterError(f"row count n must be an integer >= the schema's n_min = {n_min}, got {n!r}")
+
+
+def _check_shape(n: int, n_directions: int, k: int) -> None:
+    if not _is_int(n) or n < 1:
+        raise PrivacyParameterError(f"row count n must be an integer >= 1, got {n!r}")
+    if not _is_int(k) or k < 1:
+        raise PrivacyParameterError(f"moment order k must be an integer >= 1, got {k!r}")
+    if not _is_int(n_directions) or n_directions < 1:
+        raise PrivacyParameterError(f"number of directions L must be an integer >= 1, got {n_directions!r}")
+
+
+def sensitivity(n: int, n_directions: int, k: int) -> float:
+    """l2 sensitivity Delta = (2/n) sqrt(L H_k) of the 1/sqrt(j)-scaled moment vector (replace-one, n public).
+
+    Sensitivity: replacing one row moves each sum of T_j values (each in [-1, 1]) by at most 2, so m[j, l]
+    moves by <= 2/n and m[j, l]/sqrt(j) by <= 2/(n sqrt(j)); summing squares over l and j gives 4 L H_k / n^2.
+    """
+    _check_shape(n, n_directions, k)
+    return 2.0 / n * math.sqrt(n_directions * harmonic(k))
+
+
+def float_slack(n: int, k: int) -> float:
+    """Relative slack on Delta covering floating-point rounding: max(1e-9, 4 * 2^-53 * n * sqrt(k / H_k)).
+
+    ``moments.py`` sums in exact fixed point: every row contributes one value rounded once to the 2^-32 grid
+    with |value| <= 1, and integer sums are exact, so the sums' replace-one sensitivity is exactly 2 (x 2^32).
+    Only the final division by n and the 1/sqrt(j) scaling round, each within one ulp of a value <= 1, so every
+    scaled coordinate of f(D) and of f(D') is off by < 2 * 2^-53, their difference by < 4 * 2^-53, and the
+    l2 error over L k coordinates is < 4 * 2^-53 sqrt(L k); relative to Delta = 2 sqrt(L H_k)/n that is
+    2 * 2^-53 n sqrt(k/H_k). The formula keeps a factor 2 on top of that.
+    """
+    _check_shape(n, 1, k)
+    return max(MIN_FLOAT_SLACK, 4.0 * _UNIT_ROUNDOFF * n * math.sqrt(k / harmonic(k)))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibrated Gaussian mechanism. ``sensitivity`` already includes the float slack; record ``sigma``."""
+
+    epsilon: float
+    delta: float
+    n: int
+    n_directions: int
+    k: int
+    sensitivity: float
+    sigma: float
+    noise_multiplier: float
+    slack: float
+    relation: str = RELATION_REPLACE_ONE
+
+    def noise_std_per_order(self) -> np.ndarray:
+        """Noise standard deviation of each raw moment order j = 1..k."""
+        return raw_moment_noise_std(self.sigma, self.k)
+
+
+def delta_for(noise_multiplier: float, epsilon: float) -> float:
+    """Exact delta(epsilon) of the Gaussian mechanism with sigma/Delta = noise_multiplier (Balle & Wang, eq. 6).
+
+    delta = Phi(1/(2s) - eps s) - e^eps Phi(-1/(2s) - eps s), evaluated in log space for small deltas.
+    """
+    s = float(noise_multiplier)
+    if not s > 0.0:
+        raise PrivacyParameterError(f"noise multiplier must be > 0, got {noise_multiplier!r}")
+    if math.isinf(s):
+        return 0.0
+    a = norm.logcdf(1.0 / (2.0 * s) - epsilon * s)
+    b = epsilon + norm.logcdf(-1.0 / (2.0 * s) - epsilon * s)
+    if b >= a:
+        return 0.0
+    return float(math.exp(a) * -math.expm1(b - a))
+
+
+def classical_noise_multiplier(epsilon: float, delta: float) -> float:
+    """The classical bound sqrt(2 ln(1.25/delta))/epsilon (valid only for epsilon < 1); for comparison only."""
+    return math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+
+
+def calibrate(
+    epsilon: float, delta: float, n: int, n_directions: int, k: int, relation: str = RELATION_REPLACE_ONE
+) -> Calibration:
+    """Smallest safe sigma for (epsilon, delta)-DP of the scaled moment vector.
+
+    Sensitivity: Delta_used = Delta (1 + float_slack) bounds the l2 change of the *computed* scaled vector
+    under replace-one; sigma = Delta_used * sigma_analytic(eps, delta) * (1 + 1e-9) is then (eps, delta)-DP.
+    """
+    if relation != RELATION_REPLACE_ONE:
+        raise PrivacyParameterError(f"only the {RELATION_REPLACE_ONE!r} relation is implemented, got {relation!r}")
+    if not _finite_real(epsilon) or float(epsilon) <= 0.0:
+        raise PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if not _finite_real(delta) or not 0.0 < float(delta) < 1.0:
+        raise PrivacyParameterError(f"delta must lie in (0, 1), got {delta!r}")
+    epsilon, delta = float(epsilon), float(delta)
+    slack = float_slack(n, k)
+    delta_used = sensitivity(n, n_directions, k) * (1.0 + slack)
+    multiplier = get_sigma_gaussian(epsilon, delta) * (1.0 + SIGMA_MARGIN)
+    # Defensive: never hand out a sigma whose exact delta misses the target.
+    for _ in range(100):
+        if delta_for(multiplier, epsilon) <= delta:
+            break
+        multiplier *= 1.0 + SIGMA_MARGIN
+    else:  # pragma: no cover - the root-finder is far more accurate than this
+        raise RuntimeError(f"could not calibrate sigma for epsilon={epsilon!r}, delta={delta!r}")
+    sigma = delta_used * multiplier
+    return Calibration(
+        epsilon=epsilon,
+        delta=delta,
+        n=int(n),
+        n_directions=int(n_directions),
+        k=int(k),
+        sensitivity=delta_used,
+        sigma=sigma,
+        noise_multiplier=sigma / delta_used,
+        slack=slack,
+        relation=relation,
+    )
+
+
+def raw_moment_noise_std(sigma: float, k: int) -> np.ndarray:
+    """Noise std of raw moment order j = 1..k: sigma * sqrt(j) (the scaled coordinate m_j/sqrt(j) gets sigma)."""
+    return float(sigma) * np.sqrt(np.arange(1, int(k) + 1, dtype=np.float64))
+
+
+def _grid_exponent(sigma: float, size: int) -> int:
+    return max(-1074, math.floor(math.log2(sigma)) - GRID_BITS_BELOW_SIGMA - math.ceil(math.log2(max(size, 1)) / 2))
+
+
+def gaussian_noise(values: np.ndarray, sigma: float) -> np.ndarray:
+    """values + N(0, sigma^2) per coordinate, from OpenDP's float-safe sampler (OS entropy, never seeded).
+
+    OpenDP rounds the input onto the grid 2^g and adds an exact discrete Gaussian on that grid, so no
+    float artefact of a continuous sampler leaks. The grid is chosen with sqrt(size) * 2^g <= sigma 2^-60:
+    the rounding moves ||f(D) - f(D')|| by less than (sigma/Delta) 2^-60 Delta, far below ``float_slack``.
+    Coordinates are independent, so one call may hold many independent runs.
+    """
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    sigma = float(sigma)
+    if not (math.isfinite(sigma) and sigma > 0.0):
+        raise PrivacyParameterError(f"sigma must be a finite number > 0, got {sigma!r}")
+    flat = np.ascontiguousarray(values, dtype=np.float64).ravel()
+    if not np.all(np.isfinite(flat)):
+        # Structural: moments are finite by construction (clamped Chebyshev values), so this is a bug.
+        raise ValueError("the statistic to be noised contains non-finite values")
+    if flat.size == 0:
+        return flat.reshape(np.shape(values))
+    space = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=int(flat.size)), dp.l2_distance(T=float)
+    measurement = space >> dp.m.then_gaussian(scale=sigma, k=_grid_exponent(sigma, flat.size))
+    noisy = np.asarray(measurement(flat), dtype=np.float64)
+    return noisy.reshape(np.shape(values))
+
+
+def add_noise(moments: np.ndarray, sigma: float) -> np.ndarray:
+    """The Gaussian mechanism on raw moments (k, L): scale order j by 1/sqrt(j), add N(0, sigma^2), unscale.
+
+    Sensitivity: the scaled vector has l2 sensitivity Delta_used (``calibrate``), so sigma from ``calibrate``
+    gives (eps, delta)-DP; unscaling (x sqrt(j)) is post-processing. Returns the noisy raw moments.
+    """
+    moments = np.asarray(moments, dtype=np.float64)
+    if moments.ndim != 2:
+        raise ValueError(f"moments must be a (k, L) array, got shape {moments.shape}")
+    root_j = np.sqrt(np.arange(1, moments.shape[0] + 1, dtype=np.float64))[:, None]
+    return gaussian_noise(moments / root_j, sigma) * root_j
+
+
+def _round_up(value: float) -> float:
+    return float(Decimal(value).quantize(EPSILON_QUANTUM, rounding=ROUND_CEILING))
+
+
+def compose_epsilon(noise_multipliers: Sequence[float | None], delta: float) -> float:
+    """Total epsilon at total ``delta`` of Gaussian releases with the given sigma/Delta, rounded up to 1e-6.
+
+    PLD accountant (dp_accounting, pessimistic discretisation) with the default ADD_OR_REMOVE_ONE relation:
+    each noise multiplier is already relative to the replace-one Delta, and that is the dominating pair
+    dp_accounting expects (its REPLACE_ONE setting would double the sensitivity a second time).
+    Zero-cost entries (None or inf) are skipped; an empty list costs 0.
+    """
+    if not _finite_real(delta) or not 0.0 < float(delta) < 1.0:
+        raise PrivacyParameterError(f"delta must lie in (0, 1), got {delta!r}")
+    counts: Counter[float] = Counter()
+    for value in noise_multipliers:
+        if value is None or (isinstance(value, numbers.Real) and math.isinf(float(value)) and value > 0):
+            continue
+        if not _finite_real(value) or float(value) <= 0.0:
+            raise PrivacyParameterError(f"a noise multiplier must be > 0 (or inf for zero cost), got {value!r}")
+        counts[float(value)] += 1
+    if not counts:
+        return 0.0
+    accountant = pld.PLDAccountant()
+    for multiplier, count in sorted(counts.items()):
+        accountant.compose(dp_event.GaussianDpEvent(multiplier), count)
+    return _round_up(float(accountant.get_epsilon(float(delta))))

@@ -1,0 +1,267 @@
+"""Release bundles and their MLflow record.
+
+Two bundles, kept apart:
+- the PUBLIC bundle holds only mechanism outputs and public metadata (synthetic rows, noisy moments,
+  fitted model, schema, a ``release.json`` manifest);
+- the INTERNAL audit record holds what touched the real rows (validation counts, fidelity report, source
+  URI and content fingerprint).
+Both are logged to one MLflow run, under different artifact paths and with a ``visibility`` tag each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from . import __version__
+from .fit import FittedMixture
+from .ledger import BudgetLedger
+from .measurement import Measurement
+from .schema import TableSchema, schema_to_dict
+from .validation import ValidationReport
+
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def code_version() -> dict[str, str]:
+    """Package version and, when available, the git commit of the working tree."""
+    out = {"package_version": __version__}
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
+            timeout=5, check=True,
+        ).stdout.strip()
+        out["git_sha"] = sha
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def escape_formula(value: object) -> object:
+    """CSV formula-injection escaping: a text cell starting with = + - @ TAB CR gets a leading quote."""
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        return "'" + value
+    return value
+
+
+def write_csv_escaped(table: pd.DataFrame, path: Path) -> None:
+    escaped = table.copy()
+    for name in escaped.columns:
+        if not pd.api.types.is_numeric_dtype(escaped[name].dtype):
+            escaped[name] = escaped[name].astype(object).map(escape_formula)
+    escaped.to_csv(path, index=False)
+
+
+def file_fingerprint(path: str) -> str:
+    """INTERNAL: sha256 of the input file's bytes (never put it in a public bundle)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def public_facts(measurement: Measurement, ledger: BudgetLedger, release_id: str) -> dict[str, Any]:
+    """Public facts of a release: its spend and the dataset's lifetime budget after it."""
+    spent_eps, budget_delta = ledger.spent(measurement.dataset)
+    budget = ledger.budget(measurement.dataset)
+    facts: dict[str, Any] = {
+        "release_id": release_id,
+        "dataset": measurement.dataset,
+        "epsilon": measurement.epsilon,
+        "delta": measurement.delta,
+        "sigma": measurement.sigma,
+        "sensitivity": measurement.sensitivity,
+        "relation": measurement.relation,
+        "L": measurement.n_directions,
+        "k": measurement.k,
+        "n": measurement.n,
+        "directions_seed": measurement.seed,
+        "ledger_entry_id": measurement.ledger_entry_id,
+        "lifetime_epsilon_spent": spent_eps,
+        "lifetime_delta": budget_delta,
+    }
+    if budget is not None:
+        facts["lifetime_epsilon_budget"] = budget.epsilon_total
+        facts["lifetime_epsilon_remaining"] = max(budget.epsilon_total - spent_eps, 0.0)
+    return facts
+
+
+def headline_metrics(metrics: Any) -> dict[str, float]:
+    """A few scalar metrics from a fidelity report for MLflow and asset metadata (INTERNAL)."""
+    flat = metrics.to_dict() if hasattr(metrics, "to_dict") else dict(metrics)
+    out: dict[str, float] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{prefix}{key}.", inner)
+        elif isinstance(value, (int, float, np.floating)) and not isinstance(value, bool):
+            if np.isfinite(value):
+                out[prefix.rstrip(".")] = float(value)
+
+    walk("", flat)
+    keep = [k for k in out if k.count(".") <= 2 and not k.split(".")[-1].isdigit()]
+    return {k: out[k] for k in keep[:60]}
+
+
+def accuracy_statement(measurement: Measurement) -> str:
+    std = measurement.moment_noise_std()
+    return (
+        f"Each Chebyshev moment of order j (j = 1..{measurement.k}) on each of the {measurement.n_directions} "
+        f"directions carries Gaussian noise of standard deviation {measurement.sigma:.3g}*sqrt(j): "
+        f"{std[0]:.3g} for j = 1 up to {std[-1]:.3g} for j = {measurement.k}. Moments lie in [-1, 1], so a "
+        f"first-order moment is known to about +/-{2 * std[0]:.2g} (95%) per direction."
+    )
+
+
+def privacy_statement(measurement: Measurement) -> str:
+    return (
+        f"This release satisfies ({measurement.epsilon:g}, {measurement.delta:g})-differential privacy with respect "
+        f"to replacing any one of the {measurement.n} rows of the input table (n is public). Only noisy moments "
+        "drawn from the Gaussian mechanism, the public schema and public seeds shaped it; the fitted model and "
+        "the synthetic rows are post-processing and cost no further privacy."
+    )
+
+
+def write_release(
+    release_id: str,
+    settings: dict[str, Any],
+    schema: TableSchema,
+    measurement: Measurement,
+    model: FittedMixture,
+    synthetic: pd.DataFrame,
+    report: Any,
+    validation: ValidationReport | None,
+    source_uri: str,
+    ledger: BudgetLedger,
+    public_dir: Path,
+    internal_dir: Path,
+    tracking_uri: str,
+    artifact_location: str | None = None,
+    dagster_run_id: str = "",
+    parent_release_id: str | None = None,
+) -> dict[str, Any]:
+    """Write both bundles and log them to MLflow; returns a summary of public facts."""
+    from .sampling import save_model
+
+    public_dir.mkdir(parents=True, exist_ok=True)
+    internal_dir.mkdir(parents=True, exist_ok=True)
+    synthetic.to_parquet(public_dir / "synthetic.parquet", index=False)
+    write_csv_escaped(synthetic, public_dir / "synthetic.csv")
+    if not (public_dir / "measurement.json").exists():
+        measurement.save(public_dir / "measurement")
+    save_model(model, public_dir / "model")
+    (public_dir / "schema.yaml").write_text(yaml.safe_dump(schema_to_dict(schema), sort_keys=False))
+    facts = public_facts(measurement, ledger, release_id)
+    version = code_version()
+    public_params = {k: v for k, v in settings.items() if k != "input_path"}
+    manifest = {
+        "release_id": release_id,
+        "parent_release_id": parent_release_id,
+        "dataset": schema.name,
+        "schema_version": schema.version,
+        "visibility": "public",
+        "privacy_statement": privacy_statement(measurement),
+        "accuracy_statement": accuracy_statement(measurement),
+        "privacy": facts,
+        "parameters": public_params,
+        "synthetic_rows": len(synthetic),
+        "code_version": version,
+        "files": sorted(p.name for p in public_dir.iterdir()),
+    }
+    (public_dir / "release.json").write_text(json.dumps(manifest, indent=2, default=str))
+    internal = {
+        "release_id": release_id,
+        "visibility": "internal",
+        "source_uri": source_uri,
+        "source_sha256": file_fingerprint(source_uri) if source_uri and os.path.isfile(source_uri) else None,
+        "validation": asdict(validation) if validation is not None else None,
+    }
+    (internal_dir / "audit.json").write_text(json.dumps(internal, indent=2, default=str))
+    run_id = log_to_mlflow(
+        tracking_uri, artifact_location, schema, measurement, model, synthetic, facts, public_params, version,
+        dagster_run_id, release_id, parent_release_id, report, public_dir, internal_dir,
+    )
+    return {
+        "release_id": release_id,
+        "public_dir": str(public_dir),
+        "internal_dir": str(internal_dir),
+        "mlflow_run_id": run_id,
+        "epsilon_spent": facts["lifetime_epsilon_spent"],
+        "epsilon_remaining": facts.get("lifetime_epsilon_remaining", float("nan")),
+    }
+
+
+def log_to_mlflow(
+    tracking_uri: str,
+    artifact_location: str | None,
+    schema: TableSchema,
+    measurement: Measurement,
+    model: FittedMixture,
+    synthetic: pd.DataFrame,
+    facts: dict[str, Any],
+    params: dict[str, Any],
+    version: dict[str, str],
+    dagster_run_id: str,
+    release_id: str,
+    parent_release_id: str | None,
+    report: Any,
+    public_dir: Path,
+    internal_dir: Path,
+) -> str:
+    import mlflow
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mlflow.set_tracking_uri(tracking_uri)
+        name = f"splice/{schema.name}"
+        if mlflow.get_experiment_by_name(name) is None:
+            mlflow.create_experiment(name, artifact_location=artifact_location and f"{artifact_location}/{schema.name}")
+        mlflow.set_experiment(name)
+        with mlflow.start_run(run_name=release_id) as run:
+            mlflow.log_params({k: v for k, v in params.items()})
+            mlflow.log_params(
+                {f"privacy.{k}": v for k, v in facts.items() if k not in params and v is not None}
+            )
+            mlflow.set_tags(
+                {
+                    "dataset": schema.name,
+                    "schema_version": schema.version,
+                    "release_id": release_id,
+                    "parent_release_id": parent_release_id or "",
+                    "dagster_run_id": dagster_run_id,
+                    "privacy.epsilon": measurement.epsilon,
+                    "privacy.delta": measurement.delta,
+                    "privacy.relation": measurement.relation,
+                    "visibility.public_artifacts": "public",
+                    "visibility.internal_artifacts": "internal",
+                    "visibility.metrics": "internal (fidelity metrics read real rows)",
+                    **{f"code.{k}": v for k, v in version.items()},
+                }
+            )
+            curve = list(model.loss_curve)
+            for step in range(0, len(curve), max(1, len(curve) // 100)):
+                mlflow.log_metric("fit_loss", float(curve[step]), step=step)
+            if report is not None:
+                for key, value in headline_metrics(report.metrics).items():
+                    mlflow.log_metric(f"internal.{key}", value)
+            dataset = mlflow.data.from_pandas(
+                synthetic.astype({c: "object" for c in synthetic.columns if str(synthetic[c].dtype) == "category"}),
+                source=str(public_dir / "synthetic.parquet"),
+                name=f"{schema.name}-synthetic-{release_id[:8]}",
+            )
+            mlflow.log_input(dataset, context="synthetic_output")
+            mlflow.log_artifacts(str(public_dir), artifact_path="public")
+            mlflow.log_artifacts(str(internal_dir), artifact_path="internal")
+            return run.info.run_id
