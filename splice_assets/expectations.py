@@ -90,14 +90,28 @@ def ephemeral_context() -> Any:
 
 
 def expected_type(spec: ColumnSpec) -> str:
-    """The dtype name ``ExpectColumnValuesToBeOfType`` should see for a validated column."""
+    """The dtype name GE should see for a validated column.
+
+    Numeric and boolean columns are checked with ``ExpectColumnValuesToBeInTypeList`` (which compares the
+    exact dtype, so int64 vs Int64 is told apart); categorical/ordinal columns with
+    ``ExpectColumnValuesToBeOfType("CategoricalDtypeType")`` since GE 1.x cannot match a CategoricalDtype
+    instance in a type list.
+    """
     if spec.kind == "boolean":
-        return "boolean"
+        return "BooleanDtype"
     if spec.is_discrete:
         return _CATEGORICAL_TYPE
     if spec.kind == "integer":
-        return "Int64" if spec.nullable else "int64"
+        return "Int64Dtype" if spec.nullable else "int64"
     return "float64"
+
+
+def _type_expectation(spec: ColumnSpec) -> Any:
+    import great_expectations.expectations as gxe
+
+    if spec.is_discrete and spec.kind != "boolean":
+        return gxe.ExpectColumnValuesToBeOfType(column=spec.name, type_=_CATEGORICAL_TYPE)
+    return gxe.ExpectColumnValuesToBeInTypeList(column=spec.name, type_list=[expected_type(spec)])
 
 
 def build_suite(
@@ -125,7 +139,7 @@ def build_suite(
     suite.add_expectation(gxe.ExpectTableColumnsToMatchOrderedList(column_list=list(schema.column_names)))
     for spec in schema.columns:
         column = spec.name
-        suite.add_expectation(gxe.ExpectColumnValuesToBeOfType(column=column, type_=expected_type(spec)))
+        suite.add_expectation(_type_expectation(spec))
         if spec.is_numeric:
             assert spec.bounds is not None, f"column {column!r} has unresolved 'auto' bounds"
             lo, hi = spec.bounds

@@ -98,21 +98,8 @@ def public_facts(measurement: Measurement, ledger: BudgetLedger, release_id: str
 
 
 def headline_metrics(metrics: Any) -> dict[str, float]:
-    """A few scalar metrics from a fidelity report for MLflow and asset metadata (INTERNAL)."""
-    flat = metrics.to_dict() if hasattr(metrics, "to_dict") else dict(metrics)
-    out: dict[str, float] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                walk(f"{prefix}{key}.", inner)
-        elif isinstance(value, (int, float, np.floating)) and not isinstance(value, bool):
-            if np.isfinite(value):
-                out[prefix.rstrip(".")] = float(value)
-
-    walk("", flat)
-    keep = [k for k in out if k.count(".") <= 2 and not k.split(".")[-1].isdigit()]
-    return {k: out[k] for k in keep[:60]}
+    """The report's flat headline numbers (INTERNAL: computed against real rows), finite values only."""
+    return {k: float(v) for k, v in metrics.headline().items() if isinstance(v, (int, float)) and np.isfinite(v)}
 
 
 def accuracy_statement(measurement: Measurement) -> str:

@@ -187,8 +187,13 @@ def pandera_schema(schema: TableSchema) -> pa.DataFrameSchema:
             columns[spec.name] = pa.Column("boolean", nullable=spec.nullable)
         else:
             assert spec.categories is not None
-            dtype = pd.CategoricalDtype(list(spec.categories), ordered=spec.kind == "ordinal")
-            columns[spec.name] = pa.Column(dtype, nullable=spec.nullable)
+            # A plain "category" dtype plus an explicit check: pandera's CategoricalDtype comparison breaks on
+            # mixed int/float category lists (e.g. [17.5, 22]).
+            expected = pd.CategoricalDtype(list(spec.categories), ordered=spec.kind == "ordinal")
+            same_categories = pa.Check(
+                lambda series, expected=expected: series.dtype == expected, name="schema_categories"
+            )
+            columns[spec.name] = pa.Column("category", same_categories, nullable=spec.nullable)
     return pa.DataFrameSchema(columns, strict=True, ordered=True, name=schema.name)
 
 

@@ -5,7 +5,6 @@ fidelity_report -> release. Metadata on the private path holds public facts only
 the real rows is labelled ``internal``.
 """
 
-from __future__ import annotations
 
 from dataclasses import dataclass
 
@@ -26,6 +25,16 @@ from .config import ReleaseConfig, ReleaseSettings
 from .resources import ArtifactStore, LedgerResource, MlflowResource
 
 GROUP = "splice_release"
+# Asset keys live under "splice/" so the final `release` asset does not clash with the `release` job.
+PREFIX = "splice"
+
+
+def op_name(asset: str) -> str:
+    """The op (and step key) Dagster derives from a prefixed asset key."""
+    return f"{PREFIX}__{asset}"
+
+
+CONFIG_OP = op_name("validated_table")  # the one op that takes run config
 OWNERS = ["team:data-platform"]
 INTERNAL = "internal (computed from real rows; never release)"
 
@@ -83,11 +92,12 @@ def split_holdout(table: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.D
 
 
 @dg.asset(
+    key_prefix=PREFIX,
     group_name=GROUP,
     owners=OWNERS,
     kinds={"pandas", "pandera"},
     description="Structural validation (fail fast) and total record-level cleaning against the public schema.",
-    check_specs=[dg.AssetCheckSpec("structure", asset="validated_table", blocking=True)],
+    check_specs=[dg.AssetCheckSpec("structure", asset=dg.AssetKey([PREFIX, "validated_table"]), blocking=True)],
 )
 def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig):
     settings = config.settings()
@@ -119,6 +129,7 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig):
 
 
 @dg.asset(
+    key_prefix=PREFIX,
     group_name=GROUP,
     owners=OWNERS,
     kinds={"numpy"},
@@ -135,11 +146,14 @@ def unit_ball_encoding(validated_table: ValidatedInput) -> dg.Output[EncodedInpu
 
 
 @dg.asset(
+    key_prefix=PREFIX,
     group_name=GROUP,
     owners=OWNERS,
     kinds={"numpy"},
     description="Noisy sliced Chebyshev moments under a ledger-recorded (epsilon, delta) spend.",
-    check_specs=[dg.AssetCheckSpec("moments_in_range_before_noise", asset="private_moments", blocking=True)],
+    check_specs=[dg.AssetCheckSpec(
+        "moments_in_range_before_noise", asset=dg.AssetKey([PREFIX, "private_moments"]), blocking=True
+    )],
 )
 def private_moments(
     context: dg.AssetExecutionContext,
@@ -165,10 +179,10 @@ def private_moments(
         yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=in_range)
         if not in_range:
             raise dg.Failure("exact moments not finite or outside [-1, 1]; nothing was charged")
-        measurement = pipeline.measure_exact(
-            exact, e.x.shape[1], plan, calibration, ledger.open(s.dataset), release_id,
-            on_noisy=lambda m: m.save(stem),
-        )
+        with ledger.open(s.dataset) as book:
+            measurement = pipeline.measure_exact(
+                exact, e.x.shape[1], plan, calibration, book, release_id, on_noisy=lambda m: m.save(stem)
+            )
         reused = False
     yield dg.Output(
         MeasuredMoments(s, e.schema, measurement, reused),
@@ -188,6 +202,7 @@ def private_moments(
 
 
 @dg.asset(
+    key_prefix=PREFIX,
     group_name=GROUP,
     owners=OWNERS,
     kinds={"torch"},
@@ -214,6 +229,7 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
 
 
 @dg.asset(
+    key_prefix=PREFIX,
     group_name=GROUP,
     owners=OWNERS,
     kinds={"pandas"},
@@ -237,6 +253,7 @@ def synthetic_table(mixture_model: FittedModel, unit_ball_encoding: EncodedInput
 
 
 @dg.asset(
+    key_prefix=PREFIX,
     group_name=GROUP,
     owners=OWNERS,
     kinds={"html"},
@@ -253,7 +270,8 @@ def fidelity_report(
     v = validated_table
     s = v.settings
     release_id = release_id_of(context)
-    facts = release_lib.public_facts(private_moments.measurement, ledger.open(s.dataset), release_id)
+    with ledger.open(s.dataset) as book:
+        facts = release_lib.public_facts(private_moments.measurement, book, release_id)
     result = build_report(
         v.train, v.holdout, synthetic_table.table, v.schema, facts, s.seed, store.internal_dir(s.dataset, release_id)
     )
@@ -269,6 +287,7 @@ def fidelity_report(
 
 
 @dg.asset(
+    key_prefix=PREFIX,
     group_name=GROUP,
     owners=OWNERS,
     kinds={"mlflow"},
@@ -287,23 +306,24 @@ def release(
 ) -> dg.Output[dict]:
     s = validated_table.settings
     release_id = release_id_of(context)
-    record = release_lib.write_release(
-        release_id=release_id,
-        settings=s.__dict__,
-        schema=validated_table.schema,
-        measurement=private_moments.measurement,
-        model=mixture_model.model,
-        synthetic=synthetic_table.table,
-        report=fidelity_report,
-        validation=validated_table.report,
-        source_uri=validated_table.source_uri,
-        ledger=ledger.open(s.dataset),
-        public_dir=store.public_dir(s.dataset, release_id),
-        internal_dir=store.internal_dir(s.dataset, release_id),
-        tracking_uri=mlflow.uri(),
-        artifact_location=mlflow.artifact_location(),
-        dagster_run_id=context.run_id,
-    )
+    with ledger.open(s.dataset) as book:
+        record = release_lib.write_release(
+            release_id=release_id,
+            settings=s.__dict__,
+            schema=validated_table.schema,
+            measurement=private_moments.measurement,
+            model=mixture_model.model,
+            synthetic=synthetic_table.table,
+            report=fidelity_report,
+            validation=validated_table.report,
+            source_uri=validated_table.source_uri,
+            ledger=book,
+            public_dir=store.public_dir(s.dataset, release_id),
+            internal_dir=store.internal_dir(s.dataset, release_id),
+            tracking_uri=mlflow.uri(),
+            artifact_location=mlflow.artifact_location(),
+            dagster_run_id=context.run_id,
+        )
     context.log.info(f"release {release_id}: public bundle at {record['public_dir']}")
     return dg.Output(
         record,

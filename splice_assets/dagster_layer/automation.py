@@ -5,7 +5,6 @@ skipped with a reason (visible in the UI) instead of failing later; the sensor l
 new file (run key = file name + modification time).
 """
 
-from __future__ import annotations
 
 import os
 from pathlib import Path
@@ -16,7 +15,7 @@ from .. import pipeline
 from ..datasets import DEMO_DATASET, schema_path
 from ..ledger import BUDGET_TOLERANCE
 from ..schema import load_schema
-from .assets import ALL_ASSETS
+from .assets import ALL_ASSETS, CONFIG_OP
 from .config import ReleaseConfig
 from .resources import LedgerResource
 
@@ -24,25 +23,30 @@ release_job = dg.define_asset_job(
     "release",
     selection=dg.AssetSelection.assets(*ALL_ASSETS),
     description="Validate -> encode -> measure (charged) -> fit -> sample -> report -> release.",
+    # The chain is linear, so one process loses no parallelism and keeps torch's thread setting in force.
+    executor_def=dg.in_process_executor,
 )
 
 INPUT_SUFFIXES = (".csv", ".csv.gz", ".parquet")
 
 
 def run_config_for(config: ReleaseConfig) -> dg.RunConfig:
-    return dg.RunConfig(ops={"validated_table": config})
+    return dg.RunConfig(ops={CONFIG_OP: config})
 
 
 def refresh_skip_reason(config: ReleaseConfig, ledger: LedgerResource) -> str | None:
     """Why a refresh must not run (budget), or None. Uses only public facts: n_min as the planning n."""
-    schema = load_schema(schema_path(config.dataset))
+    try:
+        schema = load_schema(schema_path(config.dataset))
+    except FileNotFoundError as exc:
+        return str(exc)
     _, calibration = pipeline.make_plan(
         schema, schema.n_min, config.epsilon, config.delta, config.n_directions, config.k, config.seed
     )
     # The cost of a spend is sigma/Delta, which depends on (epsilon, delta) only, so n_min serves for planning.
-    book = ledger.open(config.dataset)
-    after = book.projected(config.dataset, [calibration.noise_multiplier])
-    budget = book.budget(config.dataset)
+    with ledger.open(config.dataset) as book:
+        after = book.projected(config.dataset, [calibration.noise_multiplier])
+        budget = book.budget(config.dataset)
     if after > budget.epsilon_total + BUDGET_TOLERANCE:
         return (
             f"refresh skipped: dataset {config.dataset!r} would reach epsilon={after:.4f} "
@@ -70,7 +74,7 @@ def refresh_schedule(context: dg.ScheduleEvaluationContext, ledger: LedgerResour
     reason = refresh_skip_reason(config, ledger)
     if reason is not None:
         return dg.SkipReason(reason)
-    tick = context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else "manual"
+    tick = context.scheduled_execution_time.isoformat()
     return dg.RunRequest(run_key=f"refresh-{config.dataset}-{tick}", run_config=run_config_for(config),
                          tags={"splice/trigger": "schedule", "splice/dataset": config.dataset})
 

@@ -1,18 +1,17 @@
 """Asset checks: the budget gate before measurement and the great-expectations suite on synthetic rows."""
 
-from __future__ import annotations
 
 import dagster as dg
 
 from .. import pipeline
-from ..expectations import run_suite
+from ..expectations import check_synthetic
 from ..ledger import BUDGET_TOLERANCE
-from .assets import EncodedInput, SyntheticTable
+from .assets import PREFIX, EncodedInput, SyntheticTable
 from .resources import LedgerResource
 
 
 @dg.asset_check(
-    asset="unit_ball_encoding",
+    asset=dg.AssetKey([PREFIX, "unit_ball_encoding"]),
     blocking=True,
     description="Blocking: the planned spend fits the dataset's lifetime budget (evaluated before any noise).",
 )
@@ -21,10 +20,10 @@ def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -
     _, calibration = pipeline.make_plan(
         unit_ball_encoding.schema, unit_ball_encoding.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed
     )
-    book = ledger.open(s.dataset)
-    budget = book.budget(s.dataset)
-    spent, at_delta = book.spent(s.dataset)
-    after = book.projected(s.dataset, [calibration.noise_multiplier])
+    with ledger.open(s.dataset) as book:
+        budget = book.budget(s.dataset)
+        spent, at_delta = book.spent(s.dataset)
+        after = book.projected(s.dataset, [calibration.noise_multiplier])
     fits = after <= budget.epsilon_total + BUDGET_TOLERANCE
     return dg.AssetCheckResult(
         passed=bool(fits),
@@ -43,18 +42,18 @@ def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -
 
 
 @dg.asset_check(
-    asset="synthetic_table",
+    asset=dg.AssetKey([PREFIX, "synthetic_table"]),
     blocking=False,
     description="Great-expectations suite from the schema on the SYNTHETIC rows only (BOOLEAN_ONLY results).",
 )
 def synthetic_expectations(synthetic_table: SyntheticTable) -> dg.AssetCheckResult:
-    summary = run_suite(synthetic_table.table, synthetic_table.schema)
+    summary = check_synthetic(synthetic_table.table, synthetic_table.schema)
     return dg.AssetCheckResult(
         passed=bool(summary.success),
         severity=dg.AssetCheckSeverity.WARN,
         metadata={
-            "expectations": summary.evaluated,
-            "failed": summary.failed,
+            "expectations": summary.n_expectations,
+            "failed": summary.n_failed,
             "results": dg.MetadataValue.json(summary.to_dict()),
         },
     )

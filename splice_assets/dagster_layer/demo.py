@@ -6,6 +6,8 @@ import time
 
 import dagster as dg
 
+from .assets import op_name
+from .automation import run_config_for
 from .config import ReleaseConfig
 from .definitions import build_definitions
 from .resources import dagster_home
@@ -19,7 +21,7 @@ def main() -> int:
     start = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
         result = job.execute_in_process(
-            run_config=dg.RunConfig(ops={"validated_table": ReleaseConfig()}), instance=instance
+            run_config=run_config_for(ReleaseConfig()), instance=instance
         )
     wall = time.perf_counter() - start
     if not result.success:
@@ -28,13 +30,13 @@ def main() -> int:
     durations = {}
     for event in result.all_events:
         if event.is_step_success and event.step_key:
-            durations[event.step_key] = event.event_specific_data.duration_ms / 1000.0
-    record = result.output_for_node("release")
+            durations[event.step_key.removeprefix("splice__")] = event.event_specific_data.duration_ms / 1000.0
+    record = result.output_for_node(op_name("release"))
     print(f"\nrelease {record['release_id']} done in {wall:.1f} s (Dagster home: {home})")
     for step, seconds in durations.items():
         print(f"  {step:<22} {seconds:7.2f} s")
     print(f"public bundle : {record['public_dir']}")
-    print(f"internal audit: {record['internal_dir']} (report.html; internal, reads real rows)")
+    print(f"internal audit: {record['internal_dir']} (fidelity_report.html: internal, reads real rows)")
     print(f"MLflow run    : {record['mlflow_run_id']}  (make mlflow-ui)")
     print(f"lifetime epsilon spent {record['epsilon_spent']:.4f}, remaining {record['epsilon_remaining']:.4f}")
     return 0

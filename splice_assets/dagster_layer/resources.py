@@ -12,15 +12,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from ..ledger import BudgetLedger
+from ..ledger import BudgetLedger, default_ledger_url
 
 
 def dagster_home() -> Path:
     return Path(os.environ.get("DAGSTER_HOME") or Path(__file__).resolve().parents[2] / "dagster_home")
-
-
-def default_ledger_url() -> str:
-    return f"sqlite:///{dagster_home() / 'ledger.sqlite'}"
 
 
 def default_tracking_uri() -> str:
@@ -39,6 +35,7 @@ class LedgerResource(dg.ConfigurableResource):
     budget_delta: float = 1e-6
 
     def open(self, dataset: str) -> BudgetLedger:
+        """A ledger handle (use it as a context manager so the connection pool is closed)."""
         ledger = BudgetLedger(self.url or default_ledger_url())
         if ledger.budget(dataset) is None:
             ledger.set_budget(dataset, self.budget_epsilon, self.budget_delta)

@@ -1,0 +1,283 @@
+""""Match": fit the mixture q to noisy sliced Chebyshev moments (post-processing only, never raw rows).
+
+Objective: (1/L) sum_l sum_j (m~_{j,l} - m_j(theta_l, q))^2 / j^2  +  tail_penalty * (Gaussian mass outside [-1, 1]),
+minimised with Adam and a cosine learning-rate decay. The initialisation uses only the noisy moments and the
+public layout: least squares on the first moments gives the mean vector, on the second moments the second-moment
+matrix (a diagonal fallback when L < d(d+1)/2); components start as jittered copies of that Gaussian drawn from a
+``torch.Generator`` seeded with the public seed; discrete coordinates as discretised Gaussians.
+
+Expected loss under pure noise (the noise floor): raw moment j carries noise variance j sigma^2, so
+E[(1/L) sum_l sum_j noise^2 / j^2] = sigma^2 H_k.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .encoding import EncodingLayout
+from .measurement import Measurement
+from .model import Bounds, MixtureModule, MixtureParameters, MomentEvaluator
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """Fit settings (all public). ``candidate_K`` with ``holdout_fraction > 0`` selects K on held-out directions."""
+
+    K: int = 5
+    R: int = 2
+    max_steps: int = 600
+    min_steps: int = 100
+    lr: float = 0.03
+    tol: float = 1e-3
+    window: int = 50
+    seed: int = 0
+    holdout_fraction: float = 0.0
+    candidate_K: tuple[int, ...] = ()
+    tail_sigmas: float = 6.0
+    sd_min: float = 1e-3
+    tail_penalty: float = 10.0
+    init_jitter: float = 0.7
+    threads: int | None = 1
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class FittedMixture:
+    """A fitted model plus its fit record. ``params`` is all sampling needs; the rest is diagnostics."""
+
+    layout: EncodingLayout
+    params: MixtureParameters
+    k: int
+    loss_curve: np.ndarray
+    final_loss: float
+    noise_floor: float
+    steps: int
+    converged: bool
+    device: str
+    seconds: float
+    seconds_per_step: float
+    config: FitConfig
+    holdout_losses: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def loss_over_noise_floor(self) -> float:
+        return self.final_loss / self.noise_floor if self.noise_floor > 0 else math.inf
+
+
+def noise_floor(sigma: float, k: int) -> float:
+    """Expected loss of the true moments against the noisy ones: sigma^2 * H_k."""
+    return float(sigma) ** 2 * math.fsum(1.0 / j for j in range(1, k + 1))
+
+
+def _device(config: FitConfig) -> torch.device:
+    if config.device is not None:
+        return torch.device(config.device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Private-safe initialisation: only noisy moments, directions, scales and the layout.
+
+
+def _moment_init(noisy: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean vector and covariance of x from first/second noisy moments (w = theta / s, shape (L, d))."""
+    L, d = w.shape
+    mean, *_ = np.linalg.lstsq(w, noisy[0], rcond=None)
+    mean = np.clip(mean, -1.0, 1.0)
+    if noisy.shape[0] < 2:
+        return mean, np.eye(d) * 0.1
+    second = (noisy[1] + 1.0) / 2.0  # E[z^2] from T_2 = 2 z^2 - 1
+    iu = np.triu_indices(d)
+    if L >= d * (d + 1) // 2 + d:
+        feats = w[:, iu[0]] * w[:, iu[1]] * np.where(iu[0] == iu[1], 1.0, 2.0)
+        sol, *_ = np.linalg.lstsq(feats, second, rcond=None)
+        S = np.zeros((d, d))
+        S[iu] = sol
+        S = S + S.T - np.diag(np.diag(S))
+    else:  # diagonal second moments, cross terms from the mean (independence)
+        cross = (w @ mean) ** 2 - (w**2) @ (mean**2)
+        diag, *_ = np.linalg.lstsq(w**2, second - cross, rcond=None)
+        S = np.outer(mean, mean)
+        np.fill_diagonal(S, diag)
+    cov = S - np.outer(mean, mean)
+    vals, vecs = np.linalg.eigh((cov + cov.T) / 2.0)
+    vals = np.clip(vals, 1e-4, 1.0)
+    return mean, (vecs * vals) @ vecs.T
+
+
+def _initial_values(
+    layout: EncodingLayout, K: int, R: int, bounds: Bounds, noisy: np.ndarray, w: np.ndarray, seed: int, jitter: float
+) -> dict[str, np.ndarray]:
+    mean, cov = _moment_init(noisy, w)
+    d = layout.d
+    gen = torch.Generator().manual_seed(int(seed))
+    g = torch.randn(K, d, generator=gen, dtype=torch.float64).numpy()
+    chol = np.linalg.cholesky(cov + 1e-9 * np.eye(d))
+    centres = np.clip(mean + jitter * g @ chol.T, -0.98, 0.98)
+    if K == 1:
+        centres = mean[None, :]
+    sd_all = np.sqrt(np.diag(cov))
+    shrink = math.sqrt(max(1.0 - jitter**2, 0.2)) if K > 1 else 1.0
+    disc, cont = layout.discrete_index, layout.continuous_index
+    levels = [layout.coordinates[i].levels for i in disc]
+    rmax = max(levels, default=1)
+    probs = np.full((K, len(levels), rmax), 1e-9)
+    for t, (i, r) in enumerate(zip(disc, levels)):
+        grid = layout.coordinates[i].grid()
+        s = max(sd_all[i] * shrink, 2.0 / max(r - 1, 1) * 0.5)
+        p = np.exp(-0.5 * ((grid[None, :] - centres[:, i : i + 1]) / s) ** 2) + 1e-3
+        probs[:, t, :r] = p / p.sum(axis=1, keepdims=True)
+    sd_c = np.clip(sd_all[cont] * shrink, bounds.sd_min * 2, bounds.effective_sd_max * 0.9)
+    n_cont = len(cont)
+    corr = np.eye(n_cont)
+    if n_cont:
+        s = np.sqrt(np.diag(cov)[cont])
+        corr = cov[np.ix_(cont, cont)] / np.outer(s, s)
+    vals, vecs = np.linalg.eigh(corr) if n_cont else (np.zeros(0), np.zeros((0, 0)))
+    order = np.argsort(vals)[::-1][:R]
+    factors = np.zeros((n_cont, R))
+    if n_cont and R:
+        top = vecs[:, order] * np.sqrt(np.clip(vals[order], 0.0, None))
+        factors[:, : top.shape[1]] = top
+    resid = np.clip(1.0 - (factors**2).sum(1), 0.05, None) if n_cont else np.zeros(0)
+    g2 = torch.randn(K, n_cont, R, generator=gen, dtype=torch.float64).numpy() * 0.05
+    return {
+        "weights": np.full(K, 1.0 / K),
+        "probs": probs,
+        "means": centres[:, cont],
+        "sds": np.broadcast_to(sd_c, (K, n_cont)).copy(),
+        "corr_factors": factors[None] + g2,
+        "corr_diag": np.broadcast_to(resid, (K, n_cont)).copy(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _run_adam(
+    layout: EncodingLayout,
+    noisy: torch.Tensor,
+    evaluator: MomentEvaluator,
+    w: np.ndarray,
+    K: int,
+    config: FitConfig,
+    device: torch.device,
+) -> tuple[MixtureModule, list[float], bool]:
+    bounds = Bounds(sd_min=config.sd_min, tail_sigmas=config.tail_sigmas)
+    module = MixtureModule(layout, K, config.R, bounds, device=device)
+    module.initialise(**_initial_values(layout, K, config.R, bounds, noisy.cpu().numpy(), w, config.seed, config.init_jitter))
+    k = noisy.shape[0]
+    inv_j2 = (1.0 / torch.arange(1, k + 1, dtype=noisy.dtype, device=device) ** 2).unsqueeze(1)
+    L = noisy.shape[1]
+    opt = torch.optim.Adam(module.parameters(), lr=config.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * min(s, config.max_steps) / config.max_steps)))
+    curve: list[float] = []
+    converged = False
+    for step in range(config.max_steps):
+        opt.zero_grad(set_to_none=True)
+        q = module()
+        fit = ((noisy - evaluator(q)) ** 2 * inv_j2).sum() / L
+        loss = fit + config.tail_penalty * module.tail_mass() if config.tail_penalty else fit
+        loss.backward()
+        opt.step()
+        sched.step()
+        curve.append(float(fit.detach()))
+        if step + 1 >= max(config.min_steps, config.window + 1):
+            old, new = curve[-config.window - 1], curve[-1]
+            if (old - new) <= config.tol * abs(new):
+                converged = True
+                break
+    return module, curve, converged
+
+
+def _holdout_loss(module: MixtureModule, evaluator: MomentEvaluator, noisy: torch.Tensor) -> float:
+    k = noisy.shape[0]
+    inv_j2 = (1.0 / torch.arange(1, k + 1, dtype=noisy.dtype, device=noisy.device) ** 2).unsqueeze(1)
+    with torch.no_grad():
+        return float(((noisy - evaluator(module())) ** 2 * inv_j2).sum() / noisy.shape[1])
+
+
+def fit_mixture(
+    noisy_moments: np.ndarray,
+    directions: np.ndarray,
+    scales: np.ndarray,
+    layout: EncodingLayout,
+    sigma: float,
+    config: FitConfig = FitConfig(),
+) -> FittedMixture:
+    """Fit q to noisy moments ``noisy_moments[j-1, l]`` (k, L) on public ``directions`` (L, d) / ``scales`` (L,).
+
+    Deterministic given ``config.seed`` (on CPU). ``sigma`` is the mechanism's noise scale (raw moment j has
+    noise std sigma * sqrt(j)); it only sets the reported noise floor.
+    """
+    started = time.perf_counter()
+    noisy_np = np.asarray(noisy_moments, dtype=np.float64)
+    directions = np.asarray(directions, dtype=np.float64)
+    scales = np.asarray(scales, dtype=np.float64)
+    if noisy_np.ndim != 2 or noisy_np.shape[1] != directions.shape[0]:
+        raise ValueError(f"noisy moments {noisy_np.shape} do not match {directions.shape[0]} directions")
+    if config.K < 1 or config.R < 0:
+        raise ValueError("need K >= 1 and R >= 0")
+    old_threads = torch.get_num_threads()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    try:
+        device = _device(config)
+        k, L = noisy_np.shape
+        holdout: dict[int, float] = {}
+        K = config.K
+        if config.holdout_fraction > 0 and config.candidate_K:
+            perm = torch.randperm(L, generator=torch.Generator().manual_seed(int(config.seed) + 1)).numpy()
+            n_hold = max(1, int(round(config.holdout_fraction * L)))
+            hold, train = np.sort(perm[:n_hold]), np.sort(perm[n_hold:])
+            ev_train = MomentEvaluator(layout, directions[train], scales[train], k, device)
+            ev_hold = MomentEvaluator(layout, directions[hold], scales[hold], k, device)
+            y_train = torch.as_tensor(noisy_np[:, train], device=device)
+            y_hold = torch.as_tensor(noisy_np[:, hold], device=device)
+            w_train = directions[train] / scales[train, None]
+            for cand in config.candidate_K:
+                module, _, _ = _run_adam(layout, y_train, ev_train, w_train, cand, config, device)
+                holdout[int(cand)] = _holdout_loss(module, ev_hold, y_hold)
+            K = min(holdout, key=lambda c: (holdout[c], c))
+        evaluator = MomentEvaluator(layout, directions, scales, k, device)
+        y = torch.as_tensor(noisy_np, device=device)
+        fit_started = time.perf_counter()
+        module, curve, converged = _run_adam(layout, y, evaluator, directions / scales[:, None], K, config, device)
+        fit_seconds = time.perf_counter() - fit_started
+        with torch.no_grad():
+            params = module().to_numpy(layout)
+    finally:
+        torch.set_num_threads(old_threads)
+    return FittedMixture(
+        layout=layout,
+        params=params,
+        k=k,
+        loss_curve=np.asarray(curve),
+        final_loss=curve[-1],
+        noise_floor=noise_floor(sigma, k),
+        steps=len(curve),
+        converged=converged,
+        device=str(device),
+        seconds=time.perf_counter() - started,
+        seconds_per_step=fit_seconds / max(len(curve), 1),
+        config=replace(config, K=K),
+        holdout_losses=holdout,
+    )
+
+
+def fit_measurement(measurement: Measurement, layout: EncodingLayout, config: FitConfig = FitConfig()) -> FittedMixture:
+    """``fit_mixture`` on a stored ``Measurement`` (directions and scales recomputed from the public seed)."""
+    if measurement.d != layout.d:
+        raise ValueError(f"measurement has d = {measurement.d} but the layout has d = {layout.d}")
+    return fit_mixture(
+        measurement.noisy_moments, measurement.directions(), measurement.scales(), layout, measurement.sigma, config
+    )
+
+
+__all__: Sequence[str] = ("FitConfig", "FittedMixture", "fit_mixture", "fit_measurement", "noise_floor")

@@ -1,0 +1,136 @@
+"""``splice plan``: golden calibration numbers, ledger budget, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from splice_assets.cli import main
+from splice_assets.ledger import BudgetLedger
+from splice_assets.moments import harmonic
+
+
+@pytest.fixture
+def schema_file(tmp_path) -> Path:
+    path = tmp_path / "toy.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "toy",
+                "version": 2,
+                "n_min": 1000,
+                "columns": [
+                    {"name": "age", "kind": "integer", "bounds": [0, 120]},
+                    {"name": "colour", "kind": "categorical", "categories": ["red", "green"]},
+                ],
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def ledger_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def plan_json(schema_file, ledger_url, *extra: str) -> dict:
+    result = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--json", *extra)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+@pytest.mark.parametrize(
+    ("eps", "delta", "ratio"), [("1", "1e-6", 4.2247), ("0.5", "1e-6", 8.0576), ("3", "1e-6", 1.5439), ("1", "1e-9", 5.4953)]
+)
+def test_plan_json_golden(schema_file, ledger_url, eps, delta, ratio):
+    out = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", eps, "--delta", delta)
+    for key in ("sensitivity", "sigma", "epsilon", "delta", "L", "k", "n", "noise_std_per_order", "budget_remaining"):
+        assert key in out
+    assert (out["n"], out["L"], out["k"]) == (20000, 1024, 16)
+    assert (out["epsilon"], out["delta"]) == (float(eps), float(delta))
+    delta_exact = 2 / 20000 * math.sqrt(1024 * harmonic(16))
+    assert out["sensitivity"] == pytest.approx(delta_exact * (1 + 1e-9), rel=1e-12)
+    assert round(out["sigma"] / out["sensitivity"], 4) == ratio
+    assert out["noise_std_per_order"] == pytest.approx([out["sigma"] * math.sqrt(j) for j in range(1, 17)])
+    assert out["budget_remaining"] is None and out["budget"] is None
+    assert out["relation"] == "replace-one" and out["dataset"] == "toy"
+
+
+def test_plan_golden_value_and_options(schema_file, ledger_url):
+    out = plan_json(schema_file, ledger_url, "--n", "10000", "--epsilon", "1", "--delta", "1e-9", "--L", "64", "--k", "4")
+    assert (out["L"], out["k"]) == (64, 4)
+    assert out["sensitivity"] == pytest.approx(2 / 10000 * math.sqrt(64 * (1 + 1 / 2 + 1 / 3 + 1 / 4)), rel=1e-8)
+    assert out["sigma"] == pytest.approx(out["sensitivity"] * 5.4953, rel=1e-4)
+    assert len(out["noise_std_per_order"]) == 4
+
+
+def test_plan_does_not_create_a_ledger(schema_file, tmp_path):
+    url = f"sqlite:///{tmp_path / 'nowhere' / 'ledger.sqlite'}"
+    plan_json(schema_file, url, "--n", "5000", "--epsilon", "1", "--delta", "1e-6")
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_plan_reports_budget_from_ledger(schema_file, ledger_url):
+    first = plan_json(schema_file, ledger_url, "--n", "5000", "--epsilon", "1", "--delta", "1e-6")
+    with BudgetLedger(ledger_url) as ledger:
+        ledger.set_budget("toy", 2.0, 1e-6)
+        entry = ledger.reserve("toy", "r1", "gaussian", first["noise_multiplier"], first["sigma"],
+                               first["sensitivity"], 1.0, 1e-6, "replace-one", "h")
+        ledger.commit(entry)
+    out = plan_json(schema_file, ledger_url, "--n", "5000", "--epsilon", "1", "--delta", "1e-6")
+    assert out["budget_remaining"] == pytest.approx(1.0, abs=1e-6)
+    assert out["budget"]["epsilon_spent"] == pytest.approx(1.0, abs=1e-6)
+    assert out["budget"]["epsilon_after_release"] == pytest.approx(1.4547, abs=1e-3)
+    assert out["budget"]["release_fits"] is True
+    text = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--n", "5000", "--epsilon", "1",
+               "--delta", "1e-6")
+    assert text.exit_code == 0
+    assert "remaining 1.000000" in text.output and "j=16" in text.output and "4.2247" in text.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--epsilon", "0"], "epsilon"),
+        (["--epsilon", "nan"], "nan"),
+        (["--delta", "0.01"], "delta"),  # >= 1/n_min
+        (["--k", "0"], "k must"),
+        (["--L", "0"], "L must"),
+        (["--n", "999"], "n_min"),
+    ],
+)
+def test_plan_errors_are_one_line(schema_file, ledger_url, args, needle):
+    base = {"--n": "5000", "--epsilon": "1", "--delta": "1e-6"}
+    base.update(dict(zip(args[::2], args[1::2])))
+    flat = [x for kv in base.items() for x in kv]
+    result = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, *flat)
+    assert result.exit_code != 0
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:") and needle in lines[0]
+
+
+def test_plan_bad_schema_and_bad_ledger(tmp_path, schema_file):
+    result = run("plan", "--schema", str(tmp_path / "missing.yaml"), "--n", "5", "--epsilon", "1", "--delta", "1e-9")
+    assert result.exit_code != 0 and len(result.output.strip().splitlines()) == 1
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    result = run("plan", "--schema", str(broken), "--n", "5", "--epsilon", "1", "--delta", "1e-9")
+    assert result.exit_code != 0 and len(result.output.strip().splitlines()) == 1
+    result = run("plan", "--schema", str(schema_file), "--n", "5000", "--epsilon", "1", "--delta", "1e-6",
+                 "--ledger-url", "nosuchdialect://x")
+    assert result.exit_code != 0 and "ledger" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_group_help_lists_plan():
+    result = run("--help")
+    assert result.exit_code == 0 and "plan" in result.output
