@@ -1,20 +1,32 @@
 """The ``splice`` command line. Commands are thin wrappers around library functions.
 
 ``splice plan`` computes a release's privacy calibration from public inputs only (schema, n, epsilon, delta,
-L, k) and the ledger's budget, without touching any data. Errors print one line on stderr and exit non-zero.
+L, k) and the ledger's budget, without touching any data. ``splice release`` runs the Dagster ``release`` job
+in-process; ``releases``, ``show``, ``budget``, ``refit``, ``sample`` and ``export`` work on the release folders
+(``$SPLICE_ARTIFACT_DIR`` or ``$DAGSTER_HOME/releases``), the ledger (``$SPLICE_LEDGER_URL`` or
+``$DAGSTER_HOME/ledger.sqlite``) and MLflow (``$MLFLOW_TRACKING_URI`` or ``$DAGSTER_HOME/mlflow.db``) and do not
+import Dagster. Errors print one line on stderr and exit non-zero (``SPLICE_DEBUG=1`` shows tracebacks).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+import os
+import shutil
+import warnings
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from .ledger import BudgetLedger, LedgerError, default_ledger_url
+from .ledger import BudgetLedger, LedgerError, budgets_table, default_ledger_url
+from .locations import artifact_dir, dagster_home
+from .refit import ReleaseLocation, find_release, iter_releases
 from .privacy import PrivacyParameterError, calibrate, validate_parameters
 from .schema import SchemaError, load_schema
 
@@ -152,6 +164,460 @@ def _redact(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:  # noqa: BLE001 - only for display
         return "<ledger>"
+
+
+# -- releases ------------------------------------------------------------------------------------------------
+
+
+def guarded(command: Callable[..., None]) -> Callable[..., None]:
+    """Turn any library error into a one-line ClickException (tracebacks only with SPLICE_DEBUG=1)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            command(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the CLI's one-line error contract
+            if os.environ.get("SPLICE_DEBUG"):
+                raise
+            raise fail(exc) from None
+
+    return wrapper
+
+
+def _json_out(value: Any) -> None:
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        if isinstance(v, datetime):
+            return v.isoformat(timespec="seconds")
+        return v
+
+    click.echo(json.dumps(clean(value), indent=2, default=str, allow_nan=False))
+
+
+def _open_ledger(url: str | None = None) -> BudgetLedger | None:
+    """The ledger, or None when its SQLite file does not exist (reading never creates one)."""
+    url = url or default_ledger_url()
+    return None if _sqlite_file_missing(url) else BudgetLedger(url)
+
+
+def _ledger_datasets(ledger: BudgetLedger) -> list[str]:
+    import sqlalchemy as sa
+
+    with ledger.engine.connect() as conn:
+        names = [r.dataset for r in conn.execute(sa.select(budgets_table.c.dataset))]
+        conn.rollback()
+    return sorted(names)
+
+
+def _entry_dict(entry: Any) -> dict[str, Any]:
+    return {
+        "ledger_entry_id": entry.id,
+        "release_id": entry.release_id,
+        "parent_release_id": entry.parent_release_id,
+        "created_at": entry.created_at.isoformat(timespec="seconds"),
+        "mechanism": entry.mechanism,
+        "epsilon": entry.epsilon,
+        "delta": entry.delta,
+        "sigma": entry.sigma,
+        "sensitivity": entry.sensitivity,
+        "noise_multiplier": entry.noise_multiplier,
+        "relation": entry.relation,
+        "status": entry.status,
+    }
+
+
+def _known_dataset(dataset: str, ledger: BudgetLedger | None) -> bool:
+    from .datasets import schema_dir
+
+    return (
+        (schema_dir() / f"{dataset}.yaml").is_file()
+        or (artifact_dir() / dataset).is_dir()
+        or (ledger is not None and ledger.budget(dataset) is not None)
+    )
+
+
+def _status(manifest: dict[str, Any] | None, entry_status: str | None) -> str:
+    if entry_status in ("reserved", "aborted"):
+        return entry_status
+    if manifest is None:
+        return "incomplete (charged, no bundle)" if entry_status == "committed" else "incomplete"
+    return "released" if entry_status == "committed" else "released (no ledger entry)"
+
+
+def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
+    """One row per release: ledger entries joined with release folders (either may be missing)."""
+    ledger = _open_ledger()
+    try:
+        if dataset is not None and not _known_dataset(dataset, ledger):
+            raise click.ClickException(f"unknown dataset {dataset!r}: no schema, release folder or ledger budget")
+        locations = {(r.dataset, r.release_id): r for r in iter_releases(artifact_dir(), dataset)}
+        datasets = {dataset} if dataset else {d for d, _ in locations}
+        if ledger is not None and dataset is None:
+            datasets.update(_ledger_datasets(ledger))
+        entries: dict[tuple[str, str], Any] = {}
+        for name in sorted(datasets):
+            for entry in ledger.entries(name) if ledger is not None else []:
+                current = entries.get((name, entry.release_id))
+                if current is None or current.status == "aborted":
+                    entries[(name, entry.release_id)] = entry
+    finally:
+        if ledger is not None:
+            ledger.close()
+    rows = []
+    for key in sorted(set(locations) | set(entries)):
+        loc, entry = locations.get(key), entries.get(key)
+        manifest = None
+        if loc is not None and (loc.public_dir / "release.json").is_file():
+            manifest = loc.manifest()
+        privacy = (manifest or {}).get("privacy", {})
+        rows.append(
+            {
+                "release_id": key[1],
+                "dataset": key[0],
+                "kind": (manifest or {}).get("kind") or ("refit" if entry is not None and entry.parent_release_id else "release"),
+                "parent_release_id": (entry.parent_release_id if entry is not None else None)
+                or (manifest or {}).get("parent_release_id"),
+                "epsilon": entry.epsilon if entry is not None else privacy.get("epsilon_cost", privacy.get("epsilon")),
+                "delta": entry.delta if entry is not None else privacy.get("delta"),
+                "guarantee": [privacy["epsilon"], privacy["delta"]] if "epsilon" in privacy else None,
+                "created_at": entry.created_at.isoformat(timespec="seconds") if entry is not None
+                else (manifest or {}).get("created_at"),
+                "status": _status(manifest, entry.status if entry is not None else None),
+                "ledger_status": entry.status if entry is not None else None,
+                "path": str(loc.root) if loc is not None else None,
+            }
+        )
+    rows.sort(key=lambda r: (r["created_at"] or "", r["release_id"]))
+    return rows
+
+
+@main.command("release")
+@click.option("--dataset", default=None, help="Dataset name: schemas/<dataset>.yaml (or $SPLICE_SCHEMA_DIR).")
+@click.option("--schema", "schema_file", default=None, type=click.Path(dir_okay=False),
+              help="A schema YAML file named <dataset>.yaml (instead of --dataset).")
+@click.option("--input", "input_path", default=None, type=click.Path(dir_okay=False),
+              help="CSV (optionally .gz) or Parquet input; optional only for the bundled demo dataset.")
+@click.option("--epsilon", required=True, type=float, help="Epsilon of this release's measurement.")
+@click.option("--delta", required=True, type=float, help="Delta of this release, in (0, 1/n_min).")
+@click.option("--k", "k", default=None, type=int, help="Highest Chebyshev order k [default: 16].")
+@click.option("--L", "--n-directions", "n_directions", default=None, type=int, help="Directions L [default: 1024].")
+@click.option("--K", "--components", "components", default=None, type=int, help="Mixture components K [default: 5].")
+@click.option("--R", "--rank", "rank", default=None, type=int, help="Covariance rank R [default: 2].")
+@click.option("--steps", "max_steps", default=None, type=int, help="Maximum fitting steps [default: 600].")
+@click.option("--rows", "n_synthetic", default=None, type=int, help="Synthetic rows [default: as many as measured].")
+@click.option("--seed", default=None, type=int, help="Public seed (directions, init, sampling, split) [default: 0].")
+@click.option("--holdout", "holdout_fraction", default=None, type=float,
+              help="Share of rows held out for the internal report [default: 0.2].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--verbose", is_flag=True, help="Show Dagster's event log.")
+@guarded
+def release_command(
+    dataset: str | None,
+    schema_file: str | None,
+    input_path: str | None,
+    as_json: bool,
+    verbose: bool,
+    **options: Any,
+) -> None:
+    """Run one release (the Dagster `release` job, in-process): validate, measure (charged), fit, sample, write."""
+    from .datasets import DEMO_DATASET, schema_path
+
+    if schema_file is not None:
+        schema = load_schema(schema_file)
+        if dataset is not None and dataset != schema.name:
+            raise fail(f"--dataset {dataset!r} differs from the schema's name {schema.name!r}")
+        if Path(schema_file).stem != schema.name:
+            raise fail(f"schema file {schema_file!r} must be named {schema.name}.yaml (the dataset name)")
+        os.environ["SPLICE_SCHEMA_DIR"] = str(Path(schema_file).resolve().parent)
+        dataset = schema.name
+    elif dataset is None:
+        raise fail("give --dataset NAME or --schema FILE")
+    else:
+        try:
+            schema = load_schema(schema_path(dataset))
+        except FileNotFoundError as exc:
+            raise fail(exc) from None
+    if input_path is None and dataset != DEMO_DATASET:
+        raise fail(f"--input FILE is required for dataset {dataset!r}")
+    if input_path is not None and not Path(input_path).is_file():
+        raise fail(f"input file {input_path!r} does not exist")
+    chosen = {k: v for k, v in options.items() if v is not None}
+    validate_parameters(
+        chosen["epsilon"], chosen["delta"], chosen.get("k", DEFAULT_K), chosen.get("n_directions", DEFAULT_L), schema.n_min
+    )
+    record = _run_release_job(dataset, str(Path(input_path).resolve()) if input_path else "", chosen, verbose)
+    if as_json:
+        _json_out(record)
+        return
+    click.echo(f"release {record['release_id']} ({dataset})")
+    click.echo(f"public bundle  {record['public_dir']}")
+    click.echo(f"internal audit {record['internal_dir']}  (internal: reads real rows; never release)")
+    model = record.get("registered_model_name")
+    click.echo(f"MLflow run     {record['mlflow_run_id']}" + (
+        f"; model models:/{model}/{record['registered_model_version']}" if model else ""))
+    click.echo(f"epsilon        {record['epsilon_cost']:g} charged; lifetime spent {record['epsilon_spent']:.6f}, "
+               f"remaining {record['epsilon_remaining']:.6f}")
+
+
+def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], verbose: bool) -> dict[str, Any]:
+    """Execute the Dagster release job in-process (like ``make demo``); one-line error on failure."""
+    if not os.environ.get("DAGSTER_HOME"):
+        os.environ["DAGSTER_HOME"] = str(dagster_home())
+    home = Path(os.environ["DAGSTER_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        # The repository's embedded defaults (SQLite storage under $DAGSTER_HOME, as in dagster_home/dagster.yaml).
+        (home / "dagster.yaml").write_text(DAGSTER_YAML)
+    if not verbose:
+        _quiet_mlflow()
+    with warnings.catch_warnings():
+        if not verbose:
+            warnings.simplefilter("ignore")
+        import dagster as dg
+        from pydantic import ValidationError
+
+        from .dagster_layer.assets import op_name
+        from .dagster_layer.automation import run_config_for
+        from .dagster_layer.config import ReleaseConfig
+        from .dagster_layer.definitions import build_definitions
+
+        try:
+            config = ReleaseConfig(dataset=dataset, input_path=input_path, **options)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "config"
+            raise fail(f"{where}: {first.get('msg', exc)}") from None
+        run_config = run_config_for(config)
+        if not verbose:
+            run_config = dg.RunConfig(ops=run_config.ops, loggers={"console": {"config": {"log_level": "CRITICAL"}}})
+        job = build_definitions().resolve_job_def("release")
+        with dg.DagsterInstance.get() as instance:
+            result = job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False,
+                                            tags={"splice/trigger": "cli", "splice/dataset": dataset})
+        if result.success:
+            return result.output_for_node(op_name("release"))
+        raise fail(f"release failed (Dagster run {result.run_id}): {_failure_reason(result)}")
+
+
+DAGSTER_YAML = """# Written by `splice release` (embedded defaults): run/event/schedule storage in SQLite under $DAGSTER_HOME.
+storage:
+  sqlite:
+    base_dir:
+      env: DAGSTER_HOME
+telemetry:
+  enabled: false
+"""
+
+
+def _quiet_mlflow() -> None:
+    import logging
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "ERROR")
+    logging.getLogger("mlflow").setLevel(logging.ERROR)
+
+
+def _failure_reason(result: Any) -> str:
+    for evaluation in result.get_asset_check_evaluations():
+        if not evaluation.passed and evaluation.description:
+            return f"check {evaluation.check_name} failed: {evaluation.description}"
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.event_specific_data.error
+            while error is not None and error.cause is not None:
+                error = error.cause
+            if error is not None:
+                return _one_line(error.message.strip().splitlines()[0] if error.message else error.cls_name)
+    for evaluation in result.get_asset_check_evaluations():
+        if not evaluation.passed:
+            return f"check {evaluation.check_name} failed"
+    return "see the Dagster event log (rerun with --verbose)"
+
+
+@main.command("releases")
+@click.option("--dataset", default=None, help="Only this dataset.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@guarded
+def releases_command(dataset: str | None, as_json: bool) -> None:
+    """List releases with their epsilon, delta, date and status (ledger + release folders)."""
+    rows = release_rows(dataset)
+    if as_json:
+        _json_out(rows)
+        return
+    if not rows:
+        click.echo("no releases" + (f" of {dataset!r}" if dataset else "") + f" in {artifact_dir()}")
+        return
+    click.echo(f"{'release':<36}  {'dataset':<18} {'kind':<7} {'epsilon':>8} {'delta':>8}  {'created (UTC)':<25} status")
+    for r in rows:
+        eps = "-" if r["epsilon"] is None else f"{r['epsilon']:g}"
+        delta = "-" if r["delta"] is None else f"{r['delta']:g}"
+        parent = f" (refit of {r['parent_release_id'][:8]})" if r["parent_release_id"] else ""
+        click.echo(f"{r['release_id']:<36}  {r['dataset']:<18} {r['kind']:<7} {eps:>8} {delta:>8}  "
+                   f"{r['created_at'] or '-':<25} {r['status']}{parent}")
+
+
+def _ledger_entries_of(location: ReleaseLocation) -> list[dict[str, Any]]:
+    ledger = _open_ledger()
+    if ledger is None:
+        return []
+    try:
+        return [_entry_dict(e) for e in ledger.entries(location.dataset) if e.release_id == location.release_id]
+    finally:
+        ledger.close()
+
+
+@main.command("show")
+@click.argument("release_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest and ledger entries as JSON.")
+@guarded
+def show_command(release_id: str, as_json: bool) -> None:
+    """Show a release's public manifest (release.json) and its ledger entry."""
+    location = find_release(release_id)
+    manifest = location.manifest()
+    entries = _ledger_entries_of(location)
+    if as_json:
+        _json_out({"manifest": manifest, "ledger_entries": entries, "path": str(location.root)})
+        return
+    privacy = manifest.get("privacy", {})
+    click.echo(f"release     {manifest['release_id']}  ({manifest.get('kind', 'release')})")
+    if manifest.get("parent_release_id"):
+        click.echo(f"parent      {manifest['parent_release_id']}")
+    click.echo(f"dataset     {manifest['dataset']} (schema v{manifest.get('schema_version')})")
+    click.echo(f"created     {manifest.get('created_at', '-')}")
+    click.echo(f"guarantee   ({privacy.get('epsilon')}, {privacy.get('delta')})-DP, relation {privacy.get('relation')}; "
+               f"this release charged epsilon {privacy.get('epsilon_cost')}")
+    click.echo(f"mechanism   sigma {privacy.get('sigma'):.6g}, Delta {privacy.get('sensitivity'):.6g}, "
+               f"L {privacy.get('L')}, k {privacy.get('k')}, n {privacy.get('n')}, seed {privacy.get('directions_seed')}")
+    click.echo(f"lifetime    epsilon spent {privacy.get('lifetime_epsilon_spent')} at delta "
+               f"{privacy.get('lifetime_delta')}, remaining {privacy.get('lifetime_epsilon_remaining')}")
+    click.echo(f"rows        {manifest.get('synthetic_rows')} synthetic")
+    mlflow_info = manifest.get("mlflow") or {}
+    if mlflow_info.get("run_id"):
+        click.echo(f"MLflow      run {mlflow_info['run_id']}, model {mlflow_info.get('registered_model')} "
+                   f"v{mlflow_info.get('registered_model_version')}")
+    click.echo(f"public      {location.public_dir}")
+    for e in entries:
+        click.echo(f"ledger      {e['ledger_entry_id']} {e['status']} {e['mechanism']} epsilon {e['epsilon']:g} "
+                   f"delta {e['delta']:g} at {e['created_at']}")
+    if not entries:
+        click.echo("ledger      no entry for this release in " + _redact(default_ledger_url()))
+
+
+@main.command("budget")
+@click.argument("dataset")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@guarded
+def budget_command(dataset: str, as_json: bool) -> None:
+    """A dataset's lifetime budget: spent, remaining and the per-release history from the ledger."""
+    url = default_ledger_url()
+    status = budget_status(url, dataset)
+    if status is None:
+        raise fail(f"no budget for dataset {dataset!r} in {_redact(url)}")
+    ledger = BudgetLedger(url)
+    try:
+        history = [_entry_dict(e) for e in ledger.entries(dataset)]
+    finally:
+        ledger.close()
+    if as_json:
+        _json_out({**status, "history": history})
+        return
+    click.echo(f"dataset   {dataset} (relation {status['relation']})")
+    click.echo(f"budget    epsilon {status['epsilon_total']:g} at delta {status['delta_total']:g}")
+    click.echo(f"spent     epsilon {status['epsilon_spent']:.6f} (composed, rounded up)")
+    click.echo(f"remaining epsilon {status['epsilon_remaining']:.6f}")
+    for e in history:
+        parent = f" refit of {e['parent_release_id']}" if e["parent_release_id"] else ""
+        click.echo(f"  {e['created_at']}  {e['release_id']}  {e['status']:<9} epsilon {e['epsilon']:g} "
+                   f"delta {e['delta']:g}{parent}")
+
+
+@main.command("refit")
+@click.argument("release_id")
+@click.option("--K", "--components", "components", default=None, type=int, help="Mixture components [default: parent's].")
+@click.option("--R", "--rank", "rank", default=None, type=int, help="Covariance rank [default: parent's].")
+@click.option("--steps", default=None, type=int, help="Maximum fitting steps [default: parent's].")
+@click.option("--rows", default=None, type=int, help="Synthetic rows [default: parent's].")
+@click.option("--seed", default=None, type=int, help="Fit/sampling seed [default: parent's].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@guarded
+def refit_command(release_id: str, components: int | None, rank: int | None, steps: int | None, rows: int | None,
+                  seed: int | None, as_json: bool) -> None:
+    """Refit a release's stored noisy moments into a new zero-cost release (no real rows read)."""
+    from .refit import refit_release
+
+    _quiet_mlflow()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        record = refit_release(release_id, components, rank, steps, rows, seed)
+    if as_json:
+        _json_out(record)
+        return
+    click.echo(f"release {record['release_id']} (zero-cost refit of {record['parent_release_id']})")
+    click.echo(f"public bundle  {record['public_dir']}")
+    click.echo(f"MLflow run     {record['mlflow_run_id']}")
+    click.echo(f"epsilon        0 charged; lifetime spent {record['epsilon_spent']:.6f}")
+
+
+@main.command("sample")
+@click.argument("release_id")
+@click.option("-n", "--rows", "n_rows", required=True, type=click.IntRange(0, 10_000_000), help="Rows to sample.")
+@click.option("--seed", default=None, type=int, help="Sampling seed [default: the release's public seed].")
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="Write .csv (formula-escaped) or .parquet; without it the first rows are printed.")
+@guarded
+def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | None) -> None:
+    """Sample rows from a release's fitted model (post-processing: no privacy cost)."""
+    from .release import write_csv_escaped
+    from .sampling import load_model, sample_table
+
+    location = find_release(release_id)
+    manifest = location.manifest()
+    suffix = None if out is None else "".join(Path(out).suffixes[-1:]).lower()
+    if suffix not in (None, ".csv", ".parquet"):
+        raise fail(f"--out must end in .csv or .parquet, got {out!r}")
+    model = load_model(location.public_dir / "model")
+    schema = load_schema(location.public_dir / "schema.yaml")
+    if seed is None:
+        seed = int((manifest.get("parameters") or {}).get("seed", 0))
+    table = sample_table(model, schema, n_rows, seed)
+    if out is None:
+        click.echo(table.head(20).to_string(index=False))
+        if n_rows > 20:
+            click.echo(f"... ({n_rows} rows; use --out FILE to write them all)")
+        return
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    if suffix == ".csv":
+        write_csv_escaped(table, Path(out))
+    else:
+        table.to_parquet(out, index=False)
+    click.echo(f"wrote {n_rows} rows to {out}")
+
+
+@main.command("export")
+@click.argument("release_id")
+@click.argument("directory", type=click.Path(file_okay=False))
+@guarded
+def export_command(release_id: str, directory: str) -> None:
+    """Copy ONLY the public bundle of a release into DIRECTORY (new or empty)."""
+    location = find_release(release_id)
+    location.manifest()  # refuses an incomplete release
+    target = Path(directory)
+    if target.exists() and any(target.iterdir()):
+        raise fail(f"export directory {directory!r} is not empty")
+    target.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for path in sorted(location.public_dir.iterdir()):
+        if path.is_file() and not path.is_symlink():
+            shutil.copy2(path, target / path.name)
+            copied.append(path.name)
+    click.echo(f"exported {len(copied)} public files of {location.release_id} to {target}: {', '.join(copied)}")
 
 
 if __name__ == "__main__":  # pragma: no cover

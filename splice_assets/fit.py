@@ -22,7 +22,7 @@ import torch
 
 from .encoding import EncodingLayout
 from .measurement import Measurement
-from .model import Bounds, MixtureModule, MixtureParameters, MomentEvaluator
+from .model import Bounds, MarginalEvaluator, MixtureModule, MixtureParameters, MomentEvaluator
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,25 @@ class FittedMixture:
         return self.final_loss / self.noise_floor if self.noise_floor > 0 else math.inf
 
 
-def noise_floor(sigma: float, k: int) -> float:
-    """Expected loss of the true moments against the noisy ones: sigma^2 * H_k."""
-    return float(sigma) ** 2 * math.fsum(1.0 / j for j in range(1, k + 1))
+@dataclass(frozen=True)
+class MarginalTargets:
+    """Noisy 1-way frequencies (concatenated in ``moments.marginal_sizes`` order) and their public weight w.
+
+    In the loss each cell's residual is scaled by w, like its noise in the mechanism (noise std sigma / w).
+    """
+
+    frequencies: np.ndarray
+    weight: float
+    numeric_bins: int
+
+    def per_coordinate(self, layout: EncodingLayout) -> list[np.ndarray]:
+        sizes = [c.levels if c.is_discrete else self.numeric_bins for c in layout.coordinates]
+        return list(np.split(np.asarray(self.frequencies, dtype=np.float64), np.cumsum(sizes)[:-1]))
+
+
+def noise_floor(sigma: float, k: int, n_directions: int = 1, marginal_cells: int = 0) -> float:
+    """Expected loss of the true statistics against the noisy ones: sigma^2 (H_k + B / L)."""
+    return float(sigma) ** 2 * (math.fsum(1.0 / j for j in range(1, k + 1)) + marginal_cells / n_directions)
 
 
 def _device(config: FitConfig) -> torch.device:
@@ -112,7 +128,15 @@ def _moment_init(noisy: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def _initial_values(
-    layout: EncodingLayout, K: int, R: int, bounds: Bounds, noisy: np.ndarray, w: np.ndarray, seed: int, jitter: float
+    layout: EncodingLayout,
+    K: int,
+    R: int,
+    bounds: Bounds,
+    noisy: np.ndarray,
+    w: np.ndarray,
+    seed: int,
+    jitter: float,
+    marginals: MarginalTargets | None = None,
 ) -> dict[str, np.ndarray]:
     mean, cov = _moment_init(noisy, w)
     d = layout.d
@@ -127,11 +151,15 @@ def _initial_values(
     disc, cont = layout.discrete_index, layout.continuous_index
     levels = [layout.coordinates[i].levels for i in disc]
     rmax = max(levels, default=1)
+    noisy_marginals = marginals.per_coordinate(layout) if marginals is not None else None
     probs = np.full((K, len(levels), rmax), 1e-9)
     for t, (i, r) in enumerate(zip(disc, levels)):
         grid = layout.coordinates[i].grid()
         s = max(sd_all[i] * shrink, 2.0 / max(r - 1, 1) * 0.5)
         p = np.exp(-0.5 * ((grid[None, :] - centres[:, i : i + 1]) / s) ** 2) + 1e-3
+        if noisy_marginals is not None:
+            # Tilt the noisy 1-way marginal towards each component's centre (post-processing of noisy values).
+            p = p * np.clip(noisy_marginals[i], 1e-4, None)[None, :]
         probs[:, t, :r] = p / p.sum(axis=1, keepdims=True)
     sd_c = np.clip(sd_all[cont] * shrink, bounds.sd_min * 2, bounds.effective_sd_max * 0.9)
     n_cont = len(cont)
@@ -168,10 +196,23 @@ def _run_adam(
     K: int,
     config: FitConfig,
     device: torch.device,
+    marginals: MarginalTargets | None = None,
 ) -> tuple[MixtureModule, list[float], bool]:
     bounds = Bounds(sd_min=config.sd_min, tail_sigmas=config.tail_sigmas)
     module = MixtureModule(layout, K, config.R, bounds, device=device)
-    module.initialise(**_initial_values(layout, K, config.R, bounds, noisy.cpu().numpy(), w, config.seed, config.init_jitter))
+    module.initialise(
+        **_initial_values(
+            layout, K, config.R, bounds, noisy.cpu().numpy(), w, config.seed, config.init_jitter, marginals
+        )
+    )
+    marginal_term = None
+    if marginals is not None and marginals.weight > 0:
+        marginal_eval = MarginalEvaluator(layout, marginals.numeric_bins, device)
+        target = torch.as_tensor(np.asarray(marginals.frequencies, dtype=np.float64), device=device)
+
+        def marginal_term(q):
+            return ((marginals.weight * (target - marginal_eval(q))) ** 2).sum() / noisy.shape[1]
+
     k = noisy.shape[0]
     inv_j2 = (1.0 / torch.arange(1, k + 1, dtype=noisy.dtype, device=device) ** 2).unsqueeze(1)
     L = noisy.shape[1]
@@ -183,14 +224,18 @@ def _run_adam(
         opt.zero_grad(set_to_none=True)
         q = module()
         fit = ((noisy - evaluator(q)) ** 2 * inv_j2).sum() / L
+        if marginal_term is not None:
+            fit = fit + marginal_term(q)
         loss = fit + config.tail_penalty * module.tail_mass() if config.tail_penalty else fit
         loss.backward()
         opt.step()
         sched.step()
         curve.append(float(fit.detach()))
         if step + 1 >= max(config.min_steps, config.window + 1):
-            old, new = curve[-config.window - 1], curve[-1]
-            if (old - new) <= config.tol * abs(new):
+            # Converged when the best loss of the last window improves on the best before it by < tol
+            # (relative); a loss that merely stopped rising or oscillates does not count as progress.
+            before, recent = min(curve[: -config.window]), min(curve[-config.window :])
+            if before - recent <= config.tol * abs(recent):
                 converged = True
                 break
     return module, curve, converged
@@ -210,8 +255,10 @@ def fit_mixture(
     layout: EncodingLayout,
     sigma: float,
     config: FitConfig = FitConfig(),
+    marginals: MarginalTargets | None = None,
 ) -> FittedMixture:
-    """Fit q to noisy moments ``noisy_moments[j-1, l]`` (k, L) on public ``directions`` (L, d) / ``scales`` (L,).
+    """Fit q to noisy moments ``noisy_moments[j-1, l]`` (k, L) on public ``directions`` (L, d) / ``scales`` (L,),
+    plus the noisy 1-way marginals when given.
 
     Deterministic given ``config.seed`` (on CPU). ``sigma`` is the mechanism's noise scale (raw moment j has
     noise std sigma * sqrt(j)); it only sets the reported noise floor.
@@ -242,13 +289,15 @@ def fit_mixture(
             y_hold = torch.as_tensor(noisy_np[:, hold], device=device)
             w_train = directions[train] / scales[train, None]
             for cand in config.candidate_K:
-                module, _, _ = _run_adam(layout, y_train, ev_train, w_train, cand, config, device)
+                module, _, _ = _run_adam(layout, y_train, ev_train, w_train, cand, config, device, marginals)
                 holdout[int(cand)] = _holdout_loss(module, ev_hold, y_hold)
             K = min(holdout, key=lambda c: (holdout[c], c))
         evaluator = MomentEvaluator(layout, directions, scales, k, device)
         y = torch.as_tensor(noisy_np, device=device)
         fit_started = time.perf_counter()
-        module, curve, converged = _run_adam(layout, y, evaluator, directions / scales[:, None], K, config, device)
+        module, curve, converged = _run_adam(
+            layout, y, evaluator, directions / scales[:, None], K, config, device, marginals
+        )
         fit_seconds = time.perf_counter() - fit_started
         with torch.no_grad():
             params = module().to_numpy(layout)
@@ -260,7 +309,7 @@ def fit_mixture(
         k=k,
         loss_curve=np.asarray(curve),
         final_loss=curve[-1],
-        noise_floor=noise_floor(sigma, k),
+        noise_floor=noise_floor(sigma, k, L, 0 if marginals is None else len(marginals.frequencies)),
         steps=len(curve),
         converged=converged,
         device=str(device),
@@ -276,8 +325,23 @@ def fit_measurement(measurement: Measurement, layout: EncodingLayout, config: Fi
     if measurement.d != layout.d:
         raise ValueError(f"measurement has d = {measurement.d} but the layout has d = {layout.d}")
     return fit_mixture(
-        measurement.noisy_moments, measurement.directions(), measurement.scales(), layout, measurement.sigma, config
+        measurement.noisy_moments,
+        measurement.directions(),
+        measurement.scales(),
+        layout,
+        measurement.sigma,
+        config,
+        marginal_targets(measurement),
     )
 
 
-__all__: Sequence[str] = ("FitConfig", "FittedMixture", "fit_mixture", "fit_measurement", "noise_floor")
+def marginal_targets(measurement: Measurement) -> MarginalTargets | None:
+    """The measurement's noisy 1-way marginals as fit targets (None if it has none)."""
+    if not measurement.marginal_sizes:
+        return None
+    return MarginalTargets(measurement.noisy_marginals, measurement.marginal_weight, measurement.numeric_bins)
+
+
+__all__: Sequence[str] = (
+    "FitConfig", "FittedMixture", "MarginalTargets", "fit_mixture", "fit_measurement", "marginal_targets", "noise_floor"
+)

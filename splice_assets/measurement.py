@@ -8,7 +8,7 @@ number of times at zero privacy cost. Saved as ``<stem>.npz`` (the moments) + ``
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class Measurement:
-    """Noisy moments ``noisy_moments[j-1, l]`` ~ m_{j,l} + N(0, j * sigma^2), and their public context."""
+    """Noisy moments ``noisy_moments[j-1, l]`` ~ m_{j,l} + N(0, j * sigma^2), optional noisy 1-way marginal
+    frequencies (+ N(0, (sigma/w)^2) per cell), and their public context."""
 
     dataset: str
     schema_version: int
@@ -40,6 +41,24 @@ class Measurement:
     delta: float
     relation: str = RELATION_REPLACE_ONE
     ledger_entry_id: str | None = None
+    noisy_marginals: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    marginal_sizes: tuple[int, ...] = ()
+    marginal_weight: float = 0.0
+    numeric_bins: int = 16
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "marginal_sizes", tuple(int(v) for v in self.marginal_sizes))
+        if int(np.sum(self.marginal_sizes)) != self.noisy_marginals.size:
+            raise ValueError("noisy marginals do not match the marginal sizes")
+
+    def marginals(self) -> list[np.ndarray]:
+        """The noisy 1-way frequencies split per coordinate (empty list without marginal queries)."""
+        cuts = np.cumsum(self.marginal_sizes)[:-1]
+        return list(np.split(self.noisy_marginals, cuts)) if self.marginal_sizes else []
+
+    def marginal_noise_std(self) -> float:
+        """Noise std of one noisy marginal frequency: sigma / w."""
+        return self.sigma / self.marginal_weight if self.marginal_weight > 0 else float("inf")
 
     def directions(self) -> np.ndarray:
         """The L unit directions, recomputed from the public seed."""
@@ -56,6 +75,8 @@ class Measurement:
     def public_metadata(self) -> dict[str, Any]:
         meta = asdict(self)
         meta.pop("noisy_moments")
+        meta.pop("noisy_marginals")
+        meta["marginal_sizes"] = list(self.marginal_sizes)
         meta["format_version"] = FORMAT_VERSION
         return meta
 
@@ -63,7 +84,7 @@ class Measurement:
         stem = Path(stem)
         stem.parent.mkdir(parents=True, exist_ok=True)
         npz, meta = stem.with_suffix(".npz"), stem.with_suffix(".json")
-        np.savez(npz, noisy_moments=self.noisy_moments)
+        np.savez(npz, noisy_moments=self.noisy_moments, noisy_marginals=self.noisy_marginals)
         meta.write_text(json.dumps(self.public_metadata(), indent=2, sort_keys=True))
         return npz, meta
 
@@ -75,6 +96,8 @@ class Measurement:
             raise ValueError(f"measurement {str(stem)!r} has an unsupported format version")
         with np.load(stem.with_suffix(".npz")) as data:
             moments = data["noisy_moments"].astype(np.float64)
+            marginals = data["noisy_marginals"].astype(np.float64) if "noisy_marginals" in data else np.zeros(0)
         if moments.shape != (meta["k"], meta["n_directions"]):
             raise ValueError(f"measurement {str(stem)!r}: moments shape {moments.shape} does not match k, L")
-        return cls(noisy_moments=moments, **meta)
+        meta["marginal_sizes"] = tuple(meta.get("marginal_sizes", ()))
+        return cls(noisy_moments=moments, noisy_marginals=marginals, **meta)

@@ -30,9 +30,9 @@ the partial sums (Lanczos on discrete measures); not implemented.
 
 Tails: outside [-1, 1] T_j explodes (|z| + sqrt(z^2 - 1))^j. In ``ball`` scaling |z| <= max_i |x_i|, so keeping
 every Gaussian marginal inside [-1, 1] keeps every model moment bounded. The torch module below therefore
-uses a bounded parametrisation: marginal standard deviations sd in [sd_min, sd_max], means
-``(1 - tail_sigmas * sd) * tanh(a)`` (each marginal has at least ``tail_sigmas`` standard deviations of room
-inside [-1, 1]), and a correlation of rank R plus diagonal; ``tail_mass`` gives the per-coordinate Gaussian
+uses a bounded parametrisation, mean first: means ``(1 - tail_sigmas * sd_min) * tanh(a)``, then sd in
+[sd_min, min(sd_max, (1 - |mean|) / tail_sigmas)] (each marginal has at least ``tail_sigmas`` standard deviations
+of room inside [-1, 1]), and a correlation of rank R plus diagonal; ``tail_mass`` gives the per-coordinate Gaussian
 mass outside [-1, 1] for an optional penalty.
 """
 
@@ -291,7 +291,7 @@ def model_moments(
 
 @dataclass(frozen=True)
 class Bounds:
-    """Box for the Gaussian marginals: sd in [sd_min, sd_max], |mean| <= 1 - tail_sigmas * sd."""
+    """Box for the Gaussian marginals: sd in [sd_min, sd_max] and |mean| + tail_sigmas * sd <= 1."""
 
     sd_min: float = 1e-3
     sd_max: float = 1.0
@@ -337,9 +337,21 @@ class MixtureModule(torch.nn.Module):
     def K(self) -> int:
         return int(self.weight_logits.shape[0])
 
+    def mean_and_sd(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Marginal means and sds of the continuous coordinates, mean first: |mean| + tail_sigmas * sd <= 1.
+
+        The mean moves freely in (-m_max, m_max) and the sd's ceiling shrinks as it nears a bound, so a spike at
+        a public bound (e.g. capital_gain = 0) is reachable without first shrinking the sd by hand.
+        """
+        lo, ts = self.bounds.sd_min, self.bounds.tail_sigmas
+        means = (1.0 - ts * lo) * torch.tanh(self.mean_raw)
+        room = 1.0 - torch.sqrt(means**2 + 1e-24)
+        cap = torch.clamp(room / ts, max=self.bounds.sd_max) if ts > 0 else torch.full_like(means, self.bounds.sd_max)
+        cap = torch.clamp(cap, min=lo)
+        return means, lo + (cap - lo) * torch.sigmoid(self.sd_raw)
+
     def marginal_sd(self) -> torch.Tensor:
-        lo, hi = self.bounds.sd_min, self.bounds.effective_sd_max
-        return lo + (hi - lo) * torch.sigmoid(self.sd_raw)
+        return self.mean_and_sd()[1]
 
     def forward(self) -> TorchMixture:
         weights = torch.softmax(self.weight_logits, dim=0)
@@ -347,8 +359,7 @@ class MixtureModule(torch.nn.Module):
         probs = torch.softmax(logits, dim=-1)
         if probs.shape[1] == 0:
             probs = self.prob_logits * 0.0
-        sd = self.marginal_sd()
-        means = (1.0 - self.bounds.tail_sigmas * sd) * torch.tanh(self.mean_raw)
+        means, sd = self.mean_and_sd()
         corr_diag = torch.nn.functional.softplus(self.corr_diag_raw) + 1e-4
         norm2 = (self.corr_factors**2).sum(-1) + corr_diag
         scale = sd / torch.sqrt(norm2)  # marginal variance of every coordinate is exactly sd^2
@@ -380,12 +391,53 @@ class MixtureModule(torch.nn.Module):
         t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float64), dtype=DTYPE, device=dev)  # noqa: E731
         self.weight_logits.copy_(t(np.log(np.clip(weights, 1e-6, None))))
         self.prob_logits.copy_(t(np.log(np.clip(probs, 1e-6, None))))
-        lo, hi = self.bounds.sd_min, self.bounds.effective_sd_max
-        frac = np.clip((sds - lo) / (hi - lo), 1e-4, 1 - 1e-4)
+        lo, ts = self.bounds.sd_min, self.bounds.tail_sigmas
+        m_max = 1.0 - ts * lo
+        self.mean_raw.copy_(t(np.arctanh(np.clip(means / m_max, -0.999, 0.999))))
+        mean = m_max * np.tanh(self.mean_raw.detach().cpu().numpy())
+        cap = np.clip((1.0 - np.abs(mean)) / ts if ts > 0 else self.bounds.sd_max, lo, self.bounds.sd_max)
+        frac = np.clip((sds - lo) / np.maximum(cap - lo, 1e-12), 1e-4, 1 - 1e-4)
         self.sd_raw.copy_(t(np.log(frac / (1 - frac))))
-        sd = lo + (hi - lo) * frac
-        room = 1.0 - self.bounds.tail_sigmas * sd
-        self.mean_raw.copy_(t(np.arctanh(np.clip(means / room, -0.999, 0.999))))
         self.corr_factors.copy_(t(corr_factors))
         d = np.clip(corr_diag - 1e-4, 1e-4, None)
         self.corr_diag_raw.copy_(t(np.log(np.expm1(d))))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 1-way marginals of the model (the second query family).
+
+
+class MarginalEvaluator:
+    """Exact 1-way cell probabilities of q for every coordinate, in ``moments.marginal_sizes`` order.
+
+    Discrete coordinate: sum_c pi_c p_c. Continuous coordinate: sum_c pi_c P(N(mu_ci, sd_ci^2) in bin); the two
+    edge bins are open-ended because sampling clips to [-1, 1]. Differentiable; cost O(K * cells).
+    """
+
+    def __init__(self, layout: EncodingLayout, numeric_bins: int, device: str | torch.device = "cpu") -> None:
+        self.layout = layout
+        self.device = torch.device(device)
+        self.numeric_bins = numeric_bins
+        # Inner edges only: the open edge bins come from padding the CDF with exact 0 and 1 (an infinite edge
+        # would give 0 * inf = NaN gradients).
+        self.edges = -1.0 + 2.0 * torch.arange(1, numeric_bins, dtype=DTYPE, device=self.device) / numeric_bins
+        # Where each coordinate's block comes from: ("discrete", t, levels) or ("continuous", position, bins).
+        disc = {int(i): t for t, i in enumerate(layout.discrete_index)}
+        cont = {int(i): t for t, i in enumerate(layout.continuous_index)}
+        self.blocks = [
+            ("discrete", disc[i], c.levels) if c.is_discrete else ("continuous", cont[i], numeric_bins)
+            for i, c in enumerate(layout.coordinates)
+        ]
+
+    def __call__(self, q: TorchMixture) -> torch.Tensor:
+        parts = []
+        if q.means.shape[1]:
+            sd = torch.sqrt(q.diag + (q.factors**2).sum(-1))  # (K, n_cont)
+            inner = torch.special.ndtr((self.edges.view(1, 1, -1) - q.means.unsqueeze(-1)) / sd.unsqueeze(-1))
+            cdf = torch.nn.functional.pad(inner, (1, 0), value=0.0)
+            cdf = torch.nn.functional.pad(cdf, (0, 1), value=1.0)
+            cont_cells = torch.einsum("c,cib->ib", q.weights, cdf[..., 1:] - cdf[..., :-1])  # (n_cont, bins)
+        disc_cells = torch.einsum("c,ctr->tr", q.weights, q.probs) if q.probs.shape[1] else None
+        for kind, t, size in self.blocks:
+            parts.append(disc_cells[t, :size] if kind == "discrete" else cont_cells[t])
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=DTYPE, device=self.device)

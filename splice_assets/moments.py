@@ -8,6 +8,9 @@ at most 1 in absolute value to every sum whatever floating-point rounding does.
 Sums are kept in fixed point (int64, 32 fractional bits): each row's value is rounded once to the grid, then
 summed exactly. Exact integer sums make the sensitivity argument independent of summation order and let
 ``MomentSums`` from disjoint chunks or workers add up to exactly the one-shot result (n < 2^31 rows).
+
+The second query family is every coordinate's 1-way histogram (grid levels of discrete coordinates, equal-width
+public bins of continuous ones): exact integer counts, each row adding 1 to one cell per coordinate.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .encoding import ScalingMode, unit_ball_scale
+from .encoding import EncodingLayout, ScalingMode, unit_ball_scale
 
 DEFAULT_CHUNK_ROWS = 8192
 FRACTION_BITS = 32
@@ -121,3 +124,58 @@ def moment_sums(
 
 def harmonic(k: int) -> float:
     return math.fsum(1.0 / j for j in range(1, k + 1))
+
+
+# --- 1-way marginal queries -----------------------------------------------------------------------------------
+
+DEFAULT_NUMERIC_BINS = 16
+
+
+def marginal_sizes(layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> tuple[int, ...]:
+    """Number of cells of each coordinate's 1-way histogram: its grid levels, or equal-width public bins."""
+    if numeric_bins < 1:
+        raise ValueError(f"numeric_bins must be >= 1, got {numeric_bins!r}")
+    return tuple(c.levels if c.is_discrete else numeric_bins for c in layout.coordinates)
+
+
+def marginal_cells(x: np.ndarray, layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> np.ndarray:
+    """(n, d) cell index of every coordinate: nearest grid level, or the equal-width bin of [-1, 1]."""
+    cells = np.empty(x.shape, dtype=np.int64)
+    clipped = np.clip(np.nan_to_num(x, nan=0.0), -1.0, 1.0)
+    for i, coord in enumerate(layout.coordinates):
+        bins = coord.levels if coord.is_discrete else numeric_bins
+        if coord.is_discrete:
+            cells[:, i] = np.rint((clipped[:, i] + 1.0) * (bins - 1) / 2.0) if bins > 1 else 0
+        else:
+            cells[:, i] = np.minimum(np.floor((clipped[:, i] + 1.0) * bins / 2.0), bins - 1)
+    return cells
+
+
+@dataclass(frozen=True)
+class MarginalCounts:
+    """Exact integer counts of every coordinate's 1-way histogram, concatenated; partial counts add up."""
+
+    counts: np.ndarray
+    rows: int
+
+    def __add__(self, other: "MarginalCounts") -> "MarginalCounts":
+        if self.counts.shape != other.counts.shape:
+            raise ValueError(f"cannot add marginal counts of shapes {self.counts.shape} and {other.counts.shape}")
+        return MarginalCounts(self.counts + other.counts, self.rows + other.rows)
+
+    def frequencies(self, n: int) -> np.ndarray:
+        """Divide by the *public* n: each coordinate's block sums to 1."""
+        return self.counts / n
+
+
+def marginal_counts(
+    x: np.ndarray, layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS, chunk_rows: int = 65536
+) -> MarginalCounts:
+    """Counts of cube-encoded rows per coordinate cell. Each row adds exactly 1 to one cell per coordinate."""
+    sizes = marginal_sizes(layout, numeric_bins)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    total = np.zeros(int(sum(sizes)), dtype=np.int64)
+    for start in range(0, len(x), chunk_rows):
+        cells = marginal_cells(np.asarray(x[start : start + chunk_rows], dtype=np.float64), layout, numeric_bins)
+        total += np.bincount((cells + offsets).ravel(), minlength=total.size)
+    return MarginalCounts(total, len(x))

@@ -15,17 +15,20 @@ import numpy as np
 import pandas as pd
 
 from . import privacy
-from .encoding import ScalingMode, encode, layout_for
-from .fit import FitConfig, FittedMixture, fit_mixture
+from .encoding import EncodingLayout, ScalingMode, encode, layout_for
+from .fit import FitConfig, FittedMixture, fit_measurement
 from .ledger import params_hash
 from .measurement import RELATION_REPLACE_ONE, Measurement
-from .moments import draw_directions, moment_sums
+from .moments import DEFAULT_NUMERIC_BINS, draw_directions, marginal_counts, marginal_sizes, moment_sums
 from .sampling import sample_table
 from .schema import TableSchema
 
 
 class MomentsOutOfRange(RuntimeError):
-    """Exact moments were not finite or left [-1, 1]: a bug upstream. Raised before any budget is reserved."""
+    """Exact statistics were not finite or out of range: a bug upstream. Raised before any budget is reserved."""
+
+
+DEFAULT_MARGINAL_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,10 @@ class MeasurementPlan:
     k: int = 16
     seed: int = 0
     scaling: ScalingMode = "ball"
+    marginal_share: float = DEFAULT_MARGINAL_SHARE
+    numeric_bins: int = DEFAULT_NUMERIC_BINS
+    marginal_sizes: tuple[int, ...] = ()
+    marginal_weight: float = 0.0
 
     def public_params(self) -> dict[str, object]:
         return {
@@ -54,6 +61,8 @@ class MeasurementPlan:
             "seed": self.seed,
             "scaling": self.scaling,
             "relation": RELATION_REPLACE_ONE,
+            "marginal_share": self.marginal_share,
+            "numeric_bins": self.numeric_bins,
         }
 
 
@@ -66,14 +75,29 @@ def make_plan(
     k: int = 16,
     seed: int = 0,
     scaling: ScalingMode = "ball",
+    marginal_share: float = DEFAULT_MARGINAL_SHARE,
+    numeric_bins: int = DEFAULT_NUMERIC_BINS,
 ) -> tuple[MeasurementPlan, privacy.Calibration]:
-    """Validate the parameters against the schema's public n_min and calibrate the noise."""
+    """Validate the parameters against the schema's public n_min and calibrate the one Gaussian mechanism.
+
+    ``marginal_share`` of Delta^2 goes to every coordinate's 1-way histogram (0 = the paper's moments only).
+    """
     privacy.validate_parameters(epsilon, delta, k, n_directions, schema.n_min)
     if scaling != "ball":
         # The model's tail control relies on |theta^T x| / sqrt(d) <= max_i |x_i|; see model.py.
         raise ValueError(f"scaling mode {scaling!r} is not supported for releases yet; use 'ball'")
-    plan = MeasurementPlan(schema.name, schema.version, n, epsilon, delta, n_directions, k, seed, scaling)
-    return plan, privacy.calibrate(epsilon, delta, n, n_directions, k)
+    layout = layout_for(schema)
+    sizes = marginal_sizes(layout, numeric_bins) if marginal_share > 0 else ()
+    weight = privacy.marginal_weight(marginal_share, n_directions, k, len(sizes))
+    plan = MeasurementPlan(
+        schema.name, schema.version, n, epsilon, delta, n_directions, k, seed, scaling,
+        marginal_share, numeric_bins, sizes, weight,
+    )
+    calibration = privacy.calibrate(
+        epsilon, delta, n, n_directions, k,
+        marginal_coordinates=len(sizes), marginal_cells=int(sum(sizes)), marginal_weight=weight,
+    )
+    return plan, calibration
 
 
 class SpendRecorder(Protocol):
@@ -86,19 +110,37 @@ class SpendRecorder(Protocol):
     def abort(self, entry_id: str) -> None: ...
 
 
-def exact_moments(x: np.ndarray, plan: MeasurementPlan) -> np.ndarray:
-    """PRIVATE exact moments (k, L) of cube-encoded rows; never store or log them."""
+@dataclass(frozen=True)
+class ExactStatistics:
+    """PRIVATE exact statistics of the measured rows; never store, log or return them past ``measure``."""
+
+    moments: np.ndarray
+    marginals: np.ndarray
+    d: int
+
+
+def exact_statistics(x: np.ndarray, plan: MeasurementPlan, layout: EncodingLayout) -> ExactStatistics:
+    """Exact moments (k, L) and, if planned, 1-way marginal frequencies of cube-encoded rows."""
+    if x.shape[0] != plan.n:
+        raise ValueError(f"the plan says n={plan.n} rows but the table has a different row count")
     directions = draw_directions(plan.seed, plan.n_directions, x.shape[1])
-    return moment_sums(x, directions, plan.k, plan.scaling).moments(plan.n)
+    moments = moment_sums(x, directions, plan.k, plan.scaling).moments(plan.n)
+    marginals = (
+        marginal_counts(x, layout, plan.numeric_bins).frequencies(plan.n) if plan.marginal_sizes else np.zeros(0)
+    )
+    return ExactStatistics(moments, marginals, x.shape[1])
 
 
-def check_moments(moments: np.ndarray) -> None:
-    if not np.all(np.isfinite(moments)) or np.max(np.abs(moments), initial=0.0) > 1.0:
-        raise MomentsOutOfRange("exact moments are not finite or leave [-1, 1]; nothing was charged")
+def statistics_in_range(stats: ExactStatistics) -> bool:
+    """Moments finite in [-1, 1], marginal frequencies finite in [0, 1]: the pre-noise sanity check."""
+    moments_ok = bool(np.all(np.isfinite(stats.moments)) and np.max(np.abs(stats.moments), initial=0.0) <= 1.0)
+    marg = stats.marginals
+    return moments_ok and bool(np.all(np.isfinite(marg)) and np.all((marg >= 0.0) & (marg <= 1.0)))
 
 
 def measure(
     x: np.ndarray,
+    schema: TableSchema,
     plan: MeasurementPlan,
     calibration: privacy.Calibration,
     ledger: SpendRecorder | None = None,
@@ -106,33 +148,33 @@ def measure(
     on_noisy: Callable[[Measurement], None] | None = None,
 ) -> Measurement:
     """Private measurement of cube-encoded rows ``x``; see ``measure_exact`` for the order of events."""
-    if x.shape[0] != plan.n:
-        raise ValueError(f"the plan says n={plan.n} rows but the table has a different row count")
-    return measure_exact(exact_moments(x, plan), x.shape[1], plan, calibration, ledger, release_id, on_noisy)
+    stats = exact_statistics(x, plan, layout_for(schema))
+    return measure_exact(stats, plan, calibration, ledger, release_id, on_noisy)
 
 
 def measure_exact(
-    moments: np.ndarray,
-    d: int,
+    stats: ExactStatistics,
     plan: MeasurementPlan,
     calibration: privacy.Calibration,
     ledger: SpendRecorder | None = None,
     release_id: str = "adhoc",
     on_noisy: Callable[[Measurement], None] | None = None,
 ) -> Measurement:
-    """Check the exact moments -> reserve the spend -> add noise -> ``on_noisy`` (persist) -> commit.
+    """Check the exact statistics -> reserve the spend -> add noise -> ``on_noisy`` (persist) -> commit.
 
-    Sensitivity: each row adds T_j(z)/n with |T_j| <= 1 to moment (j, l); replacing one row moves the
-    1/sqrt(j)-scaled vector by at most (2/n) sqrt(L H_k) = calibration.sensitivity (slack included).
-    A failure before the noise is drawn aborts the reservation; after it, the spend stays counted.
+    Sensitivity: each row adds T_j(z)/n with |T_j| <= 1 to moment (j, l) and 1/n to one cell of each coordinate's
+    histogram; replacing one row moves [m_j/sqrt(j), w * h] by at most sqrt(4 L H_k + 2 w^2 C)/n, which is
+    calibration.sensitivity (float slack included). A failure before the noise is drawn aborts the reservation;
+    after it, the spend stays counted.
     """
-    check_moments(moments)
+    if not statistics_in_range(stats):
+        raise MomentsOutOfRange("exact statistics are not finite or out of range; nothing was charged")
     entry_id = None
     if ledger is not None:
         entry_id = ledger.reserve(
             dataset=plan.dataset,
             release_id=release_id,
-            mechanism="gaussian/sliced-chebyshev",
+            mechanism="gaussian/sliced-chebyshev+marginals" if plan.marginal_sizes else "gaussian/sliced-chebyshev",
             noise_multiplier=calibration.noise_multiplier,
             sigma=calibration.sigma,
             sensitivity=calibration.sensitivity,
@@ -142,7 +184,9 @@ def measure_exact(
             params_hash=params_hash(plan.public_params()),
         )
     try:
-        noisy = privacy.add_noise(moments, calibration.sigma)
+        noisy_moments, noisy_marginals = privacy.add_noise_joint(
+            stats.moments, stats.marginals, plan.marginal_weight, calibration.sigma
+        )
     except BaseException:
         if ledger is not None and entry_id is not None:
             ledger.abort(entry_id)
@@ -154,15 +198,19 @@ def measure_exact(
         n_directions=plan.n_directions,
         k=plan.k,
         n=plan.n,
-        d=d,
+        d=stats.d,
         scaling=plan.scaling,
-        noisy_moments=noisy,
+        noisy_moments=noisy_moments,
         sigma=calibration.sigma,
         sensitivity=calibration.sensitivity,
         epsilon=plan.epsilon,
         delta=plan.delta,
         relation=RELATION_REPLACE_ONE,
         ledger_entry_id=entry_id,
+        noisy_marginals=noisy_marginals,
+        marginal_sizes=plan.marginal_sizes,
+        marginal_weight=plan.marginal_weight,
+        numeric_bins=plan.numeric_bins,
     )
     if on_noisy is not None:
         on_noisy(measurement)
@@ -173,14 +221,7 @@ def measure_exact(
 
 def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
     """Post-processing only: the fit sees the measurement and the public schema, never rows."""
-    return fit_mixture(
-        measurement.noisy_moments,
-        measurement.directions(),
-        measurement.scales(),
-        layout_for(schema),
-        measurement.sigma,
-        config,
-    )
+    return fit_measurement(measurement, layout_for(schema), config)
 
 
 @dataclass(frozen=True)
@@ -203,15 +244,18 @@ def synthesize(
     fit_config: FitConfig | None = None,
     ledger: SpendRecorder | None = None,
     release_id: str = "adhoc",
+    marginal_share: float = DEFAULT_MARGINAL_SHARE,
 ) -> SynthesisResult:
     """encode -> measure -> fit -> sample, for a table already passed through ``validation.validate``."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     x = encode(table, schema)
     seconds["encode"] = time.perf_counter() - start
-    plan, calibration = make_plan(schema, len(table), epsilon, delta, n_directions, k, seed)
+    plan, calibration = make_plan(
+        schema, len(table), epsilon, delta, n_directions, k, seed, marginal_share=marginal_share
+    )
     start = time.perf_counter()
-    measurement = measure(x, plan, calibration, ledger, release_id)
+    measurement = measure(x, schema, plan, calibration, ledger, release_id)
     seconds["measure"] = time.perf_counter() - start
     start = time.perf_counter()
     model = fit(measurement, schema, fit_config or FitConfig(seed=seed))

@@ -87,28 +87,57 @@ def _check_shape(n: int, n_directions: int, k: int) -> None:
         raise PrivacyParameterError(f"number of directions L must be an integer >= 1, got {n_directions!r}")
 
 
-def sensitivity(n: int, n_directions: int, k: int) -> float:
-    """l2 sensitivity Delta = (2/n) sqrt(L H_k) of the 1/sqrt(j)-scaled moment vector (replace-one, n public).
+def sensitivity(
+    n: int, n_directions: int, k: int, marginal_coordinates: int = 0, marginal_weight: float = 0.0
+) -> float:
+    """l2 sensitivity of the released vector (replace-one, n public):
+    Delta = (1/n) sqrt(4 L H_k + 2 w^2 C).
 
     Sensitivity: replacing one row moves each sum of T_j values (each in [-1, 1]) by at most 2, so m[j, l]
     moves by <= 2/n and m[j, l]/sqrt(j) by <= 2/(n sqrt(j)); summing squares over l and j gives 4 L H_k / n^2.
+    Each of the C weighted 1-way histograms (cells w * count / n) changes in at most two cells by w/n each
+    (the old row's cell loses it, the new row's gains it): 2 w^2 C / n^2. Without marginals: (2/n) sqrt(L H_k).
     """
     _check_shape(n, n_directions, k)
-    return 2.0 / n * math.sqrt(n_directions * harmonic(k))
+    _check_marginals(marginal_coordinates, marginal_weight)
+    return math.sqrt(4.0 * n_directions * harmonic(k) + 2.0 * marginal_weight**2 * marginal_coordinates) / n
 
 
-def float_slack(n: int, k: int) -> float:
-    """Relative slack on Delta covering floating-point rounding: max(1e-9, 4 * 2^-53 * n * sqrt(k / H_k)).
+def _check_marginals(coordinates: int, weight: float) -> None:
+    if not _is_int(coordinates) or coordinates < 0:
+        raise PrivacyParameterError(f"marginal coordinate count must be an integer >= 0, got {coordinates!r}")
+    if not _finite_real(weight) or weight < 0:
+        raise PrivacyParameterError(f"marginal weight must be a finite number >= 0, got {weight!r}")
 
-    ``moments.py`` sums in exact fixed point: every row contributes one value rounded once to the 2^-32 grid
-    with |value| <= 1, and integer sums are exact, so the sums' replace-one sensitivity is exactly 2 (x 2^32).
-    Only the final division by n and the 1/sqrt(j) scaling round, each within one ulp of a value <= 1, so every
-    scaled coordinate of f(D) and of f(D') is off by < 2 * 2^-53, their difference by < 4 * 2^-53, and the
-    l2 error over L k coordinates is < 4 * 2^-53 sqrt(L k); relative to Delta = 2 sqrt(L H_k)/n that is
-    2 * 2^-53 n sqrt(k/H_k). The formula keeps a factor 2 on top of that.
+
+def marginal_weight(share: float, n_directions: int, k: int, marginal_coordinates: int) -> float:
+    """Weight w giving the 1-way histograms ``share`` of Delta^2: 2 w^2 C = share/(1-share) * 4 L H_k.
+
+    A public function of public parameters; the marginal cells then carry noise sigma / w.
     """
-    _check_shape(n, 1, k)
-    return max(MIN_FLOAT_SLACK, 4.0 * _UNIT_ROUNDOFF * n * math.sqrt(k / harmonic(k)))
+    if not _finite_real(share) or not 0.0 <= share < 1.0:
+        raise PrivacyParameterError(f"marginal share must be in [0, 1), got {share!r}")
+    if share == 0.0 or marginal_coordinates == 0:
+        return 0.0
+    return math.sqrt(2.0 * share * n_directions * harmonic(k) / ((1.0 - share) * marginal_coordinates))
+
+
+def float_slack(n: int, k: int, n_directions: int = 1, marginal_cells: int = 0, marginal_weight: float = 0.0,
+                marginal_coordinates: int = 0) -> float:
+    """Relative slack on Delta covering floating-point rounding (>= 1e-9).
+
+    ``moments.py`` sums in exact fixed point / integers: every row contributes values rounded once (|T| <= 1,
+    counts exactly 0 or 1), and integer sums are exact, so the sums' replace-one sensitivity is exact. Only
+    the division by n and the 1/sqrt(j) or w scaling round, each within one ulp of a value <= 1 (<= w for a
+    weighted cell), so every coordinate of f(D) and of f(D') is off by < 2 * 2^-53 * scale and their difference
+    by < 4 * 2^-53 * scale. Over L k moment and B weighted cells: < 4 * 2^-53 sqrt(L k + w^2 B); relative to
+    Delta = sqrt(4 L H_k + 2 w^2 C)/n and with a safety factor 2: 8 * 2^-53 n sqrt(L k + w^2 B) / sqrt(4 L H_k +
+    2 w^2 C). Without marginals this is 4 * 2^-53 n sqrt(k / H_k).
+    """
+    _check_shape(n, n_directions, k)
+    rounding = math.sqrt(n_directions * k + marginal_weight**2 * marginal_cells)
+    scale = math.sqrt(4.0 * n_directions * harmonic(k) + 2.0 * marginal_weight**2 * marginal_coordinates)
+    return max(MIN_FLOAT_SLACK, 8.0 * _UNIT_ROUNDOFF * n * rounding / scale)
 
 
 @dataclass(frozen=True)
@@ -125,6 +154,13 @@ class Calibration:
     noise_multiplier: float
     slack: float
     relation: str = RELATION_REPLACE_ONE
+    marginal_coordinates: int = 0
+    marginal_cells: int = 0
+    marginal_weight: float = 0.0
+
+    def marginal_noise_std(self) -> float:
+        """Noise std of one 1-way histogram cell (a frequency): sigma / w (inf without marginals)."""
+        return self.sigma / self.marginal_weight if self.marginal_weight > 0 else math.inf
 
     def noise_std_per_order(self) -> np.ndarray:
         """Noise standard deviation of each raw moment order j = 1..k."""
@@ -154,9 +190,17 @@ def classical_noise_multiplier(epsilon: float, delta: float) -> float:
 
 
 def calibrate(
-    epsilon: float, delta: float, n: int, n_directions: int, k: int, relation: str = RELATION_REPLACE_ONE
+    epsilon: float,
+    delta: float,
+    n: int,
+    n_directions: int,
+    k: int,
+    relation: str = RELATION_REPLACE_ONE,
+    marginal_coordinates: int = 0,
+    marginal_cells: int = 0,
+    marginal_weight: float = 0.0,
 ) -> Calibration:
-    """Smallest safe sigma for (epsilon, delta)-DP of the scaled moment vector.
+    """Smallest safe sigma for (epsilon, delta)-DP of the released vector (scaled moments [+ weighted marginals]).
 
     Sensitivity: Delta_used = Delta (1 + float_slack) bounds the l2 change of the *computed* scaled vector
     under replace-one; sigma = Delta_used * sigma_analytic(eps, delta) * (1 + 1e-9) is then (eps, delta)-DP.
@@ -168,8 +212,8 @@ def calibrate(
     if not _finite_real(delta) or not 0.0 < float(delta) < 1.0:
         raise PrivacyParameterError(f"delta must lie in (0, 1), got {delta!r}")
     epsilon, delta = float(epsilon), float(delta)
-    slack = float_slack(n, k)
-    delta_used = sensitivity(n, n_directions, k) * (1.0 + slack)
+    slack = float_slack(n, k, n_directions, marginal_cells, marginal_weight, marginal_coordinates)
+    delta_used = sensitivity(n, n_directions, k, marginal_coordinates, marginal_weight) * (1.0 + slack)
     multiplier = get_sigma_gaussian(epsilon, delta) * (1.0 + SIGMA_MARGIN)
     # Defensive: never hand out a sigma whose exact delta misses the target.
     for _ in range(100):
@@ -190,6 +234,9 @@ def calibrate(
         noise_multiplier=sigma / delta_used,
         slack=slack,
         relation=relation,
+        marginal_coordinates=int(marginal_coordinates),
+        marginal_cells=int(marginal_cells),
+        marginal_weight=float(marginal_weight),
     )
 
 
@@ -239,6 +286,29 @@ def add_noise(moments: np.ndarray, sigma: float) -> np.ndarray:
         raise ValueError(f"moments must be a (k, L) array, got shape {moments.shape}")
     root_j = np.sqrt(np.arange(1, moments.shape[0] + 1, dtype=np.float64))[:, None]
     return gaussian_noise(moments / root_j, sigma) * root_j
+
+
+def add_noise_joint(
+    moments: np.ndarray, marginals: np.ndarray, weight: float, sigma: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """One Gaussian mechanism on [moments_j / sqrt(j), w * marginals]: N(0, sigma^2) on every coordinate.
+
+    Sensitivity: ``sensitivity(n, L, k, C, w)`` bounds the l2 change of this concatenated vector, so sigma from
+    ``calibrate`` with the same (C, B, w) gives (eps, delta)-DP. Unscaling is post-processing. Returns the noisy
+    raw moments (k, L) and noisy marginal frequencies (B,) (noise std sigma / w).
+    """
+    moments = np.asarray(moments, dtype=np.float64)
+    marginals = np.asarray(marginals, dtype=np.float64).ravel()
+    if moments.ndim != 2:
+        raise ValueError(f"moments must be a (k, L) array, got shape {moments.shape}")
+    if marginals.size and not weight > 0:
+        raise ValueError("marginal queries need a weight > 0")
+    root_j = np.sqrt(np.arange(1, moments.shape[0] + 1, dtype=np.float64))[:, None]
+    scaled = np.concatenate([(moments / root_j).ravel(), weight * marginals])
+    noisy = gaussian_noise(scaled, sigma)
+    noisy_moments = noisy[: moments.size].reshape(moments.shape) * root_j
+    noisy_marginals = noisy[moments.size :] / weight if marginals.size else marginals.copy()
+    return noisy_moments, noisy_marginals
 
 
 def _round_up(value: float) -> float:

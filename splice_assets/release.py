@@ -16,6 +16,7 @@ import os
 import subprocess
 import warnings
 from dataclasses import asdict
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from . import __version__
 from .fit import FittedMixture
 from .ledger import BudgetLedger
+from .locations import package_version
 from .measurement import Measurement
 from .schema import TableSchema, schema_to_dict
 from .validation import ValidationReport
@@ -35,7 +36,7 @@ FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 def code_version() -> dict[str, str]:
     """Package version and, when available, the git commit of the working tree."""
-    out = {"package_version": __version__}
+    out = {"package_version": package_version()}
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
@@ -71,8 +72,19 @@ def file_fingerprint(path: str) -> str:
     return digest.hexdigest()
 
 
-def public_facts(measurement: Measurement, ledger: BudgetLedger, release_id: str) -> dict[str, Any]:
-    """Public facts of a release: its spend and the dataset's lifetime budget after it."""
+def public_facts(
+    measurement: Measurement,
+    ledger: BudgetLedger,
+    release_id: str,
+    ledger_entry_id: str | None = None,
+    epsilon_cost: float | None = None,
+) -> dict[str, Any]:
+    """Public facts of a release: its guarantee, its own spend and the dataset's lifetime budget after it.
+
+    ``epsilon``/``delta`` are the guarantee of the measurement the release is built on; ``epsilon_cost`` is what
+    this release charged (0 for a zero-cost refit). ``ledger_entry_id`` is the release's own ledger entry and
+    ``measurement_ledger_entry_id`` the charged entry of the measurement (equal unless the release is a refit).
+    """
     spent_eps, budget_delta = ledger.spent(measurement.dataset)
     budget = ledger.budget(measurement.dataset)
     facts: dict[str, Any] = {
@@ -87,13 +99,15 @@ def public_facts(measurement: Measurement, ledger: BudgetLedger, release_id: str
         "k": measurement.k,
         "n": measurement.n,
         "directions_seed": measurement.seed,
-        "ledger_entry_id": measurement.ledger_entry_id,
+        "epsilon_cost": measurement.epsilon if epsilon_cost is None else float(epsilon_cost),
+        "ledger_entry_id": ledger_entry_id or measurement.ledger_entry_id,
+        "measurement_ledger_entry_id": measurement.ledger_entry_id,
         "lifetime_epsilon_spent": spent_eps,
         "lifetime_delta": budget_delta,
     }
     if budget is not None:
         facts["lifetime_epsilon_budget"] = budget.epsilon_total
-        facts["lifetime_epsilon_remaining"] = max(budget.epsilon_total - spent_eps, 0.0)
+        facts["lifetime_epsilon_remaining"] = ledger.remaining(measurement.dataset)
     return facts
 
 
@@ -109,16 +123,36 @@ def accuracy_statement(measurement: Measurement) -> str:
         f"directions carries Gaussian noise of standard deviation {measurement.sigma:.3g}*sqrt(j): "
         f"{std[0]:.3g} for j = 1 up to {std[-1]:.3g} for j = {measurement.k}. Moments lie in [-1, 1], so a "
         f"first-order moment is known to about +/-{2 * std[0]:.2g} (95%) per direction."
+        + (
+            f" Each cell of the {len(measurement.marginal_sizes)} noisy 1-way marginals (frequencies) carries noise of "
+            f"standard deviation {measurement.marginal_noise_std():.3g}."
+            if getattr(measurement, "marginal_sizes", ())
+            else ""
+        )
     )
 
 
-def privacy_statement(measurement: Measurement) -> str:
-    return (
+def privacy_statement(measurement: Measurement, parent_release_id: str | None = None) -> str:
+    text = (
         f"This release satisfies ({measurement.epsilon:g}, {measurement.delta:g})-differential privacy with respect "
         f"to replacing any one of the {measurement.n} rows of the input table (n is public). Only noisy moments "
         "drawn from the Gaussian mechanism, the public schema and public seeds shaped it; the fitted model and "
         "the synthetic rows are post-processing and cost no further privacy."
     )
+    if parent_release_id:
+        text += (
+            f" It is a zero-cost refit of the stored noisy moments of release {parent_release_id}: no real row was "
+            "read and the ledger charged epsilon = 0 for it."
+        )
+    return text
+
+
+#: Settings keys that must never reach a public bundle or MLflow params (they locate the private input).
+PRIVATE_SETTINGS = ("input_path", "source_uri")
+
+
+def public_parameters(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k not in PRIVATE_SETTINGS}
 
 
 def write_release(
@@ -138,8 +172,15 @@ def write_release(
     artifact_location: str | None = None,
     dagster_run_id: str = "",
     parent_release_id: str | None = None,
+    ledger_entry_id: str | None = None,
+    register_model: bool = True,
 ) -> dict[str, Any]:
-    """Write both bundles and log them to MLflow; returns a summary of public facts."""
+    """Write both bundles and log them to MLflow; returns a summary of public facts.
+
+    A refit passes ``parent_release_id`` and its zero-cost ``ledger_entry_id``; it has no report, no validation
+    and no source (it never reads real rows).
+    """
+    from .mlflow_model import registered_model_name
     from .sampling import save_model
 
     public_dir.mkdir(parents=True, exist_ok=True)
@@ -150,44 +191,77 @@ def write_release(
         measurement.save(public_dir / "measurement")
     save_model(model, public_dir / "model")
     (public_dir / "schema.yaml").write_text(yaml.safe_dump(schema_to_dict(schema), sort_keys=False))
-    facts = public_facts(measurement, ledger, release_id)
+    refit = parent_release_id is not None
+    facts = public_facts(measurement, ledger, release_id, ledger_entry_id, 0.0 if refit else None)
     version = code_version()
-    public_params = {k: v for k, v in settings.items() if k != "input_path"}
+    public_params = public_parameters(settings)
     manifest = {
         "release_id": release_id,
         "parent_release_id": parent_release_id,
+        "kind": "refit" if refit else "release",
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "dataset": schema.name,
         "schema_version": schema.version,
         "visibility": "public",
-        "privacy_statement": privacy_statement(measurement),
+        "privacy_statement": privacy_statement(measurement, parent_release_id),
         "accuracy_statement": accuracy_statement(measurement),
         "privacy": facts,
         "parameters": public_params,
+        "fit": {
+            "K": model.params.K,
+            "R": model.params.R,
+            "steps": int(model.steps),
+            "converged": bool(model.converged),
+            "final_loss": float(model.final_loss),
+            "noise_floor": float(model.noise_floor),
+        },
         "synthetic_rows": len(synthetic),
+        "fidelity_report": (
+            "none: a refit never reads real rows, so no fidelity report exists" if refit
+            else "internal only (compares against real rows; never released)"
+        ),
+        "mlflow": {
+            "experiment": experiment_name(schema.name),
+            "registered_model": registered_model_name(schema.name) if register_model else None,
+        },
         "code_version": version,
-        "files": sorted(p.name for p in public_dir.iterdir()),
+        "files": sorted([*(p.name for p in public_dir.iterdir()), "release.json"]),
     }
-    (public_dir / "release.json").write_text(json.dumps(manifest, indent=2, default=str))
     internal = {
         "release_id": release_id,
         "visibility": "internal",
-        "source_uri": source_uri,
+        "source_uri": source_uri or None,
         "source_sha256": file_fingerprint(source_uri) if source_uri and os.path.isfile(source_uri) else None,
         "validation": asdict(validation) if validation is not None else None,
+        "note": "refit of stored noisy moments: no real rows read" if refit else None,
     }
     (internal_dir / "audit.json").write_text(json.dumps(internal, indent=2, default=str))
-    run_id = log_to_mlflow(
+    logged = log_to_mlflow(
         tracking_uri, artifact_location, schema, measurement, model, synthetic, facts, public_params, version,
-        dagster_run_id, release_id, parent_release_id, report, public_dir, internal_dir,
+        dagster_run_id, release_id, parent_release_id, report, public_dir, internal_dir, manifest, register_model,
     )
     return {
         "release_id": release_id,
+        "parent_release_id": parent_release_id,
+        "dataset": schema.name,
         "public_dir": str(public_dir),
         "internal_dir": str(internal_dir),
-        "mlflow_run_id": run_id,
+        "mlflow_run_id": logged["run_id"],
+        "model_uri": logged.get("model_uri"),
+        "registered_model_name": logged.get("registered_model_name"),
+        "registered_model_version": logged.get("registered_model_version"),
+        "epsilon_cost": facts["epsilon_cost"],
         "epsilon_spent": facts["lifetime_epsilon_spent"],
         "epsilon_remaining": facts.get("lifetime_epsilon_remaining", float("nan")),
     }
+
+
+def experiment_name(dataset: str) -> str:
+    return f"splice/{dataset}"
+
+
+def _param_value(value: Any) -> Any:
+    return "" if value is None else value
 
 
 def log_to_mlflow(
@@ -206,40 +280,57 @@ def log_to_mlflow(
     report: Any,
     public_dir: Path,
     internal_dir: Path,
-) -> str:
+    manifest: dict[str, Any],
+    register_model: bool = True,
+) -> dict[str, Any]:
+    """One MLflow run per release. The manifest (with the run id) is written to the public bundle here."""
     import mlflow
+
+    from .mlflow_model import log_release_model
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mlflow.set_tracking_uri(tracking_uri)
-        name = f"splice/{schema.name}"
+        name = experiment_name(schema.name)
         if mlflow.get_experiment_by_name(name) is None:
             mlflow.create_experiment(name, artifact_location=artifact_location and f"{artifact_location}/{schema.name}")
         mlflow.set_experiment(name)
         with mlflow.start_run(run_name=release_id) as run:
-            mlflow.log_params({k: v for k, v in params.items()})
-            mlflow.log_params(
-                {f"privacy.{k}": v for k, v in facts.items() if k not in params and v is not None}
-            )
+            # Params: the public config (never the input path) and every public privacy fact.
+            mlflow.log_params({k: _param_value(v) for k, v in params.items()})
+            mlflow.log_params({f"privacy.{k}": _param_value(v) for k, v in facts.items()})
             mlflow.set_tags(
                 {
                     "dataset": schema.name,
                     "schema_version": schema.version,
                     "release_id": release_id,
+                    "release_kind": manifest["kind"],
                     "parent_release_id": parent_release_id or "",
                     "dagster_run_id": dagster_run_id,
                     "privacy.epsilon": measurement.epsilon,
                     "privacy.delta": measurement.delta,
+                    "privacy.epsilon_cost": facts["epsilon_cost"],
+                    "privacy.sigma": measurement.sigma,
+                    "privacy.sensitivity": measurement.sensitivity,
                     "privacy.relation": measurement.relation,
+                    "privacy.ledger_entry_id": facts.get("ledger_entry_id") or "",
                     "visibility.public_artifacts": "public",
                     "visibility.internal_artifacts": "internal",
-                    "visibility.metrics": "internal (fidelity metrics read real rows)",
+                    "visibility.metrics": "fit_* public (noisy moments only); internal.* read real rows (internal)",
+                    "fidelity_report": "none (refit: no real rows read)" if parent_release_id else "internal",
                     **{f"code.{k}": v for k, v in version.items()},
                 }
             )
             curve = list(model.loss_curve)
             for step in range(0, len(curve), max(1, len(curve) // 100)):
                 mlflow.log_metric("fit_loss", float(curve[step]), step=step)
+            fit_metrics = {
+                "fit_final_loss": float(model.final_loss),
+                "fit_noise_floor": float(model.noise_floor),
+                "fit_loss_over_noise_floor": float(model.loss_over_noise_floor),
+                "fit_steps": float(model.steps),
+            }
+            mlflow.log_metrics({k: v for k, v in fit_metrics.items() if np.isfinite(v)})
             if report is not None:
                 for key, value in headline_metrics(report.metrics).items():
                     mlflow.log_metric(f"internal.{key}", value)
@@ -249,6 +340,21 @@ def log_to_mlflow(
                 name=f"{schema.name}-synthetic-{release_id[:8]}",
             )
             mlflow.log_input(dataset, context="synthetic_output")
+            logged: dict[str, Any] = {"run_id": run.info.run_id}
+            logged.update(
+                log_release_model(
+                    public_dir, schema.name, release_id, int(params.get("seed", measurement.seed)),
+                    register=register_model,
+                )
+            )
+            manifest["mlflow"].update(
+                {
+                    "run_id": run.info.run_id,
+                    "model_uri": logged["model_uri"],
+                    "registered_model_version": logged["registered_model_version"],
+                }
+            )
+            (public_dir / "release.json").write_text(json.dumps(manifest, indent=2, default=str))
             mlflow.log_artifacts(str(public_dir), artifact_path="public")
             mlflow.log_artifacts(str(internal_dir), artifact_path="internal")
-            return run.info.run_id
+            return logged

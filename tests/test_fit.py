@@ -78,7 +78,7 @@ def test_recovery_from_noise_free_moments():
 
 def test_fit_is_deterministic_and_never_sees_rows():
     params = inspect.signature(fit_mixture).parameters
-    assert list(params) == ["noisy_moments", "directions", "scales", "layout", "sigma", "config"]
+    assert list(params) == ["noisy_moments", "directions", "scales", "layout", "sigma", "config", "marginals"]
     dirs = draw_directions(2, 64, LAYOUT.d)
     scales = direction_scales(dirs, "ball")
     m = model_moments(TRUTH, LAYOUT, dirs, scales, 8)
@@ -125,40 +125,86 @@ FAIR_SCHEMA = parse_schema(
 )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="measured: noise-free fit gives 2-way TVD 0.44 vs 0.085 for independent marginals (SW1 0.038 vs 0.037); "
-    "1-way categorical TVD ~0.1 -- open quality problem, see report",
-)
-def test_fair_affairs_beats_independent_marginals():
-    path = Path(statsmodels.__file__).parent / "datasets" / "fair" / "fair.csv"
-    table = validate(pd.read_csv(path), FAIR_SCHEMA).table
-    x = encode(table, FAIR_SCHEMA)
-    layout = layout_for(FAIR_SCHEMA)
-    n, d = x.shape
-    L, k = 512, 12
-    dirs = draw_directions(0, L, d)
-    scales = direction_scales(dirs, "ball")
-    m = moment_sums(x, dirs, k).moments(n)
-    rng = np.random.default_rng(0)
-    indep = pd.DataFrame({c: table[c].to_numpy()[rng.integers(0, n, n)] for c in table.columns})
-    indep = validate(indep, FAIR_SCHEMA).table
-    bins = {c: np.linspace(*FAIR_SCHEMA.column(c).bounds, 17) for c in ("age", "yrs_married", "children", "affairs")}
-    x_ind = encode(indep, FAIR_SCHEMA)
-    tvd_ind, sw_ind = two_way_tvd(table, indep, bins), sliced_w1(x, x_ind, seed=31)
-    cfg = FitConfig(max_steps=400, seed=0)
+def _fair_split():
+    """The bundled demo table and its public schema, split 80/20 with seed 0 (holdout = the judge)."""
+    from splice_assets.datasets import DEMO_DATASET, demo_data_path, schema_path
+    from splice_assets.schema import load_schema
 
-    fitted = fit_mixture(m, dirs, scales, layout, 0.0, cfg)
-    synth = sample_table(fitted, FAIR_SCHEMA, n, seed=1)
-    conform(synth, FAIR_SCHEMA)
-    tvd, sw = two_way_tvd(table, synth, bins), sliced_w1(x, encode(synth, FAIR_SCHEMA), seed=31)
-    assert tvd < tvd_ind and sw < sw_ind, (tvd, tvd_ind, sw, sw_ind)
+    schema = load_schema(schema_path(DEMO_DATASET))
+    table = validate(pd.read_csv(demo_data_path()), schema).table
+    order = np.random.default_rng(0).permutation(len(table))
+    cut = int(0.8 * len(table))
+    return schema, table.iloc[order[:cut]].reset_index(drop=True), table.iloc[order[cut:]].reset_index(drop=True)
 
-    # eps = 1, delta = 1e-9: sigma = 5.4953 * Delta, Delta = (2/n) sqrt(L H_k); noise drawn here (test only).
-    sigma = 5.4953 * 2.0 / n * math.sqrt(L * harmonic(k))
-    noisy = m + rng.standard_normal(m.shape) * sigma * np.sqrt(np.arange(1, k + 1))[:, None]
-    private = fit_mixture(noisy, dirs, scales, layout, sigma, cfg)
-    synth_p = sample_table(private, FAIR_SCHEMA, n, seed=2)
-    tvd_p = two_way_tvd(table, synth_p, bins)
-    assert tvd_p < tvd_ind, (tvd_p, tvd_ind)
-    assert private.final_loss < 2.0 * private.noise_floor
+
+def _fair_scores(schema, train, holdout, measurement, config):
+    from splice_assets.metrics import marginal_tvd, sliced_wasserstein
+
+    fitted = fit_measurement(measurement, layout_for(schema), config)
+    synth = sample_table(fitted, schema, len(train), seed=1)
+    conform(synth, schema)
+    tvd = marginal_tvd(holdout, synth, schema, 0)
+    return tvd.two_way, tvd.three_way, sliced_wasserstein(encode(synth, schema), encode(holdout, schema), 7), fitted
+
+
+def _fair_measurement(schema, train, epsilon: float | None, seed: int = 0) -> Measurement:
+    """Exact statistics through the release path; noise (if epsilon) drawn from a SEEDED generator, test only."""
+    from splice_assets import pipeline
+
+    plan, cal = pipeline.make_plan(schema, len(train), epsilon or 1.0, 1e-9, n_directions=512, k=12)
+    stats = pipeline.exact_statistics(encode(train, schema), plan, layout_for(schema))
+    moments, marginals, sigma = stats.moments, stats.marginals, 1e-4
+    if epsilon is not None:
+        rng = np.random.default_rng(seed)
+        sigma = cal.sigma
+        moments = moments + rng.standard_normal(moments.shape) * sigma * np.sqrt(np.arange(1, plan.k + 1))[:, None]
+        marginals = marginals + rng.standard_normal(marginals.shape) * sigma / plan.marginal_weight
+    return Measurement(
+        schema.name, schema.version, plan.seed, plan.n_directions, plan.k, plan.n, stats.d, "ball", moments, sigma,
+        cal.sensitivity, epsilon or 0.0, 1e-9, noisy_marginals=marginals, marginal_sizes=plan.marginal_sizes,
+        marginal_weight=plan.marginal_weight, numeric_bins=plan.numeric_bins,
+    )
+
+
+@pytest.fixture(scope="module")
+def fair_baseline():
+    from splice_assets.metrics import independent_marginals_baseline, marginal_tvd, sliced_wasserstein
+
+    schema, train, holdout = _fair_split()
+    indep = independent_marginals_baseline(train, schema, len(train), 1)
+    tvd = marginal_tvd(holdout, indep, schema, 0)
+    sw1 = sliced_wasserstein(encode(indep, schema), encode(holdout, schema), 7)
+    return schema, train, holdout, (tvd.two_way, tvd.three_way, sw1)
+
+
+def test_fair_affairs_noise_free_beats_independent_marginals(fair_baseline):
+    """Bundled data, default model (K=5, R=2) and queries (moments + 1-way marginals), exact statistics.
+
+    Measured (this configuration, L=512, k=12): 2-way 0.094 vs 0.100, 3-way 0.182 vs 0.212, SW1 0.0102 vs
+    0.0254. Tolerance:
+    strict inequalities; fixed seeds make the run deterministic.
+    """
+    schema, train, holdout, (tvd2_ind, tvd3_ind, sw_ind) = fair_baseline
+    tvd2, tvd3, sw, fitted = _fair_scores(schema, train, holdout, _fair_measurement(schema, train, None),
+                                          FitConfig(max_steps=800, seed=0))
+    assert tvd2 < tvd2_ind and tvd3 < tvd3_ind and sw < sw_ind, (tvd2, tvd2_ind, tvd3, tvd3_ind, sw, sw_ind)
+
+
+def test_fair_affairs_at_epsilon_1_beats_independent_on_3way_and_sw1(fair_baseline):
+    """eps = 1, delta = 1e-9 noise on moments and marginals (seeded here): the fit reaches the noise floor and the
+    synthetic table beats independent marginals on 3-way TVD and sliced W1 (measured 0.200 vs 0.212, 0.0140 vs
+    0.0254). 2-way TVD does not (0.108 vs 0.100): see the next test."""
+    schema, train, holdout, (tvd2_ind, tvd3_ind, sw_ind) = fair_baseline
+    _, tvd3, sw, fitted = _fair_scores(schema, train, holdout, _fair_measurement(schema, train, 1.0),
+                                       FitConfig(max_steps=600, seed=0))
+    assert tvd3 < tvd3_ind and sw < sw_ind, (tvd3, tvd3_ind, sw, sw_ind)
+    assert fitted.final_loss < 1.5 * fitted.noise_floor
+
+
+@pytest.mark.xfail(strict=False, reason="measured at eps=1: 2-way TVD 0.108 vs 0.100 for independent "
+                   "marginals on 5,093 rows; open (issue 9 levers)")
+def test_fair_affairs_at_epsilon_1_beats_independent_on_2way(fair_baseline):
+    schema, train, holdout, (tvd2_ind, _, _) = fair_baseline
+    tvd2, _, _, _ = _fair_scores(schema, train, holdout, _fair_measurement(schema, train, 1.0),
+                                 FitConfig(max_steps=600, seed=0))
+    assert tvd2 < tvd2_ind, (tvd2, tvd2_ind)

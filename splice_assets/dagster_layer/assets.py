@@ -172,17 +172,19 @@ def private_moments(
                                   metadata={"note": "reused stored measurement"})
     else:
         plan, calibration = pipeline.make_plan(
-            e.schema, e.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed
+            e.schema, e.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed,
+            marginal_share=s.marginal_share,
         )
-        exact = pipeline.exact_moments(e.x, plan)
-        in_range = bool(np.all(np.isfinite(exact)) and np.max(np.abs(exact), initial=0.0) <= 1.0)
+        exact = pipeline.exact_statistics(e.x, plan, layout_for(e.schema))
+        in_range = pipeline.statistics_in_range(exact)
         yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=in_range)
         if not in_range:
-            raise dg.Failure("exact moments not finite or outside [-1, 1]; nothing was charged")
+            raise dg.Failure("exact statistics not finite or out of range; nothing was charged")
         with ledger.open(s.dataset) as book:
             measurement = pipeline.measure_exact(
-                exact, e.x.shape[1], plan, calibration, book, release_id, on_noisy=lambda m: m.save(stem)
+                exact, plan, calibration, book, release_id, on_noisy=lambda m: m.save(stem)
             )
+        del exact
         reused = False
     yield dg.Output(
         MeasuredMoments(s, e.schema, measurement, reused),
@@ -195,6 +197,7 @@ def private_moments(
             "k": measurement.k,
             "directions_seed": measurement.seed,
             "relation": measurement.relation,
+            "marginal_noise_std": measurement.marginal_noise_std(),
             "ledger_entry_id": measurement.ledger_entry_id or "",
             "reused_stored_measurement": reused,
         },

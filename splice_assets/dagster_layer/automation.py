@@ -41,7 +41,8 @@ def refresh_skip_reason(config: ReleaseConfig, ledger: LedgerResource) -> str | 
     except FileNotFoundError as exc:
         return str(exc)
     _, calibration = pipeline.make_plan(
-        schema, schema.n_min, config.epsilon, config.delta, config.n_directions, config.k, config.seed
+        schema, schema.n_min, config.epsilon, config.delta, config.n_directions, config.k, config.seed,
+        marginal_share=config.marginal_share,
     )
     # The cost of a spend is sigma/Delta, which depends on (epsilon, delta) only, so n_min serves for planning.
     with ledger.open(config.dataset) as book:

@@ -13,18 +13,13 @@ from pathlib import Path
 import dagster as dg
 
 from ..ledger import BudgetLedger, default_ledger_url
-
-
-def dagster_home() -> Path:
-    return Path(os.environ.get("DAGSTER_HOME") or Path(__file__).resolve().parents[2] / "dagster_home")
-
-
-def default_tracking_uri() -> str:
-    return f"sqlite:///{dagster_home() / 'mlflow.db'}"
-
-
-def default_artifact_dir() -> str:
-    return str(dagster_home() / "releases")
+from ..locations import (  # noqa: F401 - re-exported for existing callers
+    dagster_home,
+    default_artifact_dir,
+    default_mlflow_artifact_root,
+    default_tracking_uri,
+    mlflow_artifact_location,
+)
 
 
 class LedgerResource(dg.ConfigurableResource):
@@ -52,8 +47,7 @@ class MlflowResource(dg.ConfigurableResource):
         return self.tracking_uri or default_tracking_uri()
 
     def artifact_location(self) -> str | None:
-        root = self.artifact_root or str(dagster_home() / "mlartifacts")
-        return Path(root).resolve().as_uri()
+        return mlflow_artifact_location(self.artifact_root or None)
 
 
 class ArtifactStore(dg.ConfigurableResource):

@@ -1,0 +1,165 @@
+"""A release's fitted mixture as an MLflow pyfunc model (no Dagster import).
+
+``predict`` takes a row count (and optionally a seed) and returns synthetic rows in the original schema:
+
+    model = mlflow.pyfunc.load_model("models:/splice-fair_affairs@latest")
+    model.predict(pd.DataFrame({"n_rows": [500]}))            # 500 rows, the release's public seed
+    model.predict(pd.DataFrame({"n_rows": [500], "seed": [7]}))   # one input row = one request (concatenated)
+    model.predict({"n_rows": 500, "seed": 7})
+    model.predict({"n_rows": 500}, params={"seed": 7})
+
+The logged signature (inputs ``n_rows`` long, optional ``seed`` long; param ``seed``) lets MLflow validate
+requests and serve the model; a bare int is accepted by ``unwrap_python_model().predict(None, 500)`` and by
+``unwrap_python_model().sample(500, seed)``, not through the schema-enforcing pyfunc wrapper.
+
+Artifacts are the public bundle's ``model.npz`` + ``model.json`` (``sampling.save_model``) and ``schema.yaml``:
+mechanism outputs and public metadata only. Registered per dataset as ``splice-<dataset>``; MLflow reserves the
+alias ``latest`` and resolves ``models:/<name>@latest`` to the highest version, i.e. the newest release.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import mlflow.pyfunc
+from mlflow.models import ModelSignature
+from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
+
+BUNDLE = "bundle"
+MODEL_STEM = "model"
+SCHEMA_FILE = "schema.yaml"
+MAX_ROWS = 10_000_000
+
+
+def registered_model_name(dataset: str) -> str:
+    return f"splice-{dataset}"
+
+
+def latest_model_uri(dataset: str) -> str:
+    return f"models:/{registered_model_name(dataset)}@latest"
+
+
+def _as_int(value: Any, what: str) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value.strip())
+    raise ValueError(f"{what} must be an integer, got {value!r}")
+
+
+def parse_requests(model_input: Any, default_seed: int, params: dict[str, Any] | None = None) -> list[tuple[int, int]]:
+    """(n_rows, seed) requests from an int, a dict, a list of ints, or a DataFrame with n_rows[, seed]."""
+    seed_param = None if not params or params.get("seed") is None else _as_int(params["seed"], "seed")
+    fallback = default_seed if seed_param is None else seed_param
+    if isinstance(model_input, pd.Series):
+        model_input = model_input.to_frame("n_rows") if model_input.name != "n_rows" else model_input.to_frame()
+    if isinstance(model_input, dict):
+        model_input = pd.DataFrame({k: np.atleast_1d(v) for k, v in model_input.items()})
+    if isinstance(model_input, np.ndarray):
+        model_input = model_input.reshape(-1).tolist()
+    if isinstance(model_input, (list, tuple)):
+        requests = [(_as_int(v, "n_rows"), fallback) for v in model_input]
+    elif isinstance(model_input, pd.DataFrame):
+        if "n_rows" not in model_input.columns:
+            if model_input.shape[1] != 1:
+                raise ValueError("model input must have a column 'n_rows' (and optionally 'seed')")
+            model_input = model_input.set_axis(["n_rows"], axis=1)
+        seeds = model_input["seed"] if "seed" in model_input.columns else [None] * len(model_input)
+        requests = [
+            (_as_int(n, "n_rows"), fallback if s is None or pd.isna(s) else _as_int(s, "seed"))
+            for n, s in zip(model_input["n_rows"], seeds)
+        ]
+    else:
+        requests = [(_as_int(model_input, "n_rows"), fallback)]
+    if not requests:
+        raise ValueError("model input holds no request")
+    for n, _ in requests:
+        if not 0 <= n <= MAX_ROWS:
+            raise ValueError(f"n_rows must be in [0, {MAX_ROWS}], got {n}")
+    return requests
+
+
+# MLflow warns (once per process, at class creation) that predict has no type hints; it has none on purpose:
+# the logged signature describes the input. record=True keeps that notice off the CLI's stderr.
+with warnings.catch_warnings(record=True):
+
+    class SpliceSynthesizer(mlflow.pyfunc.PythonModel):
+        """Samples synthetic rows from a release's fitted mixture (post-processing: no privacy cost)."""
+
+        def __init__(self, default_seed: int = 0) -> None:
+            self.default_seed = int(default_seed)
+
+        def load_context(self, context: Any) -> None:
+            from .sampling import load_model
+            from .schema import load_schema
+
+            bundle = Path(context.artifacts[BUNDLE])
+            self._model = load_model(bundle / MODEL_STEM)
+            self._schema = load_schema(bundle / SCHEMA_FILE)
+
+        def sample(self, n_rows: int, seed: int | None = None) -> pd.DataFrame:
+            from .sampling import sample_table
+
+            return sample_table(self._model, self._schema, int(n_rows), self.default_seed if seed is None else int(seed))
+
+        def predict(self, context, model_input, params=None):  # no type hints: MLflow would treat them as a schema
+            tables = [self.sample(n, seed) for n, seed in parse_requests(model_input, self.default_seed, params)]
+            return tables[0] if len(tables) == 1 else pd.concat(tables, ignore_index=True)
+
+
+def log_release_model(
+    public_dir: Path,
+    dataset: str,
+    release_id: str,
+    default_seed: int = 0,
+    register: bool = True,
+) -> dict[str, Any]:
+    """Log the release's model in the ACTIVE MLflow run and register it as ``splice-<dataset>``.
+
+    Returns the model URI, registered name and version (``None`` when not registered).
+    """
+    from .locations import package_version
+
+    with tempfile.TemporaryDirectory(prefix="splice-model-") as tmp:
+        bundle = Path(tmp) / BUNDLE
+        bundle.mkdir()
+        for name in (f"{MODEL_STEM}.npz", f"{MODEL_STEM}.json", SCHEMA_FILE):
+            shutil.copy2(public_dir / name, bundle / name)
+        name = registered_model_name(dataset) if register else None
+        signature = ModelSignature(
+            inputs=Schema([ColSpec("long", "n_rows"), ColSpec("long", "seed", required=False)]),
+            params=ParamSchema([ParamSpec("seed", "long", int(default_seed))]),
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            info = mlflow.pyfunc.log_model(
+                name="model",
+                python_model=SpliceSynthesizer(default_seed),
+                artifacts={BUNDLE: str(bundle)},
+                signature=signature,
+                # Explicit requirements: no dependency inference (it would load the model in a subprocess).
+                pip_requirements=[f"splice-assets=={package_version()}", "numpy", "pandas", "pyyaml", "torch"],
+                registered_model_name=name,
+                metadata={"release_id": release_id, "dataset": dataset, "visibility": "public"},
+                tags={"release_id": release_id, "dataset": dataset},
+            )
+    version = getattr(info, "registered_model_version", None)
+    if name is not None and version is not None:
+        client = mlflow.MlflowClient()
+        client.set_model_version_tag(name, str(version), "release_id", release_id)
+    return {
+        "model_uri": info.model_uri,
+        "registered_model_name": name,
+        "registered_model_version": None if version is None else int(version),
+    }

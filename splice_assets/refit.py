@@ -1,0 +1,167 @@
+"""Zero-cost refit: a new release fitted to a stored measurement, without touching real rows.
+
+The parent's public bundle holds the noisy moments (``measurement.npz/json``) and the public ``schema.yaml``.
+Refitting them with other fit settings (K, R, steps, seed) is post-processing: the ledger records the child
+with epsilon = 0 and a link to its parent, and the child gets its own public bundle and MLflow run. No
+fidelity report is made for a refit (that would need the real rows).
+
+Release folders are found through the ArtifactStore layout ``<artifact dir>/<dataset>/<release_id>/public``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .ledger import BudgetLedger, LedgerError, default_ledger_url, params_hash
+from .locations import artifact_dir, mlflow_artifact_location, tracking_uri
+from .measurement import Measurement
+from .schema import load_schema
+
+MANIFEST = "release.json"
+
+
+class ReleaseNotFound(LookupError):
+    """No release folder with that id (or prefix) exists under the artifact directory."""
+
+
+@dataclass(frozen=True)
+class ReleaseLocation:
+    release_id: str
+    dataset: str
+    root: Path
+
+    @property
+    def public_dir(self) -> Path:
+        return self.root / "public"
+
+    @property
+    def internal_dir(self) -> Path:
+        return self.root / "internal"
+
+    def manifest(self) -> dict[str, Any]:
+        path = self.public_dir / MANIFEST
+        if not path.is_file():
+            raise ReleaseNotFound(f"release {self.release_id!r} is incomplete: it has no public/{MANIFEST}")
+        return json.loads(path.read_text())
+
+
+def iter_releases(base: Path | None = None, dataset: str | None = None) -> list[ReleaseLocation]:
+    """Every release folder under the artifact directory (optionally of one dataset)."""
+    base = Path(base) if base is not None else artifact_dir()
+    if not base.is_dir():
+        return []
+    folders = [base / dataset] if dataset else sorted(p for p in base.iterdir() if p.is_dir())
+    out = []
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for root in sorted(p for p in folder.iterdir() if p.is_dir()):
+            out.append(ReleaseLocation(root.name, folder.name, root))
+    return out
+
+
+def find_release(release_id: str, base: Path | None = None) -> ReleaseLocation:
+    """The release folder of an id, or of a unique id prefix (at least 6 characters)."""
+    release_id = (release_id or "").strip()
+    if not release_id or "/" in release_id or release_id.startswith("."):
+        raise ReleaseNotFound(f"invalid release id {release_id!r}")
+    everything = iter_releases(base)
+    exact = [r for r in everything if r.release_id == release_id]
+    if len(exact) == 1:
+        return exact[0]
+    matches = exact or ([r for r in everything if r.release_id.startswith(release_id)] if len(release_id) >= 6 else [])
+    where = str(Path(base) if base is not None else artifact_dir())
+    if not matches:
+        raise ReleaseNotFound(f"no release {release_id!r} under {where}")
+    if len(matches) > 1:
+        raise ReleaseNotFound(f"release id {release_id!r} is ambiguous ({len(matches)} matches) under {where}")
+    return matches[0]
+
+
+def refit_release(
+    parent_release_id: str,
+    K: int | None = None,
+    R: int | None = None,
+    steps: int | None = None,
+    n_rows: int | None = None,
+    seed: int | None = None,
+    *,
+    base_dir: Path | str | None = None,
+    ledger_url: str | None = None,
+    mlflow_tracking_uri: str | None = None,
+    mlflow_artifact_root: str | None = None,
+    release_id: str | None = None,
+) -> dict[str, Any]:
+    """Refit the parent's stored noisy moments with new fit settings and write a zero-cost child release.
+
+    Unset settings default to the parent's. Returns ``write_release``'s summary (release id, folders, MLflow
+    run id, registered model version, ...).
+    """
+    from . import pipeline
+    from .fit import FitConfig
+    from .release import write_release
+    from .sampling import sample_table
+
+    base = Path(base_dir) if base_dir is not None else artifact_dir()
+    parent = find_release(parent_release_id, base)
+    manifest = parent.manifest()
+    dataset = manifest["dataset"]
+    measurement = Measurement.load(parent.public_dir / "measurement")
+    schema = load_schema(parent.public_dir / "schema.yaml")
+    if schema.name != dataset or measurement.dataset != dataset:
+        raise ValueError(f"release {parent.release_id!r}: its schema, measurement and manifest disagree on the dataset")
+    parent_params = dict(manifest.get("parameters") or {})
+    settings: dict[str, Any] = {
+        **parent_params,
+        "components": int(K if K is not None else parent_params.get("components", FitConfig.K)),
+        "rank": int(R if R is not None else parent_params.get("rank", FitConfig.R)),
+        "max_steps": int(steps if steps is not None else parent_params.get("max_steps", FitConfig.max_steps)),
+        "seed": int(seed if seed is not None else parent_params.get("seed", measurement.seed)),
+        "n_synthetic": int(n_rows if n_rows is not None else manifest.get("synthetic_rows") or measurement.n),
+        "refit_of": parent.release_id,
+    }
+    for key in ("components", "max_steps", "n_synthetic"):
+        if settings[key] < 1:
+            raise ValueError(f"{key} must be >= 1, got {settings[key]}")
+    if settings["rank"] < 0:
+        raise ValueError(f"rank must be >= 0, got {settings['rank']}")
+    config = FitConfig(K=settings["components"], R=settings["rank"], max_steps=settings["max_steps"], seed=settings["seed"])
+    child_id = release_id or uuid.uuid4().hex
+
+    ledger = BudgetLedger(ledger_url or default_ledger_url())
+    try:
+        # Fail before fitting if the ledger does not know the parent (no committed charged entry to derive from).
+        if not any(e.release_id == parent.release_id and e.status == "committed" for e in ledger.entries(dataset)):
+            raise LedgerError(f"the ledger has no committed entry for release {parent.release_id!r} of {dataset!r}")
+        model = pipeline.fit(measurement, schema, config)
+        synthetic = sample_table(model, schema, settings["n_synthetic"], settings["seed"])
+        entry_id = ledger.record_zero_cost(
+            dataset, child_id, parent.release_id, mechanism="refit",
+            params_hash=params_hash({k: v for k, v in settings.items() if k != "input_path"}),
+        )
+        root = base / dataset / child_id
+        return write_release(
+            release_id=child_id,
+            settings=settings,
+            schema=schema,
+            measurement=measurement,
+            model=model,
+            synthetic=synthetic,
+            report=None,
+            validation=None,
+            source_uri="",
+            ledger=ledger,
+            public_dir=root / "public",
+            internal_dir=root / "internal",
+            tracking_uri=mlflow_tracking_uri or tracking_uri(),
+            artifact_location=mlflow_artifact_location(mlflow_artifact_root),
+            dagster_run_id="",
+            parent_release_id=parent.release_id,
+            ledger_entry_id=entry_id,
+        )
+    finally:
+        ledger.close()

@@ -1,0 +1,198 @@
+"""A release as an MLflow run: every field logged, public bundle free of private values, registered model
+loadable in a fresh process, zero-cost refit linked to its parent."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from splice_assets.dagster_layer.assets import op_name
+from splice_assets.dagster_layer.automation import run_config_for
+from splice_assets.dagster_layer.config import ReleaseConfig
+from splice_assets.dagster_layer.definitions import build_definitions
+from splice_assets.datasets import DEMO_DATASET, demo_data_path
+from splice_assets.ledger import BudgetLedger
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = dict(k=8, n_directions=128, components=3, rank=1, max_steps=60, n_synthetic=2000)
+SECRET = "PLANTED_SECRET_93xk"
+EXTREME = 98765432.125
+SOURCE_MARK = "SRCURI_private_q7z"
+
+
+def environment(tmp: Path) -> dict[str, str]:
+    return {
+        "DAGSTER_HOME": str(tmp),
+        "SPLICE_LEDGER_URL": f"sqlite:///{tmp / 'ledger.sqlite'}",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}",
+        "SPLICE_ARTIFACT_DIR": str(tmp / "releases"),
+        "SPLICE_IO_DIR": str(tmp / "storage"),
+    }
+
+
+def planted_input(tmp: Path) -> Path:
+    """The demo table plus values that exist only in the 'real' data: an undeclared column, an undeclared
+    category and an out-of-bounds number."""
+    table = pd.read_csv(demo_data_path(), dtype=str)
+    table["notes"] = SECRET  # column the schema does not declare
+    table.loc[7, "occupation"] = SECRET  # category the schema does not declare
+    table.loc[11, "affairs"] = repr(EXTREME)  # far outside the public bound [0, 100]
+    path = tmp / f"input_{SOURCE_MARK}.csv"
+    table.to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("release_mlflow")
+    source = planted_input(tmp)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in environment(tmp).items():
+            mp.setenv(key, value)
+        job = build_definitions().resolve_job_def("release")
+        with dg.DagsterInstance.ephemeral() as instance:
+            result = job.execute_in_process(
+                run_config=run_config_for(ReleaseConfig(input_path=str(source), **FAST)), instance=instance
+            )
+        assert result.success
+        record = result.output_for_node(op_name("release"))
+        yield {"tmp": tmp, "source": source, "record": record, "dagster_run_id": result.run_id}
+
+
+def client_for(tmp: Path):
+    import mlflow
+
+    return mlflow.MlflowClient(tracking_uri=environment(tmp)["MLFLOW_TRACKING_URI"])
+
+
+def test_run_logs_every_field(released):
+    tmp, record = released["tmp"], released["record"]
+    run = client_for(tmp).get_run(record["mlflow_run_id"])
+    params, tags, metrics = run.data.params, run.data.tags, run.data.metrics
+    for key in ("dataset", "epsilon", "delta", "k", "n_directions", "components", "rank", "max_steps",
+                "n_synthetic", "seed", "holdout_fraction"):
+        assert key in params, key
+    assert "input_path" not in params and "source_uri" not in params
+    for key in ("epsilon", "delta", "sigma", "sensitivity", "relation", "L", "k", "n", "directions_seed",
+                "ledger_entry_id", "epsilon_cost", "lifetime_epsilon_spent", "lifetime_delta",
+                "lifetime_epsilon_remaining", "lifetime_epsilon_budget"):
+        assert f"privacy.{key}" in params, key
+    entries = BudgetLedger(environment(tmp)["SPLICE_LEDGER_URL"]).entries(DEMO_DATASET)
+    assert params["privacy.ledger_entry_id"] == entries[0].id
+    assert float(params["privacy.epsilon"]) == 1.0 and params["privacy.relation"] == "replace-one"
+    assert tags["dataset"] == DEMO_DATASET and tags["schema_version"] == "1"
+    assert tags["dagster_run_id"] == released["dagster_run_id"] and tags["release_id"] == record["release_id"]
+    assert tags["code.package_version"]
+    if (REPO / ".git").exists():
+        assert len(tags.get("code.git_sha", "")) == 40
+    assert "internal" in tags["visibility.metrics"]
+    assert "fit_loss" in metrics and "fit_final_loss" in metrics
+    assert any(k.startswith("internal.") for k in metrics)
+    # The logged dataset is the synthetic table, never the private input.
+    inputs = run.inputs.dataset_inputs
+    assert len(inputs) == 1 and "synthetic" in inputs[0].dataset.name
+    assert SOURCE_MARK not in json.dumps([i.dataset.source for i in inputs])
+    top = {a.path for a in client_for(tmp).list_artifacts(run.info.run_id)}
+    assert {"public", "internal"} <= top
+
+
+def public_bytes(released) -> dict[str, bytes]:
+    """Every public file: the bundle folder, the MLflow "public" artifacts and the registered model's artifacts."""
+    import mlflow
+
+    tmp, record = released["tmp"], released["record"]
+    files = {f"bundle/{p.name}": p.read_bytes() for p in Path(record["public_dir"]).rglob("*") if p.is_file()}
+    mlflow.set_tracking_uri(environment(tmp)["MLFLOW_TRACKING_URI"])
+    public = Path(mlflow.artifacts.download_artifacts(run_id=record["mlflow_run_id"], artifact_path="public",
+                                                      dst_path=str(tmp / "dl_public")))
+    files.update({f"mlflow/{p.relative_to(public)}": p.read_bytes() for p in public.rglob("*") if p.is_file()})
+    model = Path(mlflow.artifacts.download_artifacts(artifact_uri=record["model_uri"], dst_path=str(tmp / "dl_model")))
+    files.update({f"model/{p.relative_to(model)}": p.read_bytes() for p in model.rglob("*") if p.is_file()})
+    run = client_for(tmp).get_run(record["mlflow_run_id"])
+    files["mlflow-params-tags"] = json.dumps([run.data.params, run.data.tags]).encode()
+    return files
+
+
+def test_public_bundle_holds_no_private_value(released):
+    source, record = released["source"], released["record"]
+    raw = source.read_bytes()
+    assert SECRET.encode() in raw and repr(EXTREME).encode() in raw  # the plants are really in the input
+    audit = json.loads((Path(record["internal_dir"]) / "audit.json").read_text())
+    assert SOURCE_MARK in audit["source_uri"]  # the internal record does know the source
+    files = public_bytes(released)
+    assert any(name.startswith("mlflow/") for name in files) and any(name.startswith("model/") for name in files)
+    forbidden = {
+        "planted category": SECRET.encode(),
+        "planted number": b"98765432",
+        "planted number (float64 bytes)": struct.pack("<d", EXTREME),
+        "planted number (float32 bytes)": struct.pack("<f", EXTREME),
+        "source uri": SOURCE_MARK.encode(),
+        "source fingerprint": audit["source_sha256"].encode(),
+    }
+    for name, data in files.items():
+        assert "audit" not in name and "fidelity" not in name and "internal" not in name.split("/")[-1], name
+        for what, needle in forbidden.items():
+            assert needle not in data, f"{what} found in public file {name}"
+    manifest = json.loads(Path(record["public_dir"], "release.json").read_text())
+    assert "validation" not in manifest and "input_path" not in manifest["parameters"]
+    # The only row count in the bundle is the public n of the measurement (and the chosen synthetic size).
+    assert manifest["privacy"]["n"] == json.loads(Path(record["public_dir"], "measurement.json").read_text())["n"]
+
+
+def test_registered_model_samples_in_a_fresh_process(released):
+    tmp, record = released["tmp"], released["record"]
+    version = client_for(tmp).get_model_version_by_alias(f"splice-{DEMO_DATASET}", "latest")
+    assert version.tags["release_id"] == record["release_id"]
+    code = (
+        "import json, mlflow, pandas as pd\n"
+        f"m = mlflow.pyfunc.load_model('models:/splice-{DEMO_DATASET}@latest')\n"
+        "a = m.predict(pd.DataFrame({'n_rows': [50], 'seed': [1]}))\n"
+        "b = m.predict({'n_rows': 50}, params={'seed': 1})\n"
+        "print(json.dumps({'shape': list(a.shape), 'columns': list(a.columns), 'same': bool(a.equals(b)),"
+        " 'max_affairs': float(a['affairs'].max())}))\n"
+    )
+    env = {**os.environ, **environment(tmp)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    schema = pd.read_parquet(Path(record["public_dir"]) / "synthetic.parquet").columns.tolist()
+    assert out["shape"] == [50, len(schema)] and out["columns"] == schema
+    assert out["same"] and out["max_affairs"] <= 100.0
+
+
+def test_refit_costs_zero_and_links_its_parent(released, monkeypatch):
+    from splice_assets.refit import refit_release
+
+    tmp, parent = released["tmp"], released["record"]
+    for key, value in environment(tmp).items():
+        monkeypatch.setenv(key, value)
+    ledger = BudgetLedger(environment(tmp)["SPLICE_LEDGER_URL"])
+    spent_before = ledger.spent(DEMO_DATASET)
+    child = refit_release(parent["release_id"], K=2, R=1, steps=40, n_rows=500)
+    assert ledger.spent(DEMO_DATASET) == spent_before
+    entry = [e for e in ledger.entries(DEMO_DATASET) if e.release_id == child["release_id"]]
+    assert len(entry) == 1 and entry[0].epsilon == 0.0 and entry[0].parent_release_id == parent["release_id"]
+    manifest = json.loads(Path(child["public_dir"], "release.json").read_text())
+    assert manifest["parent_release_id"] == parent["release_id"] and manifest["kind"] == "refit"
+    assert manifest["privacy"]["epsilon_cost"] == 0.0 and manifest["privacy"]["ledger_entry_id"] == entry[0].id
+    assert manifest["parameters"]["components"] == 2 and manifest["synthetic_rows"] == 500
+    assert "no fidelity report" in manifest["fidelity_report"]
+    for name in ("measurement.npz", "measurement.json"):  # the very same noisy moments, no new draw
+        assert Path(child["public_dir"], name).read_bytes() == Path(parent["public_dir"], name).read_bytes()
+    run = client_for(tmp).get_run(child["mlflow_run_id"])
+    assert run.data.tags["parent_release_id"] == parent["release_id"]
+    assert float(run.data.params["privacy.epsilon_cost"]) == 0.0
+    assert not any(k.startswith("internal.") for k in run.data.metrics)
+    latest = client_for(tmp).get_model_version_by_alias(f"splice-{DEMO_DATASET}", "latest")
+    assert latest.tags["release_id"] == child["release_id"]
+    audit = json.loads(Path(child["internal_dir"], "audit.json").read_text())
+    assert audit["source_uri"] is None and audit["validation"] is None
