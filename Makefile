@@ -27,6 +27,10 @@ test: install
 test-slow: install
 	$(PY) -m pytest -q -m slow
 
+# Benchmark vs AIM/MST (bench/README section in README.md); e.g. make bench BENCH_ARGS="--quick".
+bench: install
+	$(PY) -m bench.run $(BENCH_ARGS)
+
 dagster-ui: install
 	$(VENV)/bin/dagster dev -f definitions.py
 

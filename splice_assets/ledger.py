@@ -312,6 +312,19 @@ class BudgetLedger:
         return [float(r.noise_multiplier) for r in rows]
 
     @staticmethod
+    def _counted_pure(conn: Connection, dataset: str) -> list[float]:
+        """Epsilons of counted pure epsilon-DP entries (no noise multiplier, epsilon > 0)."""
+        rows = conn.execute(
+            sa.select(entries_table.c.epsilon).where(
+                entries_table.c.dataset == dataset,
+                entries_table.c.status.in_(COUNTED_STATUSES),
+                entries_table.c.noise_multiplier.is_(None),
+                entries_table.c.epsilon > 0,
+            )
+        )
+        return [float(r.epsilon) for r in rows]
+
+    @staticmethod
     def _check_relation(conn: Connection, budget: Budget, relation: str) -> None:
         other = conn.execute(
             sa.select(entries_table.c.relation)
@@ -362,9 +375,10 @@ class BudgetLedger:
             budget = self._require_budget(conn, dataset)
             self._check_relation(conn, budget, relation)
             existing = self._counted_multipliers(conn, dataset)
-            total = compose_epsilon([*existing, nm], budget.delta_total)
+            pure = self._counted_pure(conn, dataset)
+            total = compose_epsilon([*existing, nm], budget.delta_total, pure)
             if total > budget.epsilon_total + BUDGET_TOLERANCE:
-                spent = compose_epsilon(existing, budget.delta_total)
+                spent = compose_epsilon(existing, budget.delta_total, pure)
                 raise BudgetExceeded(
                     f"privacy budget exceeded for dataset {dataset!r}: spent epsilon={spent:.6f} "
                     f"({len(existing)} release(s)), this release (epsilon={epsilon:g}, delta={delta:g}) would bring "
@@ -387,6 +401,35 @@ class BudgetLedger:
                     relation=relation,
                     params_hash=str(params_hash),
                     status=STATUS_RESERVED,
+                )
+            )
+        return entry_id
+
+    def reserve_pure(
+        self, dataset: str, release_id: str, mechanism: str, epsilon: float, relation: str, params_hash: str
+    ) -> str:
+        """Atomically reserve a pure epsilon-DP release (e.g. DP bound estimation); same rules as ``reserve``."""
+        if not (math.isfinite(epsilon) and epsilon > 0):
+            raise PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+        entry_id = uuid.uuid4().hex
+        with self._transaction() as conn:
+            budget = self._require_budget(conn, dataset)
+            self._check_relation(conn, budget, relation)
+            existing = self._counted_multipliers(conn, dataset)
+            pure = self._counted_pure(conn, dataset)
+            total = compose_epsilon(existing, budget.delta_total, [*pure, float(epsilon)])
+            if total > budget.epsilon_total + BUDGET_TOLERANCE:
+                raise BudgetExceeded(
+                    f"privacy budget exceeded for dataset {dataset!r}: {mechanism} at epsilon={epsilon:g} would bring "
+                    f"the total to epsilon={total:.6f} at delta={budget.delta_total:g}, "
+                    f"budget epsilon={budget.epsilon_total:g}"
+                )
+            conn.execute(
+                entries_table.insert().values(
+                    id=entry_id, dataset=dataset, release_id=str(release_id), parent_release_id=None,
+                    created_at=_utcnow(), mechanism=str(mechanism), noise_multiplier=None, sigma=None,
+                    sensitivity=None, epsilon=float(epsilon), delta=0.0, relation=relation,
+                    params_hash=str(params_hash), status=STATUS_RESERVED,
                 )
             )
         return entry_id
@@ -492,14 +535,21 @@ class BudgetLedger:
     def spent(self, dataset: str) -> tuple[float, float]:
         """(composed epsilon of reserved + committed entries, rounded up; the delta_total it is reported at)."""
         budget = self._get_budget(dataset)
-        multipliers = [e.noise_multiplier for e in self.entries(dataset) if e.counted and e.epsilon > 0]
-        return compose_epsilon(multipliers, budget.delta_total), budget.delta_total
+        multipliers, pure = self._counted_lists(dataset)
+        return compose_epsilon(multipliers, budget.delta_total, pure), budget.delta_total
 
     def projected(self, dataset: str, noise_multipliers: list[float]) -> float:
         """Composed epsilon (at delta_total) if releases with these sigma/Delta were added now."""
         budget = self._get_budget(dataset)
-        multipliers = [e.noise_multiplier for e in self.entries(dataset) if e.counted and e.epsilon > 0]
-        return compose_epsilon([*multipliers, *noise_multipliers], budget.delta_total)
+        multipliers, pure = self._counted_lists(dataset)
+        return compose_epsilon([*multipliers, *noise_multipliers], budget.delta_total, pure)
+
+    def _counted_lists(self, dataset: str) -> tuple[list[float], list[float]]:
+        counted = [e for e in self.entries(dataset) if e.counted and e.epsilon > 0]
+        return (
+            [e.noise_multiplier for e in counted if e.noise_multiplier is not None],
+            [e.epsilon for e in counted if e.noise_multiplier is None],
+        )
 
     def remaining(self, dataset: str) -> float:
         """epsilon_total - composed epsilon spent (>= 0). Composition is not additive: use ``projected`` to test whether a release fits."""

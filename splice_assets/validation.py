@@ -82,7 +82,9 @@ def check_duplicate_columns(columns: list[str]) -> None:
         raise StructuralError(f"column {repeated[0]!r}: duplicate column name in the input ({len(repeated)} repeated)")
 
 
-def check_structure(table: pd.DataFrame, schema: TableSchema, expected_version: int | None = None) -> None:
+def check_structure(
+    table: pd.DataFrame, schema: TableSchema, expected_version: int | None = None, require_bounds: bool = True
+) -> None:
     """Raise ``StructuralError`` for anything that is not a per-record problem."""
     if expected_version is not None and expected_version != schema.version:
         raise StructuralError(
@@ -94,7 +96,7 @@ def check_structure(table: pd.DataFrame, schema: TableSchema, expected_version: 
     for spec in schema.columns:
         if spec.name not in present:
             raise StructuralError(f"column {spec.name!r}: required by schema {schema.name!r} but missing from the input")
-        if spec.is_numeric and spec.bounds is None:
+        if require_bounds and spec.is_numeric and spec.bounds is None:
             raise StructuralError(f"column {spec.name!r}: bounds are 'auto' and have not been resolved")
     if len(table) < schema.n_min:
         raise StructuralError(
@@ -102,7 +104,7 @@ def check_structure(table: pd.DataFrame, schema: TableSchema, expected_version: 
         )
 
 
-def _parse_numbers(series: pd.Series) -> np.ndarray:
+def parse_numbers(series: pd.Series) -> np.ndarray:
     """Strict numeric parse: numbers stay numbers, text must be a plain decimal literal, else NaN."""
     if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype):
         return series.to_numpy(dtype=np.float64, na_value=np.nan)
@@ -117,7 +119,7 @@ def _clean_numeric(series: pd.Series, spec: ColumnSpec, counts: Counter) -> pd.S
     assert spec.bounds is not None
     lo, hi = spec.bounds
     was_missing = series.isna().to_numpy()
-    values = _parse_numbers(series)
+    values = parse_numbers(series)
     unparsed = np.isnan(values) & ~was_missing
     counts["unparseable_to_missing"] += int(unparsed.sum())
     counts["infinite_clipped"] += int(np.isinf(values).sum())

@@ -6,6 +6,7 @@ the real rows is labelled ``internal``.
 """
 
 
+import dataclasses
 from dataclasses import dataclass
 
 import dagster as dg
@@ -13,14 +14,15 @@ import numpy as np
 import pandas as pd
 
 from .. import pipeline, release as release_lib
+from ..bounds import BoundsEstimate, auto_columns, estimate_bounds
 from ..datasets import schema_path
 from ..encoding import encode, layout_for
 from ..fit import FitConfig, FittedMixture
-from ..measurement import Measurement
+from ..measurement import RELATION_REPLACE_ONE, Measurement
 from ..report import build_report
 from ..sampling import sample_table
 from ..schema import TableSchema, load_schema
-from ..validation import ValidationReport, read_table, validate
+from ..validation import ValidationReport, check_structure, read_table, validate
 from .config import ReleaseConfig, ReleaseSettings
 from .resources import ArtifactStore, LedgerResource, MlflowResource
 
@@ -52,6 +54,7 @@ class ValidatedInput:
     holdout: pd.DataFrame
     report: ValidationReport
     source_uri: str
+    bounds: BoundsEstimate | None = None
 
 
 @dataclass(frozen=True)
@@ -99,10 +102,23 @@ def split_holdout(table: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.D
     description="Structural validation (fail fast) and total record-level cleaning against the public schema.",
     check_specs=[dg.AssetCheckSpec("structure", asset=dg.AssetKey([PREFIX, "validated_table"]), blocking=True)],
 )
-def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig):
+def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, ledger: LedgerResource):
     settings = config.settings()
     schema = load_schema(schema_path(settings.dataset))
     raw = read_table(settings.resolved_input())
+    estimate = None
+    if auto_columns(schema):
+        # `bounds: auto`: an explicit share of epsilon buys DP bounds, charged as its own ledger entry.
+        check_structure(raw, schema, settings.schema_version, require_bounds=False)
+        bounds_epsilon = settings.epsilon * settings.bounds_epsilon_share
+        if bounds_epsilon <= 0:
+            raise dg.Failure(f"schema {schema.name!r} has auto bounds; set bounds_epsilon_share > 0")
+        with ledger.open(settings.dataset) as book:
+            schema, estimate = estimate_bounds(
+                raw, schema, bounds_epsilon, book, release_id_of(context), RELATION_REPLACE_ONE
+            )
+        settings = dataclasses.replace(settings, epsilon=settings.epsilon - bounds_epsilon)
+        context.log.info(f"auto bounds at epsilon={bounds_epsilon:g} (public DP estimates): {estimate.columns}")
     checked = validate(raw, schema, settings.schema_version)
     train, holdout = split_holdout(checked.table, settings.holdout_fraction, settings.seed)
     if len(train) < schema.n_min:
@@ -116,9 +132,13 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig):
         metadata={"columns": len(schema.columns), "schema_version": schema.version},
     )
     yield dg.Output(
-        ValidatedInput(settings, schema, train, holdout, checked.report, settings.resolved_input()),
+        ValidatedInput(settings, schema, train, holdout, checked.report, settings.resolved_input(), estimate),
         metadata={
             "dataset": schema.name,
+            "auto bounds (DP estimates)": dg.MetadataValue.json(
+                {} if estimate is None else {"epsilon": estimate.epsilon, "bounds": estimate.columns}
+            ),
+            "measurement epsilon": settings.epsilon,
             "schema_version": schema.version,
             "n (public)": len(train),
             "internal: repaired cells per kind": dg.MetadataValue.json(
@@ -326,6 +346,7 @@ def release(
             tracking_uri=mlflow.uri(),
             artifact_location=mlflow.artifact_location(),
             dagster_run_id=context.run_id,
+            bounds_estimate=validated_table.bounds,
         )
     context.log.info(f"release {release_id}: public bundle at {record['public_dir']}")
     return dg.Output(

@@ -27,6 +27,10 @@ class ReleaseConfig(dg.Config):
     n_synthetic: int = Field(default=0, description="Synthetic rows to sample; 0 = as many as the input.")
     seed: int = Field(default=0, description="Public seed: directions, initialisation, sampling, holdout split.")
     holdout_fraction: float = Field(default=0.2, description="Share of rows kept out of measurement for the report.")
+    bounds_epsilon_share: float = Field(
+        default=0.1,
+        description="Share of epsilon spent on DP bounds for schema columns with `bounds: auto` (unused otherwise).",
+    )
     marginal_share: float = Field(
         default=0.1, description="Share of the sensitivity budget (Delta^2) given to noisy 1-way marginals; 0 = off."
     )
@@ -59,11 +63,11 @@ class ReleaseConfig(dg.Config):
             raise ValueError(f"must be >= 0, got {value!r}")
         return value
 
-    @field_validator("marginal_share")
+    @field_validator("marginal_share", "bounds_epsilon_share")
     @classmethod
     def _share(cls, value: float) -> float:
         if not 0.0 <= value < 1.0:
-            raise ValueError(f"marginal_share must be in [0, 1), got {value!r}")
+            raise ValueError(f"a share must be in [0, 1), got {value!r}")
         return value
 
     @field_validator("holdout_fraction")
@@ -94,6 +98,7 @@ class ReleaseSettings:
     n_synthetic: int
     seed: int
     holdout_fraction: float
+    bounds_epsilon_share: float
     marginal_share: float
 
     def resolved_input(self) -> str:

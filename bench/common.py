@@ -1,0 +1,175 @@
+"""Shared helpers of the benchmark: paths, the 80/20 split, /usr/bin/time -v subprocesses, machine info.
+
+Everything here runs in the project venv except ``run_timed`` children, which may be any interpreter.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+# Raw rows (train/test splits, synthetic tables) live here: git-ignored, never committed.
+RAW_DIR = RESULTS_DIR / "raw"
+DATASETS_DIR = Path(os.environ.get("SPLICE_BENCH_DATASETS", "/work/shared/datasets"))
+TIME_BIN = "/usr/bin/time"
+DELTA = 1e-9
+TEST_FRACTION = 0.2
+SPLIT_SEED = 0
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment for a method subprocess: the same thread caps for every method (fairness on 2 cores)."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+        env[var] = str(threads)
+    env["SPLICE_BENCH_THREADS"] = str(threads)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = str(REPO_DIR) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def split_train_test(table: pd.DataFrame, seed: int = SPLIT_SEED) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """80/20 split by a seeded permutation: test = floor(0.2 n) rows, train = the rest (row order kept)."""
+    n = len(table)
+    perm = np.random.default_rng(seed).permutation(n)
+    n_test = int(np.floor(TEST_FRACTION * n))
+    test_idx, train_idx = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+    return table.iloc[train_idx].reset_index(drop=True), table.iloc[test_idx].reset_index(drop=True)
+
+
+def machine_info() -> dict[str, str]:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))  # type: ignore[union-attr]
+        mem = f"{kb / 1024 / 1024:.1f} GiB"
+    except (OSError, AttributeError):
+        pass
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": str(os.cpu_count()),
+        "cpu": cpu,
+        "memory": mem,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
+
+
+def ensure_time_binary() -> None:
+    """GNU time is needed for whole-process wall time and peak RSS; install Debian's package if missing."""
+    if Path(TIME_BIN).exists():
+        return
+    print("[bench] /usr/bin/time missing: installing Debian package 'time'", flush=True)
+    subprocess.run(["apt-get", "update", "-qq"], check=False)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "time"], check=True)
+
+
+def _parse_time_v(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    m = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text)
+    if m:
+        parts = [float(p) for p in m.group(1).split(":")]
+        secs = 0.0
+        for p in parts:
+            secs = secs * 60 + p
+        out["wall_s"] = secs
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    if m:
+        out["peak_rss_mb"] = int(m.group(1)) / 1024
+    for key, pat in (("user_s", r"User time \(seconds\): ([\d.]+)"), ("sys_s", r"System time \(seconds\): ([\d.]+)")):
+        m = re.search(pat, text)
+        if m:
+            out[key] = float(m.group(1))
+    m = re.search(r"Exit status: (\d+)", text)
+    if m:
+        out["exit_status"] = int(m.group(1))
+    return out
+
+
+def _session_hwm_kb(sid: int) -> int:
+    """Largest VmHWM (peak RSS, kB) among live processes of session ``sid`` (read just before a timeout kill)."""
+    best = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(proc.name)) != sid:
+                continue
+            m = re.search(r"VmHWM:\s+(\d+)", (proc / "status").read_text())
+            if m:
+                best = max(best, int(m.group(1)))
+        except (OSError, ProcessLookupError):
+            continue
+    return best
+
+
+def run_timed(cmd: list[str], log_path: Path, timeout: float | None, env: dict[str, str]) -> dict[str, object]:
+    """Run ``cmd`` under ``/usr/bin/time -v`` in its own session; returns status, wall_s, peak_rss_mb, ...
+
+    A timeout kills the whole session (only the processes this call started) and is reported as
+    ``status="timeout"`` with the wall time so far and the peak RSS seen up to the kill.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    time_out = log_path.with_suffix(".time")
+    full = [TIME_BIN, "-v", "-o", str(time_out), *cmd]
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(full, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        peak_kb = 0
+        status = "ok"
+        while True:
+            try:
+                proc.wait(timeout=2.0)
+                break
+            except subprocess.TimeoutExpired:
+                peak_kb = max(peak_kb, _session_hwm_kb(proc.pid))
+                if timeout is not None and time.perf_counter() - start > timeout:
+                    status = "timeout"
+                    peak_kb = max(peak_kb, _session_hwm_kb(proc.pid))
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    break
+    elapsed = time.perf_counter() - start
+    info: dict[str, object] = {"status": status, "wall_s": elapsed, "peak_rss_mb": peak_kb / 1024 if peak_kb else None}
+    if status == "ok":
+        parsed = _parse_time_v(time_out.read_text() if time_out.exists() else "")
+        info.update(parsed)
+        if proc.returncode != 0 or parsed.get("exit_status", 0) != 0:
+            info["status"] = "error"
+    return info
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def log_tail(path: Path, lines: int = 6) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(t.strip() for t in text[-lines:])[-400:]

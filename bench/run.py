@@ -1,0 +1,322 @@
+"""Benchmark entry point (issue 8): SPLICE (default and paper variant) vs AIM and MST, same data, same metrics.
+
+    .venv/bin/python -m bench.run --quick                       # both datasets, eps 1, seed 0, all methods
+    .venv/bin/python -m bench.run --datasets adult --epsilons 0.5 1 3 10 --seeds 0 1 2 --methods splice,mst
+    make bench BENCH_ARGS="--quick"
+
+For every dataset folder in /work/shared/datasets that has a schema in schemas/ (absent ones are skipped):
+validate with our schema, split 80/20 (seed 0), write the train split (git-ignored bench/results/raw/), and run
+each (method, epsilon, seed) in its own subprocess under ``/usr/bin/time -v`` (wall time, peak RSS of the whole
+process). Every synthetic table is read back through ``validation.validate`` and scored by the same
+``splice_assets.metrics.fidelity_metrics`` call against the same real test split. Results accumulate in
+bench/results/results.csv (a rerun of a (dataset, method, epsilon, seed) replaces its row) and
+bench/results/results.md is regenerated from the CSV each time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from bench.common import (
+    BENCH_DIR, DATASETS_DIR, DELTA, RAW_DIR, REPO_DIR, RESULTS_DIR, ensure_time_binary, log_tail, read_json,
+    run_timed, split_train_test, thread_env,
+)  # fmt: skip
+
+METHODS = ("splice", "splice_paper", "aim", "mst")
+MARGINAL_SHARE = {"splice": 0.1, "splice_paper": 0.0}
+PEERS_VENV = BENCH_DIR / ".venv-peers"
+PEERS_PY = PEERS_VENV / "bin" / "python"
+RESULTS_CSV = RESULTS_DIR / "results.csv"
+RESULTS_MD = RESULTS_DIR / "results.md"
+EVAL_SEED = 0  # metric randomness (subsamples, evaluation directions): the same for every run
+COLUMNS = [
+    "dataset", "method", "epsilon", "delta", "seed", "status", "wall_s", "peak_rss_mb", "user_s", "sys_s",
+    "t_import", "t_validate", "t_encode", "t_measure", "t_fit", "t_sample",
+    "tvd1", "tvd2", "tvd3", "sw1", "mmd", "assoc_err", "tstr", "tstr_metric", "tstr_acc",
+    "det_auc_lr", "det_auc_xgb", "dcr_closer_train", "dup_rows", "n_train", "n_test", "threads", "concurrent",
+    "preprocess_eps", "timeout_s", "score_s", "load1_start", "notes",
+]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Peers' virtualenv
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def ensure_peers_venv() -> str:
+    """Create bench/.venv-peers with smartnoise-synth if needed (torch pinned to the local CPU wheel)."""
+    check = [str(PEERS_PY), "-c", "import snsynth, mbi; from importlib.metadata import version as v; "
+             "print(v('smartnoise-synth'), v('mbi'), v('torch'), v('pandas'))"]  # fmt: skip
+    if PEERS_PY.exists():
+        out = subprocess.run(check, capture_output=True, text=True)
+        if out.returncode == 0:
+            return out.stdout.strip()
+    print("[bench] creating the peers' virtualenv bench/.venv-peers (smartnoise-synth)", flush=True)
+    subprocess.run(["python3", "-m", "venv", str(PEERS_VENV)], check=True)
+    subprocess.run(
+        [str(PEERS_PY), "-m", "pip", "install", "--quiet", "-c", str(REPO_DIR / "constraints.txt"), "smartnoise-synth"],
+        check=True,
+    )
+    return subprocess.run(check, capture_output=True, text=True, check=True).stdout.strip()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Prepared:
+    name: str
+    schema: object
+    schema_path: Path
+    train: pd.DataFrame
+    test: pd.DataFrame
+    train_csv: Path
+    domain_json: Path
+
+
+def public_domain(schema) -> dict:
+    """The schema's public domain for the peer runner: bounds, category lists, nullable, level counts."""
+    cols = []
+    for c in schema.columns:
+        entry = {"name": c.name, "numeric": bool(c.is_numeric), "nullable": bool(c.nullable), "integer": c.kind == "integer"}
+        if c.is_numeric:
+            entry["bounds"] = [float(b) for b in c.bounds]
+            levels = 16
+        elif c.kind == "boolean":
+            entry["categories"] = [False, True]
+            levels = 2
+        else:
+            entry["categories"] = [str(x) for x in c.categories]
+            levels = len(c.categories)
+        entry["levels"] = levels + (1 if c.nullable else 0)
+        cols.append(entry)
+    return {"name": schema.name, "columns": cols}
+
+
+def prepare(name: str) -> Prepared | None:
+    from splice_assets.datasets import schema_path
+    from splice_assets.schema import load_schema
+    from splice_assets.validation import read_table, validate
+
+    data = DATASETS_DIR / name / "data.csv.gz"
+    if not data.is_file():
+        print(f"[bench] dataset {name!r}: {data} not found, skipped", flush=True)
+        return None
+    try:
+        spath = schema_path(name)
+    except FileNotFoundError as exc:
+        print(f"[bench] dataset {name!r}: {exc}; skipped", flush=True)
+        return None
+    schema = load_schema(spath)
+    table = validate(read_table(data), schema).table
+    train, test = split_train_test(table)
+    out = RAW_DIR / name
+    out.mkdir(parents=True, exist_ok=True)
+    train_csv = out / "train.csv"
+    train.to_csv(train_csv, index=False)
+    domain_json = out / "domain.json"
+    domain_json.write_text(json.dumps(public_domain(schema), indent=1))
+    print(f"[bench] {name}: {len(train)} train / {len(test)} test rows, {len(schema.columns)} columns", flush=True)
+    return Prepared(name, schema, spath, train, test, train_csv, domain_json)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One run
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def run_method(p: Prepared, method: str, eps: float, seed: int, threads: int, aim_timeout: float) -> tuple[dict, Path | None]:
+    tag = f"{method}_eps{eps:g}_seed{seed}"
+    out_dir = RAW_DIR / p.name / tag
+    out_dir.mkdir(parents=True, exist_ok=True)
+    synth_csv, stats_json, log = out_dir / "synthetic.csv", out_dir / "stats.json", out_dir / "run.log"
+    for f in (synth_csv, stats_json):
+        f.unlink(missing_ok=True)
+    if method in MARGINAL_SHARE:
+        cmd = [
+            sys.executable, "-m", "bench.splice_runner", "--train", str(p.train_csv), "--schema", str(p.schema_path),
+            "--epsilon", str(eps), "--delta", str(DELTA), "--seed", str(seed),
+            "--marginal-share", str(MARGINAL_SHARE[method]), "--out", str(synth_csv), "--stats", str(stats_json),
+        ]  # fmt: skip
+        timeout = None
+    else:
+        cmd = [
+            str(PEERS_PY), str(BENCH_DIR / "peer_runner.py"), "--method", method, "--train", str(p.train_csv),
+            "--domain", str(p.domain_json), "--epsilon", str(eps), "--delta", str(DELTA), "--seed", str(seed),
+            "--out", str(synth_csv), "--stats", str(stats_json),
+        ]  # fmt: skip
+        timeout = aim_timeout if method == "aim" else None
+    print(f"[bench] {p.name} {tag}: running", flush=True)
+    load1 = os.getloadavg()[0]  # the machine may be shared: record how busy it was when the run started
+    info = run_timed(cmd, log, timeout, thread_env(threads))
+    stats = read_json(stats_json)
+    secs = stats.get("seconds", {})
+    row: dict = {
+        "dataset": p.name, "method": method, "epsilon": eps, "delta": DELTA, "seed": seed,
+        "status": info["status"], "wall_s": info.get("wall_s"), "peak_rss_mb": info.get("peak_rss_mb"),
+        "user_s": info.get("user_s"), "sys_s": info.get("sys_s"),
+        "t_import": secs.get("import"), "t_validate": secs.get("validate", secs.get("discretise")),
+        "t_encode": secs.get("encode"), "t_measure": secs.get("measure"), "t_fit": secs.get("fit"),
+        "t_sample": secs.get("sample"), "threads": threads, "timeout_s": timeout,
+        "n_train": len(p.train), "n_test": len(p.test), "load1_start": round(load1, 2),
+    }  # fmt: skip
+    notes = []
+    if method in MARGINAL_SHARE:
+        notes.append(f"marginal_share={MARGINAL_SHARE[method]}")
+    else:
+        row["preprocess_eps"] = 0.0
+        notes.append("16 equal-width bins over public bounds; iid sampler; measure inside fit")
+    if info["status"] == "timeout":
+        notes.append(f"timeout after {timeout:g}s (peak RSS up to the kill)")
+    elif info["status"] == "error":
+        notes.append("error: " + log_tail(log))
+    row["notes"] = "; ".join(notes)
+    ok = info["status"] == "ok" and synth_csv.is_file()
+    return row, (synth_csv if ok else None)
+
+
+def score(p: Prepared, synthetic: pd.DataFrame) -> dict:
+    from splice_assets.metrics import fidelity_metrics
+
+    t = time.perf_counter()
+    m = fidelity_metrics(p.train, p.test, synthetic, p.schema, EVAL_SEED, with_trtr=False)
+    h = m.headline()
+    primary = m.tstr.primary if m.tstr else None
+    dup = float(synthetic.astype(str).duplicated().mean()) if len(synthetic) else float("nan")
+    return {
+        "tvd1": h["tvd_1way"], "tvd2": h["tvd_2way"], "tvd3": h["tvd_3way"], "sw1": h["sliced_w1"], "mmd": h["mmd"],
+        "assoc_err": h["association_error"], "tstr": h.get(f"tstr_{primary}") if primary else None,
+        "tstr_metric": primary, "tstr_acc": h.get("tstr_accuracy"),
+        "det_auc_lr": h.get("detection_auc_logistic"), "det_auc_xgb": h.get("detection_auc_xgboost"),
+        "dcr_closer_train": h.get("dcr_share_closer_to_train"), "dup_rows": dup,
+        "score_s": round(time.perf_counter() - t, 1),
+    }  # fmt: skip
+
+
+def score_file(p: Prepared, path: Path) -> dict:
+    from splice_assets.validation import read_table, validate
+
+    return score(p, validate(read_table(path), p.schema).table)
+
+
+def reference_rows(p: Prepared) -> list[dict]:
+    """Non-DP references scored the same way: the real train split itself, and independent columns."""
+    from splice_assets.metrics import independent_marginals_baseline
+
+    rows = []
+    for method, table, note in (
+        ("ref_real_train", p.train, "non-DP ceiling: the real train split scored as if synthetic"),
+        ("ref_independent", independent_marginals_baseline(p.train, p.schema, len(p.train), EVAL_SEED),
+         "non-DP: each column resampled independently from the real train split"),
+    ):  # fmt: skip
+        row = {"dataset": p.name, "method": method, "epsilon": float("nan"), "delta": float("nan"), "seed": 0,
+               "status": "ok", "n_train": len(p.train), "n_test": len(p.test), "notes": note}  # fmt: skip
+        row.update(score(p, table))
+        rows.append(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Results
+# ----------------------------------------------------------------------------------------------------------------
+
+_LOCK = threading.Lock()
+
+
+def _key(values) -> str:
+    ds, method, eps, seed = values
+    eps = float(eps)
+    return f"{ds}|{method}|{'nan' if eps != eps else format(eps, 'g')}|{int(float(seed))}"
+
+
+def save_rows(new_rows: list[dict]) -> None:
+    with _LOCK:
+        old = pd.read_csv(RESULTS_CSV) if RESULTS_CSV.is_file() else pd.DataFrame(columns=COLUMNS)
+        new = pd.DataFrame(new_rows).reindex(columns=COLUMNS)
+        key = ["dataset", "method", "epsilon", "seed"]
+        if len(old):
+            old_keys = pd.Series([_key(r) for r in old[key].itertuples(index=False)], index=old.index)
+            new_keys = {_key(r) for r in new[key].itertuples(index=False)}
+            old = old[~old_keys.isin(new_keys)]
+        both = pd.concat([old.reindex(columns=COLUMNS), new], ignore_index=True) if len(old) else new
+        both = both.sort_values(["dataset", "method", "epsilon", "seed"], na_position="first", kind="stable")
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        both.to_csv(RESULTS_CSV, index=False, float_format="%.6g")
+        from bench.report import write_results_md
+
+        write_results_md(both, RESULTS_MD)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", nargs="+", default=None, help="default: every folder in /work/shared/datasets")
+    ap.add_argument("--epsilons", nargs="+", type=float, default=[0.5, 1, 3, 10])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--methods", default=",".join(METHODS), help="comma list of " + ",".join(METHODS))
+    ap.add_argument("--aim-timeout", type=float, default=1200.0, help="seconds; a timeout is recorded, not a crash")
+    ap.add_argument("--threads", type=int, default=1, help="BLAS/torch threads of every method process")
+    ap.add_argument("--aim-background", action="store_true",
+                    help="run the AIM queue in parallel with the other runs (2 processes at once; noted per row)")
+    ap.add_argument("--no-references", action="store_true", help="skip the non-DP reference rows")
+    ap.add_argument("--quick", action="store_true", help="eps 1, seed 0, AIM timeout 900 s, all methods")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.epsilons, args.seeds, args.aim_timeout = [1.0], [0], min(args.aim_timeout, 900.0)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        ap.error(f"unknown methods {sorted(unknown)}")
+    ensure_time_binary()
+    if {"aim", "mst"} & set(methods):
+        print(f"[bench] peers venv: smartnoise-synth, mbi, torch, pandas = {ensure_peers_venv()}", flush=True)
+    found = sorted(d.name for d in DATASETS_DIR.iterdir() if d.is_dir()) if DATASETS_DIR.is_dir() else []
+    prepared = [p for p in (prepare(n) for n in (args.datasets or found)) if p is not None]
+    if not prepared:
+        print("[bench] no datasets found; nothing to do", flush=True)
+        return
+    if not args.no_references:
+        for p in prepared:
+            save_rows(reference_rows(p))
+
+    jobs = [(p, m, e, s) for p in prepared for e in args.epsilons for s in args.seeds for m in methods]
+    main_jobs = [j for j in jobs if j[1] != "aim"]
+    aim_jobs = [j for j in jobs if j[1] == "aim"]  # AIM is slowest: last, or in its own lane
+    concurrent = args.aim_background and bool(aim_jobs) and bool(main_jobs)
+
+    def do(job) -> None:
+        p, m, e, s = job
+        row, synth = run_method(p, m, e, s, args.threads, args.aim_timeout)
+        row["concurrent"] = concurrent
+        if synth is not None:
+            row.update(score_file(p, synth))
+        save_rows([row])
+        wall = row.get("wall_s")
+        print(f"[bench] {p.name} {m} eps={e:g} seed={s}: {row['status']} wall={wall:.1f}s "
+              f"rss={row.get('peak_rss_mb') or float('nan'):.0f}MB tvd2={row.get('tvd2', float('nan'))}", flush=True)  # fmt: skip
+
+    if concurrent:
+        lane = threading.Thread(target=lambda: [do(j) for j in aim_jobs], daemon=False)
+        lane.start()
+        for j in main_jobs:
+            do(j)
+        lane.join()
+    else:
+        for j in main_jobs + aim_jobs:
+            do(j)
+    print(f"[bench] wrote {RESULTS_CSV} and {RESULTS_MD}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
