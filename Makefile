@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 export GX_ANALYTICS_ENABLED ?= false
+export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR ?= false
 export PYTHONUNBUFFERED = 1
 
 .PHONY: install demo test test-slow bench dagster-ui mlflow-ui clean

@@ -31,6 +31,17 @@ TEST_FRACTION = 0.2
 SPLIT_SEED = 0
 
 
+def code_version() -> str:
+    """Short HEAD of the repo, with '+dirty' when splice_assets/ differs from it (the code a run measured)."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO_DIR), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO_DIR), "diff", "--quiet", "HEAD", "--", "splice_assets"]).returncode
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def thread_env(threads: int) -> dict[str, str]:
     """Environment for a method subprocess: the same thread caps for every method (fairness on 2 cores)."""
     env = dict(os.environ)

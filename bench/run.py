@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.common import (
-    BENCH_DIR, DATASETS_DIR, DELTA, RAW_DIR, REPO_DIR, RESULTS_DIR, ensure_time_binary, log_tail, read_json,
+    BENCH_DIR, DATASETS_DIR, code_version, DELTA, RAW_DIR, REPO_DIR, RESULTS_DIR, ensure_time_binary, log_tail, read_json,
     run_timed, split_train_test, thread_env,
 )  # fmt: skip
 
@@ -44,7 +44,7 @@ COLUMNS = [
     "t_import", "t_validate", "t_encode", "t_measure", "t_fit", "t_sample",
     "tvd1", "tvd2", "tvd3", "sw1", "mmd", "assoc_err", "tstr", "tstr_metric", "tstr_acc",
     "det_auc_lr", "det_auc_xgb", "dcr_closer_train", "dup_rows", "n_train", "n_test", "threads", "concurrent",
-    "preprocess_eps", "timeout_s", "score_s", "load1_start", "notes",
+    "preprocess_eps", "timeout_s", "score_s", "load1_start", "code_version", "notes",
 ]  # fmt: skip
 
 
@@ -171,6 +171,7 @@ def run_method(p: Prepared, method: str, eps: float, seed: int, threads: int, ai
         "t_encode": secs.get("encode"), "t_measure": secs.get("measure"), "t_fit": secs.get("fit"),
         "t_sample": secs.get("sample"), "threads": threads, "timeout_s": timeout,
         "n_train": len(p.train), "n_test": len(p.test), "load1_start": round(load1, 2),
+        "code_version": code_version(),
     }  # fmt: skip
     notes = []
     if method in MARGINAL_SHARE:

@@ -25,7 +25,7 @@ import pandas as pd
 import yaml
 from scipy.special import ndtr
 
-from bench.common import DELTA, RAW_DIR, RESULTS_DIR, ensure_time_binary, log_tail, read_json, run_timed, thread_env
+from bench.common import DELTA, code_version, RAW_DIR, RESULTS_DIR, ensure_time_binary, log_tail, read_json, run_timed, thread_env
 from bench.report import _fmt, machine_header
 
 NS = [12_500, 50_000, 100_000, 200_000, 400_000]
@@ -108,7 +108,7 @@ def run_cell(n: int, d: int, eps: float, method: str, threads: int) -> dict:
     stats = read_json(stats_json)
     row = {"n": n, "d": d, "method": method, "epsilon": eps, "status": info["status"], "wall_s": info.get("wall_s"),
            "peak_rss_mb": info.get("peak_rss_mb"), "user_s": info.get("user_s"), "threads": threads,
-           "load1_start": round(load1, 2)}  # fmt: skip
+           "load1_start": round(load1, 2), "code_version": code_version()}  # fmt: skip
     for s in STAGES:
         row[f"t_{s}"] = stats.get("seconds", {}).get(s)
         row[f"rss_{s}_mb"] = stats.get("stage_peak_rss_mb", {}).get(s)
