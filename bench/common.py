@@ -6,6 +6,7 @@ Everything here runs in the project venv except ``run_timed`` children, which ma
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import platform
@@ -32,12 +33,13 @@ SPLIT_SEED = 0
 
 
 def code_version() -> str:
-    """Short HEAD of the repo, with '+dirty' when splice_assets/ differs from it (the code a run measured)."""
+    """Short HEAD of the repo, with '+dirty:<hash of the diff>' when splice_assets/ differs from it (the code a run measured)."""
     try:
         head = subprocess.run(["git", "-C", str(REPO_DIR), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO_DIR), "diff", "--quiet", "HEAD", "--", "splice_assets"]).returncode
-        return head + ("+dirty" if dirty else "")
+        diff = subprocess.run(["git", "-C", str(REPO_DIR), "diff", "HEAD", "--", "splice_assets"], capture_output=True,
+                              check=True).stdout
+        return head + (f"+dirty:{hashlib.sha1(diff).hexdigest()[:8]}" if diff else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

@@ -129,6 +129,11 @@ def write_results_md(df: pd.DataFrame, path: Path) -> None:
         if ratio_rows:
             lines += ["Wall-time ratio (ours / peer; < 1 means we are faster; `< x` when the peer timed out):", "",
                       "| ours | ε | ÷ AIM | ÷ MST |", "|---|---|---|---|", *ratio_rows, ""]  # fmt: skip
+    if "code_version" in df:
+        runs = df[~df["method"].astype(str).str.startswith("ref_")]
+        versions = runs["code_version"].fillna("(not recorded)").astype(str).value_counts()
+        lines += ["Code measured (git HEAD of the repo at each run; column `code_version` in results.csv): "
+                  + ", ".join(f"`{v}` × {c}" for v, c in versions.items()) + ".", ""]
     if s["concurrent"].any():
         lines += ["`*` = run while the AIM lane ran in parallel (2 processes on the machine's cores at once).", ""]
     path.write_text("\n".join(lines))

@@ -96,6 +96,8 @@ def main() -> None:
 @click.option("--k", "k", default=DEFAULT_K, show_default=True, type=int, help="Highest moment order k.")
 @click.option("--ledger-url", default=None, help="SQLAlchemy URL of the budget ledger [default: $SPLICE_LEDGER_URL "
               "or $DAGSTER_HOME/ledger.sqlite].")
+@click.option("--marginal-share", default=0.1, show_default=True, type=float,
+              help="Share of Delta^2 given to the noisy 1-way marginals (0 = the paper's moments only).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(
     schema_path: str,
@@ -104,15 +106,18 @@ def plan(
     delta: float,
     n_directions: int,
     k: int,
+    marginal_share: float,
     ledger_url: str | None,
     as_json: bool,
 ) -> None:
     """Show sensitivity, sigma, per-order noise and the budget left, from public inputs only (no data read)."""
+    from .pipeline import make_plan
+
     try:
         schema = load_schema(schema_path)
         validate_parameters(epsilon, delta, k, n_directions, schema.n_min, n=n)
-        cal = calibrate(epsilon, delta, n, n_directions, k)
-    except (SchemaError, PrivacyParameterError) as exc:
+        _, cal = make_plan(schema, n, epsilon, delta, n_directions, k, marginal_share=marginal_share)
+    except (SchemaError, PrivacyParameterError, ValueError) as exc:
         raise fail(exc) from None
     url = ledger_url or default_ledger_url()
     try:
@@ -134,6 +139,8 @@ def plan(
         "sigma": cal.sigma,
         "noise_multiplier": cal.noise_multiplier,
         "noise_std_per_order": stds,
+        "marginal_share": marginal_share,
+        "marginal_noise_std": None if cal.marginal_weight == 0 else cal.marginal_noise_std(),
         "budget_remaining": None if budget is None else budget["epsilon_remaining"],
         "budget": budget,
     }
@@ -143,11 +150,16 @@ def plan(
     click.echo(f"dataset            {schema.name} (schema v{schema.version}), relation {cal.relation}")
     click.echo(f"n, L, k            {n}, {n_directions}, {k}")
     click.echo(f"epsilon, delta     {cal.epsilon:g}, {cal.delta:g}")
-    click.echo(f"sensitivity Delta  {cal.sensitivity:.6g}  (2/n sqrt(L H_k), float slack {cal.slack:.1e})")
+    click.echo(
+        f"sensitivity Delta  {cal.sensitivity:.6g}  (sqrt(4 L H_k + 2 w^2 C)/n with marginal share "
+        f"{marginal_share:g}, float slack {cal.slack:.1e})"
+    )
     click.echo(f"sigma              {cal.sigma:.6g}  (sigma/Delta = {cal.noise_multiplier:.4f})")
     click.echo("noise std of raw moment order j (sigma sqrt(j)):")
     for j, s in enumerate(stds, start=1):
         click.echo(f"  j={j:<3d} {s:.6g}")
+    if cal.marginal_weight > 0:
+        click.echo(f"noise std of a 1-way marginal frequency: {cal.marginal_noise_std():.6g}")
     if budget is None:
         click.echo(f"budget             none set for {schema.name!r} in {_redact(url)}")
     else:

@@ -48,6 +48,22 @@ class FitConfig:
 
 
 @dataclass(frozen=True)
+class MarginalTargets:
+    """Noisy 1-way frequencies (concatenated in ``moments.marginal_sizes`` order) and their public weight w.
+
+    In the loss each cell's residual is scaled by w, like its noise in the mechanism (noise std sigma / w).
+    """
+
+    frequencies: np.ndarray
+    weight: float
+    numeric_bins: int
+
+    def per_coordinate(self, layout: EncodingLayout) -> list[np.ndarray]:
+        sizes = [c.levels if c.is_discrete else self.numeric_bins for c in layout.coordinates]
+        return list(np.split(np.asarray(self.frequencies, dtype=np.float64), np.cumsum(sizes)[:-1]))
+
+
+@dataclass(frozen=True)
 class FittedMixture:
     """A fitted model plus its fit record. ``params`` is all sampling needs; the rest is diagnostics."""
 
@@ -64,26 +80,12 @@ class FittedMixture:
     seconds_per_step: float
     config: FitConfig
     holdout_losses: dict[int, float] = field(default_factory=dict)
+    #: The noisy 1-way marginals the fit saw (public mechanism output); sampling can match them exactly.
+    marginal_targets: MarginalTargets | None = None
 
     @property
     def loss_over_noise_floor(self) -> float:
         return self.final_loss / self.noise_floor if self.noise_floor > 0 else math.inf
-
-
-@dataclass(frozen=True)
-class MarginalTargets:
-    """Noisy 1-way frequencies (concatenated in ``moments.marginal_sizes`` order) and their public weight w.
-
-    In the loss each cell's residual is scaled by w, like its noise in the mechanism (noise std sigma / w).
-    """
-
-    frequencies: np.ndarray
-    weight: float
-    numeric_bins: int
-
-    def per_coordinate(self, layout: EncodingLayout) -> list[np.ndarray]:
-        sizes = [c.levels if c.is_discrete else self.numeric_bins for c in layout.coordinates]
-        return list(np.split(np.asarray(self.frequencies, dtype=np.float64), np.cumsum(sizes)[:-1]))
 
 
 def noise_floor(sigma: float, k: int, n_directions: int = 1, marginal_cells: int = 0) -> float:
@@ -317,6 +319,7 @@ def fit_mixture(
         seconds_per_step=fit_seconds / max(len(curve), 1),
         config=replace(config, K=K),
         holdout_losses=holdout,
+        marginal_targets=marginals,
     )
 
 

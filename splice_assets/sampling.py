@@ -15,15 +15,21 @@ import numpy as np
 import pandas as pd
 
 from .encoding import Coordinate, EncodingLayout, decode, layout_for
-from .fit import FitConfig, FittedMixture
+from .fit import FitConfig, FittedMixture, MarginalTargets
 from .model import MixtureParameters
 from .schema import TableSchema
 
 FORMAT_VERSION = 1
 
 
-def sample_cube(model: FittedMixture, n_rows: int, seed: int) -> np.ndarray:
-    """``n_rows`` rows (n, d) in [-1, 1] from the fitted mixture; deterministic given ``seed``."""
+def sample_cube(model: FittedMixture, n_rows: int, seed: int, match_marginals: bool = False) -> np.ndarray:
+    """``n_rows`` rows (n, d) in [-1, 1] from the fitted mixture; deterministic given ``seed``.
+
+    With ``match_marginals`` and noisy 1-way marginals in the model, each coordinate is then re-mapped onto
+    them keeping row ranks (``match_to_marginals``): post-processing of mechanism outputs, no privacy cost.
+    Off by default: measured at eps = 1 it helps adult (1-way TVD 0.042 -> 0.034, 2-way 0.160 -> 0.150) but hurts
+    the 5k-row demo (0.037 -> 0.044), where the noisy cells are noisier than the fitted model's marginals.
+    """
     if n_rows < 0:
         raise ValueError(f"n_rows must be >= 0, got {n_rows}")
     layout, p = model.layout, model.params
@@ -45,14 +51,60 @@ def sample_cube(model: FittedMixture, n_rows: int, seed: int) -> np.ndarray:
             block[:, cont] = gauss
         start += n_c
     out = out[rng.permutation(n_rows)]
-    return np.clip(out, -1.0, 1.0, out=out)
+    np.clip(out, -1.0, 1.0, out=out)
+    if match_marginals and model.marginal_targets is not None and n_rows:
+        out = match_to_marginals(out, layout, model.marginal_targets, rng)
+    return out
 
 
-def sample_table(model: FittedMixture, schema: TableSchema, n_rows: int, seed: int) -> pd.DataFrame:
+def target_counts(frequencies: np.ndarray, n_rows: int) -> np.ndarray:
+    """Integer cell counts summing to ``n_rows`` from noisy frequencies (clipped at 0, largest remainder)."""
+    p = np.clip(np.nan_to_num(np.asarray(frequencies, dtype=np.float64)), 0.0, None)
+    p = p / p.sum() if p.sum() > 0 else np.full(p.shape, 1.0 / p.size)
+    raw = p * n_rows
+    counts = np.floor(raw).astype(np.int64)
+    short = n_rows - counts.sum()
+    counts[np.argsort(counts - raw, kind="stable")[:short]] += 1
+    return counts
+
+
+def match_to_marginals(
+    cube: np.ndarray, layout: EncodingLayout, targets: MarginalTargets, rng: np.random.Generator
+) -> np.ndarray:
+    """Re-map every coordinate onto its noisy 1-way marginal, keeping the order of the rows' values.
+
+    Rows are sorted by value (ties broken at random) and cut into consecutive runs of the target cell counts.
+    A discrete coordinate takes its cell's grid level; a continuous value already inside its cell stays, one
+    outside is clipped to the cell (so spikes at the public bounds survive). Joint structure is kept as far as
+    ranks carry it; only rows at the cut points move.
+    """
+    out = cube.copy()
+    n = len(cube)
+    for i, (coord, freq) in enumerate(zip(layout.coordinates, targets.per_coordinate(layout))):
+        counts = target_counts(freq, n)
+        order = np.lexsort((rng.random(n), cube[:, i]))
+        cells = np.repeat(np.arange(len(counts)), counts)
+        assigned = np.empty(n, dtype=np.int64)
+        assigned[order] = cells
+        if coord.is_discrete:
+            out[:, i] = coord.grid()[assigned]
+        else:
+            width = 2.0 / targets.numeric_bins
+            start = -1.0 + assigned * width
+            # A hair inside the cell so floating-point binning agrees; the outer edges stay exactly at +-1.
+            lo = np.where(assigned == 0, -1.0, start + 1e-9 * width)
+            hi = np.where(assigned == targets.numeric_bins - 1, 1.0, start + (1 - 1e-9) * width)
+            out[:, i] = np.clip(cube[:, i], lo, hi)
+    return out
+
+
+def sample_table(
+    model: FittedMixture, schema: TableSchema, n_rows: int, seed: int, match_marginals: bool = False
+) -> pd.DataFrame:
     """Sample and decode into the schema's columns, order and dtypes."""
     if layout_for(schema) != model.layout:
         raise ValueError(f"the model's layout does not match schema {schema.name!r}")
-    return decode(sample_cube(model, n_rows, seed), schema)
+    return decode(sample_cube(model, n_rows, seed, match_marginals), schema)
 
 
 def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
@@ -69,6 +121,8 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
         "loss_curve": model.loss_curve,
     }
     arrays.update({f"probs_{t}": table for t, table in enumerate(p.probs)})
+    if model.marginal_targets is not None:
+        arrays["marginal_frequencies"] = np.asarray(model.marginal_targets.frequencies, dtype=np.float64)
     np.savez(npz, **arrays)
     meta = {
         "format_version": FORMAT_VERSION,
@@ -84,6 +138,8 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
         "seconds_per_step": model.seconds_per_step,
         "config": asdict(model.config),
         "holdout_losses": {str(k): v for k, v in model.holdout_losses.items()},
+        "marginal_weight": None if model.marginal_targets is None else model.marginal_targets.weight,
+        "numeric_bins": None if model.marginal_targets is None else model.marginal_targets.numeric_bins,
     }
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
     return npz, meta_path
@@ -105,6 +161,11 @@ def load_model(stem: str | Path) -> FittedMixture:
             diag=data["diag"],
         )
         curve = data["loss_curve"]
+        targets = None
+        if "marginal_frequencies" in data:
+            targets = MarginalTargets(
+                data["marginal_frequencies"], float(meta["marginal_weight"]), int(meta["numeric_bins"])
+            )
     params.check(layout)
     cfg = dict(meta["config"])
     cfg["candidate_K"] = tuple(cfg.get("candidate_K", ()))
@@ -122,6 +183,7 @@ def load_model(stem: str | Path) -> FittedMixture:
         seconds_per_step=float(meta["seconds_per_step"]),
         config=FitConfig(**cfg),
         holdout_losses={int(k): float(v) for k, v in meta["holdout_losses"].items()},
+        marginal_targets=targets,
     )
 
 

@@ -53,7 +53,7 @@ def plan_json(schema_file, ledger_url, *extra: str) -> dict:
     ("eps", "delta", "ratio"), [("1", "1e-6", 4.2247), ("0.5", "1e-6", 8.0576), ("3", "1e-6", 1.5439), ("1", "1e-9", 5.4953)]
 )
 def test_plan_json_golden(schema_file, ledger_url, eps, delta, ratio):
-    out = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", eps, "--delta", delta)
+    out = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", eps, "--delta", delta, "--marginal-share", "0")
     for key in ("sensitivity", "sigma", "epsilon", "delta", "L", "k", "n", "noise_std_per_order", "budget_remaining"):
         assert key in out
     assert (out["n"], out["L"], out["k"]) == (20000, 1024, 16)
@@ -67,11 +67,23 @@ def test_plan_json_golden(schema_file, ledger_url, eps, delta, ratio):
 
 
 def test_plan_golden_value_and_options(schema_file, ledger_url):
-    out = plan_json(schema_file, ledger_url, "--n", "10000", "--epsilon", "1", "--delta", "1e-9", "--L", "64", "--k", "4")
+    out = plan_json(
+        schema_file, ledger_url, "--n", "10000", "--epsilon", "1", "--delta", "1e-9", "--L", "64", "--k", "4",
+        "--marginal-share", "0",
+    )
     assert (out["L"], out["k"]) == (64, 4)
     assert out["sensitivity"] == pytest.approx(2 / 10000 * math.sqrt(64 * (1 + 1 / 2 + 1 / 3 + 1 / 4)), rel=1e-8)
     assert out["sigma"] == pytest.approx(out["sensitivity"] * 5.4953, rel=1e-4)
     assert len(out["noise_std_per_order"]) == 4
+
+
+def test_plan_default_includes_the_marginal_queries(schema_file, ledger_url):
+    paper = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-9", "--marginal-share", "0")
+    default = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-9")
+    assert default["marginal_share"] == 0.1
+    assert (default["sensitivity"] / paper["sensitivity"]) ** 2 == pytest.approx(1 / 0.9, rel=1e-6)
+    assert round(default["sigma"] / default["sensitivity"], 4) == 5.4953  # same privacy, larger Delta
+    assert default["marginal_noise_std"] > 0 and paper["marginal_noise_std"] is None
 
 
 def test_plan_does_not_create_a_ledger(schema_file, tmp_path):

@@ -143,3 +143,22 @@ def test_marginal_gradients_are_finite_at_the_edges():
     out = MarginalEvaluator(LAYOUT, BINS)(q2)
     (out**2).sum().backward()
     assert torch.isfinite(means.grad).all() and torch.isfinite(diag.grad).all()
+
+
+def test_matching_to_marginals_hits_the_targets_and_keeps_ranks():
+    from splice_assets.fit import MarginalTargets
+    from splice_assets.sampling import match_to_marginals, target_counts
+
+    rng = np.random.default_rng(9)
+    cube = random_rows(rng, 2000)
+    sizes = marginal_sizes(LAYOUT, BINS)
+    targets_freq = np.concatenate([rng.dirichlet(np.ones(s)) for s in sizes])
+    targets_freq[0] -= 0.01  # noisy targets may be slightly off the simplex; counts still sum to n
+    matched = match_to_marginals(cube, LAYOUT, MarginalTargets(targets_freq, 5.0, BINS), np.random.default_rng(1))
+    counts = marginal_counts(matched, LAYOUT, BINS).counts
+    for block, target in zip(np.split(counts, np.cumsum(sizes)[:-1]), np.split(targets_freq, np.cumsum(sizes)[:-1])):
+        np.testing.assert_array_equal(block, target_counts(target, 2000))
+    # ranks of the continuous coordinate are preserved (non-decreasing map)
+    order = np.argsort(cube[:, 0], kind="stable")
+    assert np.all(np.diff(matched[order, 0]) >= 0)
+    assert target_counts(np.array([0.5, -0.2, 0.7]), 10).tolist() == [4, 0, 6]

@@ -262,7 +262,7 @@ def synthetic_table(mixture_model: FittedModel, unit_ball_encoding: EncodedInput
     m = mixture_model
     s = m.settings
     n_rows = s.n_synthetic or unit_ball_encoding.x.shape[0]
-    table = sample_table(m.model, m.schema, n_rows, s.seed)
+    table = sample_table(m.model, m.schema, n_rows, s.seed, match_marginals=s.match_marginals)
     return dg.Output(
         SyntheticTable(s, m.schema, table),
         metadata={

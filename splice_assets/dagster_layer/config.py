@@ -31,6 +31,9 @@ class ReleaseConfig(dg.Config):
         default=0.1,
         description="Share of epsilon spent on DP bounds for schema columns with `bounds: auto` (unused otherwise).",
     )
+    match_marginals: bool = Field(
+        default=False, description="Re-map sampled columns onto the noisy 1-way marginals (rank-preserving)."
+    )
     marginal_share: float = Field(
         default=0.1, description="Share of the sensitivity budget (Delta^2) given to noisy 1-way marginals; 0 = off."
     )
@@ -99,6 +102,7 @@ class ReleaseSettings:
     seed: int
     holdout_fraction: float
     bounds_epsilon_share: float
+    match_marginals: bool
     marginal_share: float
 
     def resolved_input(self) -> str:
