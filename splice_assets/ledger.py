@@ -300,29 +300,17 @@ class BudgetLedger:
         return int(conn.execute(query).scalar_one())
 
     @staticmethod
-    def _counted_multipliers(conn: Connection, dataset: str) -> list[float]:
+    def _counted(conn: Connection, dataset: str) -> tuple[list[float], list[float]]:
+        """Noise multipliers of counted Gaussian entries and epsilons of counted pure-DP entries (epsilon > 0)."""
         rows = conn.execute(
-            sa.select(entries_table.c.noise_multiplier).where(
+            sa.select(entries_table.c.noise_multiplier, entries_table.c.epsilon).where(
                 entries_table.c.dataset == dataset,
                 entries_table.c.status.in_(COUNTED_STATUSES),
-                entries_table.c.noise_multiplier.is_not(None),
                 entries_table.c.epsilon > 0,
             )
-        )
-        return [float(r.noise_multiplier) for r in rows]
-
-    @staticmethod
-    def _counted_pure(conn: Connection, dataset: str) -> list[float]:
-        """Epsilons of counted pure epsilon-DP entries (no noise multiplier, epsilon > 0)."""
-        rows = conn.execute(
-            sa.select(entries_table.c.epsilon).where(
-                entries_table.c.dataset == dataset,
-                entries_table.c.status.in_(COUNTED_STATUSES),
-                entries_table.c.noise_multiplier.is_(None),
-                entries_table.c.epsilon > 0,
-            )
-        )
-        return [float(r.epsilon) for r in rows]
+        ).all()
+        gaussian = [float(r.noise_multiplier) for r in rows if r.noise_multiplier is not None]
+        return gaussian, [float(r.epsilon) for r in rows if r.noise_multiplier is None]
 
     @staticmethod
     def _check_relation(conn: Connection, budget: Budget, relation: str) -> None:
@@ -374,8 +362,7 @@ class BudgetLedger:
         with self._transaction() as conn:
             budget = self._require_budget(conn, dataset)
             self._check_relation(conn, budget, relation)
-            existing = self._counted_multipliers(conn, dataset)
-            pure = self._counted_pure(conn, dataset)
+            existing, pure = self._counted(conn, dataset)
             total = compose_epsilon([*existing, nm], budget.delta_total, pure)
             if total > budget.epsilon_total + BUDGET_TOLERANCE:
                 spent = compose_epsilon(existing, budget.delta_total, pure)
@@ -415,8 +402,7 @@ class BudgetLedger:
         with self._transaction() as conn:
             budget = self._require_budget(conn, dataset)
             self._check_relation(conn, budget, relation)
-            existing = self._counted_multipliers(conn, dataset)
-            pure = self._counted_pure(conn, dataset)
+            existing, pure = self._counted(conn, dataset)
             total = compose_epsilon(existing, budget.delta_total, [*pure, float(epsilon)])
             if total > budget.epsilon_total + BUDGET_TOLERANCE:
                 raise BudgetExceeded(
@@ -545,11 +531,10 @@ class BudgetLedger:
         return compose_epsilon([*multipliers, *noise_multipliers], budget.delta_total, pure)
 
     def _counted_lists(self, dataset: str) -> tuple[list[float], list[float]]:
-        counted = [e for e in self.entries(dataset) if e.counted and e.epsilon > 0]
-        return (
-            [e.noise_multiplier for e in counted if e.noise_multiplier is not None],
-            [e.epsilon for e in counted if e.noise_multiplier is None],
-        )
+        with self.engine.connect() as conn:
+            counted = self._counted(conn, dataset)
+            conn.rollback()
+        return counted
 
     def remaining(self, dataset: str) -> float:
         """epsilon_total - composed epsilon spent (>= 0). Composition is not additive: use ``projected`` to test whether a release fits."""
