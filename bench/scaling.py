@@ -153,6 +153,10 @@ def write_md(df: pd.DataFrame) -> None:
             lines.append(f"- d = {int(d)}: time(n={int(hi['n']):,}) / time(n={int(lo['n']):,}) ({hi['n'] / lo['n']:.0f}× rows): "
                          + ", ".join(parts))  # fmt: skip
         lines.append("")
+    if "code_version" in df:
+        versions = df["code_version"].fillna("(not recorded)").astype(str).value_counts()
+        lines += ["Code measured (git HEAD at each cell; `code_version` and the start load average `load1_start` are in "
+                  "scaling.csv): " + ", ".join(f"`{v}` × {c}" for v, c in versions.items()) + ".", ""]
     SCALING_MD.write_text("\n".join(lines))
 
 

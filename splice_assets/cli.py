@@ -96,7 +96,7 @@ def main() -> None:
 @click.option("--k", "k", default=DEFAULT_K, show_default=True, type=int, help="Highest moment order k.")
 @click.option("--ledger-url", default=None, help="SQLAlchemy URL of the budget ledger [default: $SPLICE_LEDGER_URL "
               "or $DAGSTER_HOME/ledger.sqlite].")
-@click.option("--marginal-share", default=0.1, show_default=True, type=float,
+@click.option("--marginal-share", default=0.03, show_default=True, type=float,
               help="Share of Delta^2 given to the noisy 1-way marginals (0 = the paper's moments only).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(

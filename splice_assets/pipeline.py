@@ -28,7 +28,7 @@ class MomentsOutOfRange(RuntimeError):
     """Exact statistics were not finite or out of range: a bug upstream. Raised before any budget is reserved."""
 
 
-DEFAULT_MARGINAL_SHARE = 0.1
+DEFAULT_MARGINAL_SHARE = 0.03  # measured: 0.1 lost adult TSTR (AUC 0.50), 0.03 kept 0.81 with better TVD
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,8 @@ def test_plan_golden_value_and_options(schema_file, ledger_url):
 def test_plan_default_includes_the_marginal_queries(schema_file, ledger_url):
     paper = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-9", "--marginal-share", "0")
     default = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-9")
-    assert default["marginal_share"] == 0.1
-    assert (default["sensitivity"] / paper["sensitivity"]) ** 2 == pytest.approx(1 / 0.9, rel=1e-6)
+    assert default["marginal_share"] == 0.03
+    assert (default["sensitivity"] / paper["sensitivity"]) ** 2 == pytest.approx(1 / 0.97, rel=1e-6)
     assert round(default["sigma"] / default["sensitivity"], 4) == 5.4953  # same privacy, larger Delta
     assert default["marginal_noise_std"] > 0 and paper["marginal_noise_std"] is None
 

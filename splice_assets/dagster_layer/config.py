@@ -9,6 +9,7 @@ import dagster as dg
 from pydantic import Field, field_validator
 
 from ..datasets import DEMO_DATASET, demo_data_path
+from ..pipeline import DEFAULT_MARGINAL_SHARE
 
 
 class ReleaseConfig(dg.Config):
@@ -35,7 +36,8 @@ class ReleaseConfig(dg.Config):
         default=False, description="Re-map sampled columns onto the noisy 1-way marginals (rank-preserving)."
     )
     marginal_share: float = Field(
-        default=0.1, description="Share of the sensitivity budget (Delta^2) given to noisy 1-way marginals; 0 = off."
+        default=DEFAULT_MARGINAL_SHARE,
+        description="Share of the sensitivity budget (Delta^2) given to noisy 1-way marginals; 0 = off.",
     )
 
     @field_validator("epsilon")
