@@ -18,7 +18,6 @@ import argparse
 import math
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

@@ -27,7 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from .ledger import BudgetLedger, LedgerError, budgets_table, default_ledger_url
 from .locations import artifact_dir, dagster_home
 from .refit import ReleaseLocation, find_release, iter_releases
-from .privacy import PrivacyParameterError, calibrate, validate_parameters
+from .privacy import PrivacyParameterError, validate_parameters
 from .schema import SchemaError, load_schema
 
 DEFAULT_L = 1024

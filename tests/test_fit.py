@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import inspect
-import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import statsmodels
 import torch
 
 from splice_assets.encoding import Coordinate, EncodingLayout, encode, layout_for
 from splice_assets.fit import FitConfig, fit_measurement, fit_mixture
 from splice_assets.measurement import Measurement
 from splice_assets.model import MixtureParameters, model_moments
-from splice_assets.moments import direction_scales, draw_directions, harmonic, moment_sums
+from splice_assets.moments import direction_scales, draw_directions, harmonic
 from splice_assets.sampling import from_parameters, sample_cube, sample_table
 from splice_assets.schema import parse_schema
 from splice_assets.validation import conform, validate

@@ -10,7 +10,7 @@ import torch
 from numpy.polynomial import chebyshev as C
 
 from splice_assets.encoding import Coordinate, EncodingLayout
-from splice_assets.model import Bounds, MixtureModule, MixtureParameters, MomentEvaluator, TorchMixture, model_moments
+from splice_assets.model import Bounds, MixtureModule, MixtureParameters, MomentEvaluator, model_moments
 from splice_assets.moments import direction_scales, draw_directions
 
 torch.set_num_threads(1)

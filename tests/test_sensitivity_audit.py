@@ -112,7 +112,6 @@ def test_rows_on_the_bounds_all_corner_pairs():
     d, k, n = 4, 12, 5
     diagonal = np.ones((1, d)) / math.sqrt(d)  # corners project to exactly +-1 (and rounding may overshoot)
     directions = np.vstack([diagonal, -diagonal, draw_directions(3, 14, d)])
-    L = directions.shape[0]
     corners = np.array(np.meshgrid(*[[-1.0, 1.0]] * d)).reshape(d, -1).T
     rng = np.random.default_rng(8)
     base = rng.uniform(-1, 1, size=(n, d))
