@@ -358,39 +358,13 @@ class BudgetLedger:
             )
         if not (math.isfinite(epsilon) and epsilon > 0 and 0 < delta < 1):
             raise PrivacyParameterError(f"per-release (epsilon, delta) must be > 0, got ({epsilon!r}, {delta!r})")
-        entry_id = uuid.uuid4().hex
-        with self._transaction() as conn:
-            budget = self._require_budget(conn, dataset)
-            self._check_relation(conn, budget, relation)
-            existing, pure = self._counted(conn, dataset)
-            total = compose_epsilon([*existing, nm], budget.delta_total, pure)
-            if total > budget.epsilon_total + BUDGET_TOLERANCE:
-                spent = compose_epsilon(existing, budget.delta_total, pure)
-                raise BudgetExceeded(
-                    f"privacy budget exceeded for dataset {dataset!r}: spent epsilon={spent:.6f} "
-                    f"({len(existing)} release(s)), this release (epsilon={epsilon:g}, delta={delta:g}) would bring "
-                    f"the total to epsilon={total:.6f} at delta={budget.delta_total:g}, "
-                    f"budget epsilon={budget.epsilon_total:g}"
-                )
-            conn.execute(
-                entries_table.insert().values(
-                    id=entry_id,
-                    dataset=dataset,
-                    release_id=str(release_id),
-                    parent_release_id=parent_release_id,
-                    created_at=_utcnow(),
-                    mechanism=str(mechanism),
-                    noise_multiplier=nm,
-                    sigma=float(sigma),
-                    sensitivity=float(sensitivity),
-                    epsilon=float(epsilon),
-                    delta=float(delta),
-                    relation=relation,
-                    params_hash=str(params_hash),
-                    status=STATUS_RESERVED,
-                )
-            )
-        return entry_id
+        return self._reserve(
+            dataset, relation, [nm], [],
+            f"this release (epsilon={epsilon:g}, delta={delta:g})",
+            release_id=str(release_id), parent_release_id=parent_release_id, mechanism=str(mechanism),
+            noise_multiplier=nm, sigma=float(sigma), sensitivity=float(sensitivity), epsilon=float(epsilon),
+            delta=float(delta), params_hash=str(params_hash),
+        )
 
     def reserve_pure(
         self, dataset: str, release_id: str, mechanism: str, epsilon: float, relation: str, params_hash: str
@@ -398,26 +372,35 @@ class BudgetLedger:
         """Atomically reserve a pure epsilon-DP release (e.g. DP bound estimation); same rules as ``reserve``."""
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-        entry_id = uuid.uuid4().hex
+        return self._reserve(
+            dataset, relation, [], [float(epsilon)], f"{mechanism} at epsilon={epsilon:g}",
+            release_id=str(release_id), parent_release_id=None, mechanism=str(mechanism), noise_multiplier=None,
+            sigma=None, sensitivity=None, epsilon=float(epsilon), delta=0.0, params_hash=str(params_hash),
+        )
+
+    def _reserve(
+        self, dataset: str, relation: str, multipliers: list[float], pure: list[float], what: str, **fields: Any
+    ) -> str:
+        """Compose all counted entries plus the new one at delta_total inside one locked transaction; refuse with
+        ``BudgetExceeded`` if the rounded-up total exceeds epsilon_total, else insert the entry as reserved."""
         with self._transaction() as conn:
             budget = self._require_budget(conn, dataset)
             self._check_relation(conn, budget, relation)
-            existing, pure = self._counted(conn, dataset)
-            total = compose_epsilon(existing, budget.delta_total, [*pure, float(epsilon)])
+            existing, existing_pure = self._counted(conn, dataset)
+            total = compose_epsilon([*existing, *multipliers], budget.delta_total, [*existing_pure, *pure])
             if total > budget.epsilon_total + BUDGET_TOLERANCE:
+                spent = compose_epsilon(existing, budget.delta_total, existing_pure)
                 raise BudgetExceeded(
-                    f"privacy budget exceeded for dataset {dataset!r}: {mechanism} at epsilon={epsilon:g} would bring "
-                    f"the total to epsilon={total:.6f} at delta={budget.delta_total:g}, "
-                    f"budget epsilon={budget.epsilon_total:g}"
+                    f"privacy budget exceeded for dataset {dataset!r}: spent epsilon={spent:.6f} "
+                    f"({len(existing) + len(existing_pure)} release(s)), {what} would bring the total to "
+                    f"epsilon={total:.6f} at delta={budget.delta_total:g}, budget epsilon={budget.epsilon_total:g}"
                 )
-            conn.execute(
-                entries_table.insert().values(
-                    id=entry_id, dataset=dataset, release_id=str(release_id), parent_release_id=None,
-                    created_at=_utcnow(), mechanism=str(mechanism), noise_multiplier=None, sigma=None,
-                    sensitivity=None, epsilon=float(epsilon), delta=0.0, relation=relation,
-                    params_hash=str(params_hash), status=STATUS_RESERVED,
-                )
-            )
+            return self._insert(conn, dataset=dataset, relation=relation, status=STATUS_RESERVED, **fields)
+
+    @staticmethod
+    def _insert(conn: Connection, **fields: Any) -> str:
+        entry_id = uuid.uuid4().hex
+        conn.execute(entries_table.insert().values(id=entry_id, created_at=_utcnow(), **fields))
         return entry_id
 
     def _transition(self, entry_id: str, target: str) -> None:
@@ -454,7 +437,6 @@ class BudgetLedger:
 
         The parent release must have a committed entry for the dataset (the charged measurement it reuses).
         """
-        entry_id = uuid.uuid4().hex
         with self._transaction() as conn:
             budget = self._require_budget(conn, dataset)
             relation = budget.relation if relation is None else relation
@@ -472,25 +454,11 @@ class BudgetLedger:
                 raise LedgerError(
                     f"dataset {dataset!r} has no committed release {parent_release_id!r} to derive a zero-cost release from"
                 )
-            conn.execute(
-                entries_table.insert().values(
-                    id=entry_id,
-                    dataset=dataset,
-                    release_id=str(release_id),
-                    parent_release_id=str(parent_release_id),
-                    created_at=_utcnow(),
-                    mechanism=str(mechanism),
-                    noise_multiplier=None,
-                    sigma=None,
-                    sensitivity=None,
-                    epsilon=0.0,
-                    delta=0.0,
-                    relation=relation,
-                    params_hash=str(params_hash),
-                    status=STATUS_COMMITTED,
-                )
+            return self._insert(
+                conn, dataset=dataset, release_id=str(release_id), parent_release_id=str(parent_release_id),
+                mechanism=str(mechanism), noise_multiplier=None, sigma=None, sensitivity=None, epsilon=0.0,
+                delta=0.0, relation=relation, params_hash=str(params_hash), status=STATUS_COMMITTED,
             )
-        return entry_id
 
     # -- reports -------------------------------------------------------------------------------------------
 
