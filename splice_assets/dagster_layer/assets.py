@@ -7,6 +7,7 @@ the real rows is labelled ``internal``.
 
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import dagster as dg
@@ -37,7 +38,10 @@ def op_name(asset: str) -> str:
 
 
 CONFIG_OP = op_name("validated_table")  # the one op that takes run config
+
 OWNERS = ["team:data-platform"]
+# Every asset of the chain shares its key prefix, group and owners.
+splice_asset = functools.partial(dg.asset, key_prefix=PREFIX, group_name=GROUP, owners=OWNERS)
 INTERNAL = "internal (computed from real rows; never release)"
 
 
@@ -94,10 +98,7 @@ def split_holdout(table: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.D
     return (table.iloc[order[:cut]].reset_index(drop=True), table.iloc[order[cut:]].reset_index(drop=True))
 
 
-@dg.asset(
-    key_prefix=PREFIX,
-    group_name=GROUP,
-    owners=OWNERS,
+@splice_asset(
     kinds={"pandas", "pandera"},
     description="Structural validation (fail fast) and total record-level cleaning against the public schema.",
     check_specs=[dg.AssetCheckSpec("structure", asset=dg.AssetKey([PREFIX, "validated_table"]), blocking=True)],
@@ -148,10 +149,7 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
     )
 
 
-@dg.asset(
-    key_prefix=PREFIX,
-    group_name=GROUP,
-    owners=OWNERS,
+@splice_asset(
     kinds={"numpy"},
     description="Public min-max / grid encoding of the measured part into [-1, 1]^d (ball scaling at measurement).",
 )
@@ -165,10 +163,7 @@ def unit_ball_encoding(validated_table: ValidatedInput) -> dg.Output[EncodedInpu
     )
 
 
-@dg.asset(
-    key_prefix=PREFIX,
-    group_name=GROUP,
-    owners=OWNERS,
+@splice_asset(
     kinds={"numpy"},
     description="Noisy sliced Chebyshev moments under a ledger-recorded (epsilon, delta) spend.",
     check_specs=[dg.AssetCheckSpec(
@@ -224,10 +219,7 @@ def private_moments(
     )
 
 
-@dg.asset(
-    key_prefix=PREFIX,
-    group_name=GROUP,
-    owners=OWNERS,
+@splice_asset(
     kinds={"torch"},
     description="Mixture fitted to the noisy moments by gradient descent (post-processing, no privacy cost).",
 )
@@ -251,10 +243,7 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
     )
 
 
-@dg.asset(
-    key_prefix=PREFIX,
-    group_name=GROUP,
-    owners=OWNERS,
+@splice_asset(
     kinds={"pandas"},
     description="Rows sampled from the fitted mixture, clipped to [-1, 1] and decoded to the schema.",
 )
@@ -275,10 +264,7 @@ def synthetic_table(mixture_model: FittedModel, unit_ball_encoding: EncodedInput
     )
 
 
-@dg.asset(
-    key_prefix=PREFIX,
-    group_name=GROUP,
-    owners=OWNERS,
+@splice_asset(
     kinds={"html"},
     description="INTERNAL fidelity report: synthetic vs the real holdout (reads real rows; never release).",
 )
@@ -309,10 +295,7 @@ def fidelity_report(
     )
 
 
-@dg.asset(
-    key_prefix=PREFIX,
-    group_name=GROUP,
-    owners=OWNERS,
+@splice_asset(
     kinds={"mlflow"},
     description="The release: public bundle + internal audit record, tracked as an MLflow run.",
 )
