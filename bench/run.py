@@ -16,6 +16,7 @@ bench/results/results.md is regenerated from the CSV each time.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import subprocess
@@ -33,7 +34,11 @@ from bench.common import (
 )  # fmt: skip
 
 METHODS = ("splice", "splice_paper", "aim", "mst")
-MARGINAL_SHARE = {"splice": 0.1, "splice_paper": 0.0}
+# Our methods: the product defaults, and the paper's configuration (moments only, L = 1024, K = 5, R = 2).
+SPLICE_ARGS = {
+    "splice": [],
+    "splice_paper": ["--marginal-share", "0", "--n-directions", "1024", "--K", "5", "--R", "2"],
+}
 PEERS_VENV = BENCH_DIR / ".venv-peers"
 PEERS_PY = PEERS_VENV / "bin" / "python"
 RESULTS_CSV = RESULTS_DIR / "results.csv"
@@ -144,11 +149,11 @@ def run_method(p: Prepared, method: str, eps: float, seed: int, threads: int, ai
     synth_csv, stats_json, log = out_dir / "synthetic.csv", out_dir / "stats.json", out_dir / "run.log"
     for f in (synth_csv, stats_json):
         f.unlink(missing_ok=True)
-    if method in MARGINAL_SHARE:
+    if method in SPLICE_ARGS:
         cmd = [
             sys.executable, "-m", "bench.splice_runner", "--train", str(p.train_csv), "--schema", str(p.schema_path),
             "--epsilon", str(eps), "--delta", str(DELTA), "--seed", str(seed),
-            "--marginal-share", str(MARGINAL_SHARE[method]), "--out", str(synth_csv), "--stats", str(stats_json),
+            "--out", str(synth_csv), "--stats", str(stats_json), *SPLICE_ARGS[method],
         ]  # fmt: skip
         timeout = None
     else:
@@ -174,8 +179,8 @@ def run_method(p: Prepared, method: str, eps: float, seed: int, threads: int, ai
         "code_version": code_version(),
     }  # fmt: skip
     notes = []
-    if method in MARGINAL_SHARE:
-        notes.append(f"marginal_share={MARGINAL_SHARE[method]}")
+    if method in SPLICE_ARGS:
+        notes.append(" ".join(SPLICE_ARGS[method]) or "product defaults")
     else:
         row["preprocess_eps"] = 0.0
         notes.append("16 equal-width bins over public bounds; iid sampler; measure inside fit")
@@ -243,7 +248,10 @@ def _key(values) -> str:
 
 
 def save_rows(new_rows: list[dict]) -> None:
-    with _LOCK:
+    """Merge rows into results.csv; locked across threads and across bench processes run side by side."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    with _LOCK, open(RESULTS_DIR / ".results.lock", "w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
         old = pd.read_csv(RESULTS_CSV) if RESULTS_CSV.is_file() else pd.DataFrame(columns=COLUMNS)
         new = pd.DataFrame(new_rows).reindex(columns=COLUMNS)
         key = ["dataset", "method", "epsilon", "seed"]

@@ -5,7 +5,7 @@ Reads the train CSV, validates it with the public schema, then runs the stages o
 can be reported; writes the synthetic CSV and a JSON of stage timings.
 
     python -m bench.splice_runner --train T.csv --schema S.yaml --epsilon 1 --delta 1e-9 --seed 0 \
-        --marginal-share 0.1 --out synth.csv --stats stats.json
+        --out synth.csv --stats stats.json
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, required=True)
     ap.add_argument("--delta", type=float, default=1e-9)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--marginal-share", type=float, default=0.1)
-    ap.add_argument("--n-directions", type=int, default=1024)
-    ap.add_argument("--k", type=int, default=16)
+    ap.add_argument("--marginal-share", type=float, default=None, help="default: the product's")
+    ap.add_argument("--n-directions", type=int, default=None, help="default: the product's")
+    ap.add_argument("--k", type=int, default=None, help="default: the product's")
+    ap.add_argument("--K", type=int, default=None, help="mixture components; default: the product's")
+    ap.add_argument("--R", type=int, default=None, help="covariance rank; default: the product's")
     ap.add_argument("--out", default=None, help="synthetic CSV (omit to skip writing)")
     ap.add_argument("--stats", required=True)
     args = ap.parse_args()
@@ -51,14 +53,16 @@ def main() -> None:
     with timer.stage("encode"):
         x = encode(table, schema)
     with timer.stage("measure"):
+        chosen = {"n_directions": args.n_directions, "k": args.k, "marginal_share": args.marginal_share}
         plan, calibration = make_plan(
-            schema, len(table), args.epsilon, args.delta, args.n_directions, args.k, args.seed,
-            marginal_share=args.marginal_share,
-        )  # fmt: skip
+            schema, len(table), args.epsilon, args.delta, seed=args.seed, **{k: v for k, v in chosen.items() if v is not None}
+        )
         measurement = measure(x, schema, plan, calibration)
     del x
     with timer.stage("fit"):
-        model = fit(measurement, schema, FitConfig(seed=args.seed, threads=threads))
+        shape = {"K": args.K, "R": args.R}
+        config = FitConfig(seed=args.seed, threads=threads, **{k: v for k, v in shape.items() if v is not None})
+        model = fit(measurement, schema, config)
     with timer.stage("sample"):
         synthetic = sample_table(model, schema, len(table), args.seed)
     if args.out:

@@ -27,11 +27,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from .ledger import BudgetLedger, LedgerError, budgets_table, default_ledger_url
 from .locations import artifact_dir, dagster_home
 from .refit import ReleaseLocation, find_release, iter_releases
-from .privacy import PrivacyParameterError, validate_parameters
+from .privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, PrivacyParameterError, validate_parameters
 from .schema import SchemaError, load_schema
 
-DEFAULT_L = 1024
-DEFAULT_K = 16
 
 
 def _one_line(exc: BaseException) -> str:
@@ -91,12 +89,12 @@ def main() -> None:
 @click.option("--n", "n", required=True, type=int, help="Public number of rows n (replace-one neighbours).")
 @click.option("--epsilon", required=True, type=float, help="Per-release epsilon.")
 @click.option("--delta", required=True, type=float, help="Per-release delta, in (0, 1/n_min).")
-@click.option("--L", "--n-directions", "n_directions", default=DEFAULT_L, show_default=True, type=int,
+@click.option("--L", "--n-directions", "n_directions", default=DEFAULT_N_DIRECTIONS, show_default=True, type=int,
               help="Number of random directions L.")
 @click.option("--k", "k", default=DEFAULT_K, show_default=True, type=int, help="Highest moment order k.")
 @click.option("--ledger-url", default=None, help="SQLAlchemy URL of the budget ledger [default: $SPLICE_LEDGER_URL "
               "or $DAGSTER_HOME/ledger.sqlite].")
-@click.option("--marginal-share", default=0.03, show_default=True, type=float,
+@click.option("--marginal-share", default=DEFAULT_MARGINAL_SHARE, show_default=True, type=float,
               help="Share of Delta^2 given to the noisy 1-way marginals (0 = the paper's moments only).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(
@@ -318,10 +316,10 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
               help="CSV (optionally .gz) or Parquet input; optional only for the bundled demo dataset.")
 @click.option("--epsilon", required=True, type=float, help="Epsilon of this release's measurement.")
 @click.option("--delta", required=True, type=float, help="Delta of this release, in (0, 1/n_min).")
-@click.option("--k", "k", default=None, type=int, help="Highest Chebyshev order k [default: 16].")
-@click.option("--L", "--n-directions", "n_directions", default=None, type=int, help="Directions L [default: 1024].")
-@click.option("--K", "--components", "components", default=None, type=int, help="Mixture components K [default: 5].")
-@click.option("--R", "--rank", "rank", default=None, type=int, help="Covariance rank R [default: 2].")
+@click.option("--k", "k", default=None, type=int, help=f"Highest Chebyshev order k [default: {DEFAULT_K}].")
+@click.option("--L", "--n-directions", "n_directions", default=None, type=int, help=f"Directions L [default: {DEFAULT_N_DIRECTIONS}].")
+@click.option("--K", "--components", "components", default=None, type=int, help="Mixture components K [default: 10].")
+@click.option("--R", "--rank", "rank", default=None, type=int, help="Covariance rank R [default: 0, diagonal].")
 @click.option("--steps", "max_steps", default=None, type=int, help="Maximum fitting steps [default: 600].")
 @click.option("--rows", "n_synthetic", default=None, type=int, help="Synthetic rows [default: as many as measured].")
 @click.option("--seed", default=None, type=int, help="Public seed (directions, init, sampling, split) [default: 0].")
@@ -362,7 +360,7 @@ def release_command(
         raise fail(f"input file {input_path!r} does not exist")
     chosen = {k: v for k, v in options.items() if v is not None}
     validate_parameters(
-        chosen["epsilon"], chosen["delta"], chosen.get("k", DEFAULT_K), chosen.get("n_directions", DEFAULT_L), schema.n_min
+        chosen["epsilon"], chosen["delta"], chosen.get("k", DEFAULT_K), chosen.get("n_directions", DEFAULT_N_DIRECTIONS), schema.n_min
     )
     record = _run_release_job(dataset, str(Path(input_path).resolve()) if input_path else "", chosen, verbose)
     if as_json:

@@ -8,8 +8,10 @@ A model is stored as ``<stem>.npz`` (arrays) + ``<stem>.json`` (layout, config a
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -22,13 +24,20 @@ from .schema import TableSchema
 FORMAT_VERSION = 1
 
 
-def sample_cube(model: FittedMixture, n_rows: int, seed: int, match_marginals: bool = False) -> np.ndarray:
+def sample_cube(
+    model: FittedMixture,
+    n_rows: int,
+    seed: int,
+    match_marginals: bool = True,
+    integer_bounds: Mapping[int, tuple[float, float]] | None = None,
+) -> np.ndarray:
     """``n_rows`` rows (n, d) in [-1, 1] from the fitted mixture; deterministic given ``seed``.
 
-    With ``match_marginals`` and noisy 1-way marginals in the model, each coordinate is then re-mapped onto
-    them keeping row ranks (``match_to_marginals``): post-processing of mechanism outputs, no privacy cost.
-    Off by default: measured at eps = 1 it helps adult (1-way TVD 0.042 -> 0.034, 2-way 0.160 -> 0.150) but hurts
-    the 5k-row demo (0.037 -> 0.044), where the noisy cells are noisier than the fitted model's marginals.
+    With ``match_marginals`` (default) and noisy 1-way marginals in the model, each coordinate is then re-mapped
+    onto them keeping row ranks (``match_to_marginals``): post-processing of mechanism outputs, no privacy cost.
+    The mixture then supplies the dependence (the rank order), the noisy marginals the 1-way distributions.
+    Measured on adult at eps = 1 (moments-only fit, share 0.3): 1-/2-/3-way TVD 0.015 / 0.098 / 0.201 with it,
+    SW1 0.008, MMD 0.016, TSTR AUC 0.83; without marginals at all (the paper's method) 0.27 / 0.45 / 0.60.
     """
     if n_rows < 0:
         raise ValueError(f"n_rows must be >= 0, got {n_rows}")
@@ -53,15 +62,28 @@ def sample_cube(model: FittedMixture, n_rows: int, seed: int, match_marginals: b
     out = out[rng.permutation(n_rows)]
     np.clip(out, -1.0, 1.0, out=out)
     if match_marginals and model.marginal_targets is not None and n_rows:
-        out = match_to_marginals(out, layout, model.marginal_targets, rng)
+        out = match_to_marginals(out, layout, model.marginal_targets, rng, integer_bounds)
     return out
 
 
+def simplex_projection(values: np.ndarray) -> np.ndarray:
+    """Euclidean projection onto the probability simplex (post-processing of a noisy histogram).
+
+    Better than clip-and-renormalise for sparse histograms: it subtracts one common threshold, so the many
+    near-empty cells of a 40-category column go to 0 instead of each keeping its positive noise.
+    """
+    y = np.nan_to_num(np.asarray(values, dtype=np.float64))
+    if y.size == 0:
+        return y
+    u = np.sort(y)[::-1]
+    excess = np.cumsum(u) - 1.0
+    rho = np.nonzero(u - excess / np.arange(1, y.size + 1) > 0)[0][-1]
+    return np.maximum(y - excess[rho] / (rho + 1), 0.0)
+
+
 def target_counts(frequencies: np.ndarray, n_rows: int) -> np.ndarray:
-    """Integer cell counts summing to ``n_rows`` from noisy frequencies (clipped at 0, largest remainder)."""
-    p = np.clip(np.nan_to_num(np.asarray(frequencies, dtype=np.float64)), 0.0, None)
-    p = p / p.sum() if p.sum() > 0 else np.full(p.shape, 1.0 / p.size)
-    raw = p * n_rows
+    """Integer cell counts summing to ``n_rows`` from noisy frequencies (simplex projection, largest remainder)."""
+    raw = simplex_projection(frequencies) * n_rows
     counts = np.floor(raw).astype(np.int64)
     short = n_rows - counts.sum()
     counts[np.argsort(counts - raw, kind="stable")[:short]] += 1
@@ -69,17 +91,23 @@ def target_counts(frequencies: np.ndarray, n_rows: int) -> np.ndarray:
 
 
 def match_to_marginals(
-    cube: np.ndarray, layout: EncodingLayout, targets: MarginalTargets, rng: np.random.Generator
+    cube: np.ndarray,
+    layout: EncodingLayout,
+    targets: MarginalTargets,
+    rng: np.random.Generator,
+    integer_bounds: Mapping[int, tuple[float, float]] | None = None,
 ) -> np.ndarray:
     """Re-map every coordinate onto its noisy 1-way marginal, keeping the order of the rows' values.
 
     Rows are sorted by value (ties broken at random) and cut into consecutive runs of the target cell counts.
     A discrete coordinate takes its cell's grid level; a continuous value already inside its cell stays, one
-    outside is clipped to the cell (so spikes at the public bounds survive). Joint structure is kept as far as
-    ranks carry it; only rows at the cut points move.
+    outside is clipped to the cell (so spikes at the public bounds survive). ``integer_bounds`` (coordinate ->
+    public bounds of an integer column) makes those values land on an integer inside their cell, so rounding at
+    decode time cannot move them to the next cell. Joint structure is kept as far as ranks carry it.
     """
     out = cube.copy()
     n = len(cube)
+    integer_bounds = integer_bounds or {}
     for i, (coord, freq) in enumerate(zip(layout.coordinates, targets.per_coordinate(layout))):
         counts = target_counts(freq, n)
         order = np.lexsort((rng.random(n), cube[:, i]))
@@ -88,6 +116,8 @@ def match_to_marginals(
         assigned[order] = cells
         if coord.is_discrete:
             out[:, i] = coord.grid()[assigned]
+        elif i in integer_bounds:
+            out[:, i] = _integers_in_cells(cube[:, i], assigned, targets.numeric_bins, *integer_bounds[i])
         else:
             width = 2.0 / targets.numeric_bins
             start = -1.0 + assigned * width
@@ -98,13 +128,44 @@ def match_to_marginals(
     return out
 
 
+def _integers_in_cells(z: np.ndarray, cells: np.ndarray, bins: int, lo: float, hi: float) -> np.ndarray:
+    """Cube values of the integers nearest to ``z`` (decoded over public bounds [lo, hi]) inside their ``cells``.
+
+    A cell holding no integer (bins narrower than 1) keeps the nearest integer outside it.
+    """
+    first_int, last_int = math.ceil(lo), math.floor(hi)
+    edges = lo + (hi - lo) * np.arange(bins + 1) / bins
+    cell_bin = lambda v: np.minimum(np.floor((v - lo) / (hi - lo) * bins), bins - 1)  # the metrics' binning
+    first = np.clip(np.ceil(edges[:-1]), first_int, last_int)
+    first = np.where(cell_bin(first) < np.arange(bins), first + 1, first)  # float edge cases
+    last = np.clip(np.ceil(edges[1:]) - 1, first_int, last_int)
+    last[-1] = last_int
+    last = np.where(cell_bin(last) > np.arange(bins), last - 1, last)
+    raw = np.rint(lo + (np.clip(z, -1.0, 1.0) + 1.0) * (hi - lo) / 2.0)
+    empty = first[cells] > last[cells]
+    inside = np.clip(raw, first[cells], np.maximum(last[cells], first[cells]))
+    values = np.clip(np.where(empty, raw, inside), first_int, last_int)
+    return -1.0 + 2.0 * (values - lo) / (hi - lo)
+
+
+def integer_coordinates(schema: TableSchema) -> dict[int, tuple[float, float]]:
+    """Coordinate index -> public bounds of every integer column's value coordinate."""
+    layout = layout_for(schema)
+    specs = {spec.name: spec for spec in schema.columns}
+    return {
+        i: tuple(specs[c.column].bounds)  # type: ignore[misc]
+        for i, c in enumerate(layout.coordinates)
+        if c.role == "value" and specs[c.column].kind == "integer"
+    }
+
+
 def sample_table(
-    model: FittedMixture, schema: TableSchema, n_rows: int, seed: int, match_marginals: bool = False
+    model: FittedMixture, schema: TableSchema, n_rows: int, seed: int, match_marginals: bool = True
 ) -> pd.DataFrame:
     """Sample and decode into the schema's columns, order and dtypes."""
     if layout_for(schema) != model.layout:
         raise ValueError(f"the model's layout does not match schema {schema.name!r}")
-    return decode(sample_cube(model, n_rows, seed, match_marginals), schema)
+    return decode(sample_cube(model, n_rows, seed, match_marginals, integer_coordinates(schema)), schema)
 
 
 def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:

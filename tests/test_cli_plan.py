@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from splice_assets.cli import main
 from splice_assets.ledger import BudgetLedger
 from splice_assets.moments import harmonic
+from splice_assets.privacy import DEFAULT_MARGINAL_SHARE
 
 
 @pytest.fixture
@@ -53,7 +54,9 @@ def plan_json(schema_file, ledger_url, *extra: str) -> dict:
     ("eps", "delta", "ratio"), [("1", "1e-6", 4.2247), ("0.5", "1e-6", 8.0576), ("3", "1e-6", 1.5439), ("1", "1e-9", 5.4953)]
 )
 def test_plan_json_golden(schema_file, ledger_url, eps, delta, ratio):
-    out = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", eps, "--delta", delta, "--marginal-share", "0")
+    out = plan_json(
+        schema_file, ledger_url, "--n", "20000", "--epsilon", eps, "--delta", delta, "--marginal-share", "0", "--L", "1024"
+    )
     for key in ("sensitivity", "sigma", "epsilon", "delta", "L", "k", "n", "noise_std_per_order", "budget_remaining"):
         assert key in out
     assert (out["n"], out["L"], out["k"]) == (20000, 1024, 16)
@@ -80,8 +83,9 @@ def test_plan_golden_value_and_options(schema_file, ledger_url):
 def test_plan_default_includes_the_marginal_queries(schema_file, ledger_url):
     paper = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-9", "--marginal-share", "0")
     default = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-9")
-    assert default["marginal_share"] == 0.03
-    assert (default["sensitivity"] / paper["sensitivity"]) ** 2 == pytest.approx(1 / 0.97, rel=1e-6)
+    share = DEFAULT_MARGINAL_SHARE
+    assert default["marginal_share"] == share
+    assert (default["sensitivity"] / paper["sensitivity"]) ** 2 == pytest.approx(1 / (1 - share), rel=1e-6)
     assert round(default["sigma"] / default["sensitivity"], 4) == 5.4953  # same privacy, larger Delta
     assert default["marginal_noise_std"] > 0 and paper["marginal_noise_std"] is None
 

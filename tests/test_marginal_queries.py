@@ -162,3 +162,44 @@ def test_matching_to_marginals_hits_the_targets_and_keeps_ranks():
     order = np.argsort(cube[:, 0], kind="stable")
     assert np.all(np.diff(matched[order, 0]) >= 0)
     assert target_counts(np.array([0.5, -0.2, 0.7]), 10).tolist() == [4, 0, 6]
+
+
+def test_simplex_projection_satisfies_its_optimality_conditions():
+    from splice_assets.sampling import simplex_projection
+
+    rng = np.random.default_rng(4)
+    for size in (1, 2, 7, 42):
+        y = rng.dirichlet(np.ones(size)) + rng.normal(0, 0.05, size)
+        p = simplex_projection(y)
+        assert np.all(p >= 0) and p.sum() == pytest.approx(1.0, abs=1e-12)
+        # KKT: y - p is one constant tau on the support and y <= tau off it.
+        tau = (y - p)[p > 0]
+        np.testing.assert_allclose(tau, tau[0], atol=1e-12)
+        assert np.all(y[p == 0] <= tau[0] + 1e-12)
+
+
+@pytest.mark.parametrize("bounds", [(1, 16), (0, 99), (17, 90), (0, 1_500_000), (0, 9)])
+def test_matched_integer_columns_decode_into_their_target_cells(bounds):
+    """Rounding integers at decode time must not push matched rows into the neighbouring 16-bin cell."""
+    from splice_assets.encoding import decode
+    from splice_assets.fit import MarginalTargets
+    from splice_assets.metrics import column_codes
+    from splice_assets.sampling import integer_coordinates, match_to_marginals, target_counts
+
+    schema = parse_schema(
+        {"name": "ints", "version": 1, "n_min": 2, "columns": [{"name": "v", "kind": "integer", "bounds": list(bounds)}]}
+    )
+    layout, bins, n = layout_for(schema), 16, 5000
+    lo, hi = bounds
+    # Targets only on cells that hold an integer (with bounds (0, 9) some 16-bin cells hold none).
+    holds_integer = np.bincount(np.minimum(np.floor((np.arange(lo, hi + 1) - lo) / (hi - lo) * bins), bins - 1).astype(int), minlength=bins)[:bins] > 0
+    rng = np.random.default_rng(2)
+    freq = rng.dirichlet(np.ones(bins)) * holds_integer
+    freq /= freq.sum()
+    cube = rng.uniform(-1, 1, (n, 1))
+    matched = match_to_marginals(cube, layout, MarginalTargets(freq, 1.0, bins), rng, integer_coordinates(schema))
+    table = decode(matched, schema)
+    codes, _ = column_codes(table["v"], schema.columns[0])
+    np.testing.assert_array_equal(np.bincount(codes, minlength=bins + 1)[:bins], target_counts(freq, n))
+    order = np.argsort(cube[:, 0], kind="stable")
+    assert np.all(np.diff(table["v"].to_numpy()[order]) >= 0)  # ranks kept

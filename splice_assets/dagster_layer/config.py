@@ -9,7 +9,8 @@ import dagster as dg
 from pydantic import Field, field_validator
 
 from ..datasets import DEMO_DATASET, demo_data_path
-from ..pipeline import DEFAULT_MARGINAL_SHARE
+from ..fit import FitConfig
+from ..privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS
 
 
 class ReleaseConfig(dg.Config):
@@ -20,10 +21,10 @@ class ReleaseConfig(dg.Config):
     input_path: str = Field(default="", description="CSV (optionally .gz) or Parquet file; empty = bundled demo.")
     epsilon: float = Field(default=1.0, description="Privacy loss epsilon of this release's measurement.")
     delta: float = Field(default=1e-9, description="Privacy loss delta; must be < 1/n_min of the schema.")
-    k: int = Field(default=16, description="Chebyshev order per direction.")
-    n_directions: int = Field(default=1024, description="Number of random directions L.")
-    components: int = Field(default=5, description="Mixture components K.")
-    rank: int = Field(default=2, description="Low-rank covariance factor R per component.")
+    k: int = Field(default=DEFAULT_K, description="Chebyshev order per direction.")
+    n_directions: int = Field(default=DEFAULT_N_DIRECTIONS, description="Number of random directions L.")
+    components: int = Field(default=FitConfig.K, description="Mixture components K.")
+    rank: int = Field(default=FitConfig.R, description="Low-rank covariance factor R per component.")
     max_steps: int = Field(default=600, description="Upper bound on fitting steps (convergence stops earlier).")
     n_synthetic: int = Field(default=0, description="Synthetic rows to sample; 0 = as many as the input.")
     seed: int = Field(default=0, description="Public seed: directions, initialisation, sampling, holdout split.")
@@ -33,7 +34,7 @@ class ReleaseConfig(dg.Config):
         description="Share of epsilon spent on DP bounds for schema columns with `bounds: auto` (unused otherwise).",
     )
     match_marginals: bool = Field(
-        default=False, description="Re-map sampled columns onto the noisy 1-way marginals (rank-preserving)."
+        default=True, description="Re-map sampled columns onto the noisy 1-way marginals (rank-preserving)."
     )
     marginal_share: float = Field(
         default=DEFAULT_MARGINAL_SHARE,
