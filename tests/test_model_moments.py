@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import torch
 from numpy.polynomial import chebyshev as C
 
 from splice_assets.encoding import Coordinate, EncodingLayout
-from splice_assets.model import Bounds, MixtureModule, MixtureParameters, MomentEvaluator, model_moments
+from splice_assets.model import Bounds, MixtureModule, MixtureParameters, MomentEvaluator, TorchMixture, model_moments
 from splice_assets.moments import direction_scales, draw_directions
 
 torch.set_num_threads(1)
@@ -73,15 +74,42 @@ def test_closed_form_matches_monte_carlo_up_to_k32():
     assert np.all(np.abs(mc - exact) <= 4 * se + 1e-12), np.max(np.abs(mc - exact) / se)
 
 
-def _enumerate(params: MixtureParameters, layout: EncodingLayout, dirs, scales, k):
-    grids = [layout.coordinates[i].grid() for i in range(layout.d)]
+def _enumerate(params: MixtureParameters, layout: EncodingLayout, dirs, scales, k, gh: int = 40):
+    """Independent exact reference: every discrete atom, times Gauss-Hermite (exact to degree 2 gh - 1) for the
+    Gaussian part, T_j by its recurrence at each point."""
+    w = dirs / scales[:, None]
+    disc, cont = layout.discrete_index, layout.continuous_index
+    grids = [layout.coordinates[i].grid() for i in disc]
+    nodes, gh_w = np.polynomial.hermite_e.hermegauss(gh)
+    gh_w = gh_w / gh_w.sum()
     out = np.zeros((k, len(dirs)))
     for c in range(params.K):
+        mean, sd = np.zeros(len(dirs)), np.zeros(len(dirs))
+        if len(cont):
+            cov = params.factors[c] @ params.factors[c].T + np.diag(params.diag[c])
+            mean = w[:, cont] @ params.means[c]
+            sd = np.sqrt(np.einsum("li,ij,lj->l", w[:, cont], cov, w[:, cont]))
         for atom in itertools.product(*[range(len(g)) for g in grids]):
-            pr = params.weights[c] * np.prod([params.probs[i][c][a] for i, a in enumerate(atom)])
-            z = dirs @ np.array([grids[i][a] for i, a in enumerate(atom)]) / scales
-            out += pr * np.stack([C.chebval(z, [0] * j + [1]) for j in range(1, k + 1)])
+            pr = params.weights[c] * np.prod([params.probs[t][c][a] for t, a in enumerate(atom)])
+            z = mean + sum(w[:, i] * grids[t][a] for t, (i, a) in enumerate(zip(disc, atom)))
+            out += pr * _cheb(z[:, None] + sd[:, None] * nodes, k) @ gh_w
     return out
+
+
+def _two_ended(layout: EncodingLayout, K: int, rng: np.random.Generator) -> MixtureParameters:
+    """Most spread mixture: every discrete coordinate puts its mass on its two end levels; widest allowed Gaussians."""
+    probs = []
+    for i in layout.discrete_index:
+        p = np.full((K, layout.coordinates[i].levels), 1e-9)
+        p[:, 0] = rng.uniform(0.2, 0.8, K)
+        p[:, -1] = 1.0 - p[:, 0]
+        probs.append(p / p.sum(1, keepdims=True))
+    nc = len(layout.continuous_index)
+    return MixtureParameters(np.ones(K) / K, tuple(probs), np.zeros((K, nc)), np.zeros((K, nc, 0)), np.full((K, nc), 1 / 36))
+
+
+def _rel_err(got: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.max(np.abs(got - ref) / np.maximum(1.0, np.abs(ref))))
 
 
 @pytest.mark.parametrize("d", [3, 4, 6])
@@ -95,18 +123,55 @@ def test_all_discrete_matches_exact_enumeration(d):
     assert np.max(np.abs(model_moments(params, layout, dirs, scales, k) - _enumerate(params, layout, dirs, scales, k))) < 1e-10
 
 
-def test_documented_accuracy_at_k32_for_spread_components():
-    """k = 32: centred-Taylor evaluation loses accuracy when one component spreads over most of [-1, 1]
-    (small d, aligned directions); the error stays far below the mechanism noise (sigma * sqrt(32) ~ 0.1 at eps = 1)
-    for d >= 6 and ~1e-10 or better in the concentrated/high-d regime. Measured here so regressions show."""
-    rng = np.random.default_rng(6)
-    layout = EncodingLayout(tuple(Coordinate(f"c{i}", "value", r) for i, r in enumerate([3, 2, 4, 2, 3, 2])))
-    params = _random_params(layout, K=2, R=0, rng=rng)
-    dirs = draw_directions(5, 16, 6)
+@pytest.mark.parametrize("d", [2, 3, 4])
+@pytest.mark.parametrize("spread", ["random", "two_ended"])
+def test_k32_matches_exact_enumeration_for_spread_components(d, spread):
+    """k = 32 with components spread over most of [-1, 1] (small d, plus directions along the all-ones diagonal):
+    the power-basis path alone is off by up to 1e-1 here; its error estimate hands these directions to the
+    Chebyshev path, which must be exact."""
+    rng = np.random.default_rng(d)
+    layout = EncodingLayout(tuple(Coordinate(f"c{i}", "value", r) for i, r in enumerate([3, 2, 4, 2][:d])))
+    params = _random_params(layout, K=2, R=0, rng=rng) if spread == "random" else _two_ended(layout, 2, rng)
+    dirs = np.vstack([draw_directions(5, 16, d), np.ones((1, d)) / np.sqrt(d), -np.eye(d)[:1]])
     scales = direction_scales(dirs, "ball")
-    err = np.abs(model_moments(params, layout, dirs, scales, 32) - _enumerate(params, layout, dirs, scales, 32))
-    assert err[:16].max() < 1e-10
-    assert err.max() < 1e-4
+    assert _rel_err(model_moments(params, layout, dirs, scales, 32), _enumerate(params, layout, dirs, scales, 32)) <= 1e-10
+
+
+@pytest.mark.parametrize(
+    "k, max_taylor_error",
+    [(16, 1e-11), (32, 1e-11), (16, 0.0), (32, 0.0), (16, math.inf)],
+    ids=["hybrid-16", "hybrid-32", "stable-16", "stable-32", "fast-16"],
+)
+def test_each_path_matches_exact_reference_on_mixed_layout(k, max_taylor_error):
+    """Discrete and Gaussian parts together, also along coordinate axes (zero weights, pure discrete or pure
+    Gaussian projections). The fast path alone is not exact at k = 32 (see the estimate test below)."""
+    rng = np.random.default_rng(k)
+    for params in (_random_params(MIXED, K=3, R=1, rng=rng), _two_ended(MIXED, 2, rng)):
+        dirs = np.vstack([draw_directions(7, 12, MIXED.d), np.eye(MIXED.d)])
+        scales = direction_scales(dirs, "ball")
+        ev = MomentEvaluator(MIXED, dirs, scales, k, max_taylor_error=max_taylor_error)
+        with torch.no_grad():
+            got = ev(TorchMixture.from_numpy(params, MIXED)).numpy()
+        assert _rel_err(got, _enumerate(params, MIXED, dirs, scales, k)) <= 1e-10
+
+
+@pytest.mark.parametrize("d", [2, 4])
+def test_fast_path_error_estimate_covers_its_error(d):
+    """The switch relies on the fast path's first-order error estimate: check it against the stable path per
+    component and direction wherever the error is measurable (> 1e-13)."""
+    rng = np.random.default_rng(3)
+    layout = EncodingLayout(tuple(Coordinate(f"c{i}", "value", r) for i, r in enumerate([3, 0, 4, 2][:d])))
+    dirs = draw_directions(9, 32, d)
+    ev = MomentEvaluator(layout, dirs, direction_scales(dirs, "l1"), 32)
+    for params in (_random_params(layout, K=2, R=0, rng=rng, sd=0.15), _two_ended(layout, 2, rng)):
+        q = TorchMixture.from_numpy(params, layout)
+        with torch.no_grad():
+            mean, var = ev._gaussian_projection(q)
+            fast, estimate = ev._taylor_moments(q, mean, var)
+            stable = ev._stable_moments(q, mean, var, torch.arange(len(dirs)))
+        err = (fast - stable).abs().amax(-1)
+        assert err.max() > 1e-10  # the regime where the switch matters
+        assert torch.all(err <= 2.0 * estimate + 1e-13), float((err / estimate).max())
 
 
 def test_one_dimensional_gaussian_matches_gauss_hermite():
@@ -124,10 +189,11 @@ def test_one_dimensional_gaussian_matches_gauss_hermite():
         assert np.all(np.abs(got[:, 1] - ref * (-1.0) ** np.arange(1, 33)) < tol)
 
 
-def test_gradcheck_small_model():
+@pytest.mark.parametrize("max_taylor_error", [math.inf, 0.0], ids=["fast", "stable"])
+def test_gradcheck_small_model(max_taylor_error):
     layout = EncodingLayout((Coordinate("a", "value", 3), Coordinate("b", "value", 0), Coordinate("c", "value", 0), Coordinate("d", "value", 2)))
-    dirs = draw_directions(0, 5, layout.d)
-    ev = MomentEvaluator(layout, dirs, direction_scales(dirs, "ball"), 8)
+    dirs = np.vstack([draw_directions(0, 5, layout.d), np.eye(layout.d)[[0, 1]]])  # axes: zero-variance cases
+    ev = MomentEvaluator(layout, dirs, direction_scales(dirs, "ball"), 8, max_taylor_error=max_taylor_error)
     module = MixtureModule(layout, K=2, R=1)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -170,3 +236,9 @@ def test_moments_stay_bounded_for_extreme_allowed_parameters_ball_k32():
     axes = np.eye(4)[:3]
     blown = model_moments(wild, layout, axes, direction_scales(axes, "l1"), 32)
     assert np.max(np.abs(blown)) > 1e10
+
+
+def test_scales_must_bound_the_projection():
+    layout = EncodingLayout((Coordinate("a", "value", 3), Coordinate("b", "value", 0)))
+    with pytest.raises(ValueError, match="direction_scales"):
+        MomentEvaluator(layout, np.array([[1.0, 1.0]]), np.array([1.0]), 8)
