@@ -137,3 +137,18 @@ def write_results_md(df: pd.DataFrame, path: Path) -> None:
     if s["concurrent"].any():
         lines += ["`*` = run while the AIM lane ran in parallel (2 processes on the machine's cores at once).", ""]
     path.write_text("\n".join(lines))
+
+
+README_START, README_END = "<!-- bench-results:start -->", "<!-- bench-results:end -->"
+
+
+def sync_readme(results_md: Path, readme: Path) -> bool:
+    """Copy results.md (headings one level down) between the README's bench markers; False if none."""
+    text = readme.read_text() if readme.is_file() else ""
+    if README_START not in text or README_END not in text:
+        return False
+    table = "\n".join("#" + line if line.startswith("#") else line for line in results_md.read_text().splitlines())
+    head, rest = text.split(README_START, 1)
+    tail = rest.split(README_END, 1)[1]
+    readme.write_text(f"{head}{README_START}\n{table.strip()}\n{README_END}{tail}")
+    return True

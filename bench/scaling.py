@@ -26,6 +26,9 @@ from scipy.special import ndtr
 
 from bench.common import DELTA, code_version, RAW_DIR, RESULTS_DIR, ensure_time_binary, log_tail, read_json, run_timed, thread_env
 from bench.report import _fmt, machine_header
+from bench.run import SPLICE_ARGS
+from splice_assets.fit import FitConfig
+from splice_assets.privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS
 
 NS = [12_500, 50_000, 100_000, 200_000, 400_000]
 DS = [6, 12, 24]
@@ -97,10 +100,9 @@ def run_cell(n: int, d: int, eps: float, method: str, threads: int) -> dict:
         generate(n, d).to_csv(data_csv, index=False)
     stats_json = cell_dir / f"{method}_stats.json"
     stats_json.unlink(missing_ok=True)
-    share = 0.0 if method == "splice_paper" else 0.1
     cmd = [sys.executable, "-m", "bench.splice_runner", "--train", str(data_csv), "--schema", str(schema_file),
-           "--epsilon", str(eps), "--delta", str(DELTA), "--seed", "0", "--marginal-share", str(share),
-           "--stats", str(stats_json)]  # fmt: skip
+           "--epsilon", str(eps), "--delta", str(DELTA), "--seed", "0", "--stats", str(stats_json),
+           *SPLICE_ARGS[method]]  # fmt: skip
     print(f"[scaling] n={n} d={d} {method}: running", flush=True)
     load1 = os.getloadavg()[0]
     info = run_timed(cmd, cell_dir / f"{method}.log", None, thread_env(threads))
@@ -121,7 +123,9 @@ def write_md(df: pd.DataFrame) -> None:
     lines = machine_header("SPLICE scaling grid")
     lines += [
         "Generated tables (latent Gaussian copula + mixture, half numeric / half categorical; `bench/scaling.py`),",
-        "ε = 1, δ = 1e-9, L = 1024 directions, k = 16, seed 0. One process per cell under `/usr/bin/time -v`:",
+        f"ε = 1, δ = 1e-9, seed 0; `splice` = product defaults (L = {DEFAULT_N_DIRECTIONS}, k = {DEFAULT_K}, K = "
+        f"{FitConfig.K}, R = {FitConfig.R}, marginal share {DEFAULT_MARGINAL_SHARE}), `splice_paper` = "
+        f"{' '.join(SPLICE_ARGS['splice_paper'])}. One process per cell under `/usr/bin/time -v`:",
         "`wall`/`peak` are the whole process; stage columns are in-process seconds and the peak RSS sampled during",
         "the stage (20 ms). `validate` includes reading the CSV.",
         "",

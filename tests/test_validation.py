@@ -183,3 +183,14 @@ def test_bundled_demo_validates(demo_table, demo_schema):
     out = validate(demo_table, demo_schema)
     assert len(out.table) == len(demo_table) >= 5000
     assert out.report.total("unparseable_to_missing") == 0
+
+
+def test_values_equal_in_python_but_keyed_differently_stay_apart():
+    """Validation keys each distinct value once; True == 1 == 1.0 in Python must not merge "true" with "1"."""
+    schema = parse_schema(
+        {"name": "keys", "version": 1, "n_min": 1,
+         "columns": [{"name": "c", "kind": "categorical", "categories": ["1", "true"], "nullable": True}]}
+    )  # fmt: skip
+    frame = pd.DataFrame({"c": pd.Series([1, True, 1.0, "1", "TRUE", None, 7, True], dtype=object)})
+    out = validate(frame, schema).table["c"]
+    assert out.astype(object).where(out.notna(), None).tolist() == ["1", "true", "1", "1", "true", None, None, "true"]
