@@ -105,27 +105,28 @@ def match_to_marginals(
     public bounds of an integer column) makes those values land on an integer inside their cell, so rounding at
     decode time cannot move them to the next cell. Joint structure is kept as far as ranks carry it.
     """
-    out = cube.copy()
+    out = np.array(cube, dtype=np.float64, order="F")  # column-contiguous: the loop works one column at a time
     n = len(cube)
     integer_bounds = integer_bounds or {}
     for i, (coord, freq) in enumerate(zip(layout.coordinates, targets.per_coordinate(layout))):
         counts = target_counts(freq, n)
-        order = np.lexsort((rng.random(n), cube[:, i]))
+        shuffled = rng.permutation(n)
+        order = shuffled[np.argsort(out[shuffled, i], kind="stable")]  # ties broken at random
         cells = np.repeat(np.arange(len(counts)), counts)
         assigned = np.empty(n, dtype=np.int64)
         assigned[order] = cells
         if coord.is_discrete:
             out[:, i] = coord.grid()[assigned]
         elif i in integer_bounds:
-            out[:, i] = _integers_in_cells(cube[:, i], assigned, targets.numeric_bins, *integer_bounds[i])
+            out[:, i] = _integers_in_cells(out[:, i], assigned, targets.numeric_bins, *integer_bounds[i])
         else:
             width = 2.0 / targets.numeric_bins
             start = -1.0 + assigned * width
             # A hair inside the cell so floating-point binning agrees; the outer edges stay exactly at +-1.
             lo = np.where(assigned == 0, -1.0, start + 1e-9 * width)
             hi = np.where(assigned == targets.numeric_bins - 1, 1.0, start + (1 - 1e-9) * width)
-            out[:, i] = np.clip(cube[:, i], lo, hi)
-    return out
+            out[:, i] = np.clip(out[:, i], lo, hi)
+    return np.ascontiguousarray(out)
 
 
 def _integers_in_cells(z: np.ndarray, cells: np.ndarray, bins: int, lo: float, hi: float) -> np.ndarray:
