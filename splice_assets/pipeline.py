@@ -29,8 +29,6 @@ class MomentsOutOfRange(RuntimeError):
     """Exact statistics were not finite or out of range: a bug upstream. Raised before any budget is reserved."""
 
 
-
-
 @dataclass(frozen=True)
 class MeasurementPlan:
     """Public parameters of one measurement (validated where it is built)."""
