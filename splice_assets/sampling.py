@@ -22,6 +22,14 @@ from .model import MixtureParameters
 from .schema import TableSchema
 
 FORMAT_VERSION = 1
+# Spread of the continuous part around each component's mean when sampling is matched onto the marginals.
+# The fit bounds every sd by (1 - |mean|) / 6 only to keep its closed-form moments bounded; sampling does not
+# need that bound, and matching restores the 1-way marginals, so widening smooths the joint ("lumpy" narrow
+# components) without moving them. Measured at eps = 1, one fit each, spread 1 -> 1.5: adult 2-way TVD
+# 0.100 -> 0.092, 3-way 0.205 -> 0.189, SW1 0.0060 -> 0.0058, TSTR AUC 0.843 -> 0.847; california 2-way
+# 0.192 -> 0.168, 3-way 0.369 -> 0.327, SW1 0.0091 -> 0.0086, TSTR R^2 0.614 -> 0.617, MMD 0.019 -> 0.021.
+# (2.0 gave lower TVD still but lost california TSTR and MMD.)
+MATCHED_SPREAD = 1.5
 
 
 def sample_cube(
@@ -30,8 +38,12 @@ def sample_cube(
     seed: int,
     match_marginals: bool = True,
     integer_bounds: Mapping[int, tuple[float, float]] | None = None,
+    spread: float = MATCHED_SPREAD,
 ) -> np.ndarray:
     """``n_rows`` rows (n, d) in [-1, 1] from the fitted mixture; deterministic given ``seed``.
+
+    When the rows are matched, continuous deviations from each component's mean are scaled by ``spread``
+    (see ``MATCHED_SPREAD``); unmatched samples are draws from the fitted model itself.
 
     With ``match_marginals`` (default) and noisy 1-way marginals in the model, each coordinate is then re-mapped
     onto them keeping row ranks (``match_to_marginals``): post-processing of mechanism outputs, no privacy cost.
@@ -41,7 +53,11 @@ def sample_cube(
     """
     if n_rows < 0:
         raise ValueError(f"n_rows must be >= 0, got {n_rows}")
+    if not spread >= 1.0:
+        raise ValueError(f"spread must be >= 1, got {spread!r}")
     layout, p = model.layout, model.params
+    matched = match_marginals and model.marginal_targets is not None and n_rows > 0
+    scale = spread if matched else 1.0
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5A3B1E]))
     counts = rng.multinomial(n_rows, p.weights)
     out = np.empty((n_rows, layout.d))
@@ -56,12 +72,12 @@ def sample_cube(
             block[:, i] = grids[t][np.minimum(idx, len(grids[t]) - 1)]
         if len(cont):
             g = rng.standard_normal((n_c, p.R)) if p.R else np.zeros((n_c, 0))
-            gauss = p.means[c] + g @ p.factors[c].T + rng.standard_normal((n_c, len(cont))) * np.sqrt(p.diag[c])
-            block[:, cont] = gauss
+            deviation = g @ p.factors[c].T + rng.standard_normal((n_c, len(cont))) * np.sqrt(p.diag[c])
+            block[:, cont] = p.means[c] + scale * deviation
         start += n_c
     out = out[rng.permutation(n_rows)]
     np.clip(out, -1.0, 1.0, out=out)
-    if match_marginals and model.marginal_targets is not None and n_rows:
+    if matched:
         out = match_to_marginals(out, layout, model.marginal_targets, rng, integer_bounds)
     return out
 
