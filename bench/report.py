@@ -143,11 +143,12 @@ README_START, README_END = "<!-- bench-results:start -->", "<!-- bench-results:e
 
 
 def sync_readme(results_md: Path, readme: Path) -> bool:
-    """Copy results.md (headings one level down) between the README's bench markers; False if none."""
+    """Copy results.md between the README's bench markers (headings three levels down, under its "###"
+    subsection); False if the README has no markers."""
     text = readme.read_text() if readme.is_file() else ""
     if README_START not in text or README_END not in text:
         return False
-    table = "\n".join("#" + line if line.startswith("#") else line for line in results_md.read_text().splitlines())
+    table = "\n".join("###" + line if line.startswith("#") else line for line in results_md.read_text().splitlines())
     head, rest = text.split(README_START, 1)
     tail = rest.split(README_END, 1)[1]
     readme.write_text(f"{head}{README_START}\n{table.strip()}\n{README_END}{tail}")
