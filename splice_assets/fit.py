@@ -209,25 +209,22 @@ def _run_adam(
     K: int,
     config: FitConfig,
     device: torch.device,
-    marginals: MarginalTargets | None = None,
+    loss_marginals: MarginalTargets | None = None,
 ) -> tuple[MixtureModule, list[float], bool]:
     bounds = Bounds(sd_min=config.sd_min, tail_sigmas=config.tail_sigmas)
     module = MixtureModule(layout, K, config.R, bounds, device=device)
-    in_loss = marginals is not None and marginals.weight > 0 and config.marginal_loss_weight > 0
     module.initialise(
         **_initial_values(
-            layout, K, config.R, bounds, noisy.cpu().numpy(), w, config.seed, config.init_jitter,
-            marginals if in_loss else None,
+            layout, K, config.R, bounds, noisy.cpu().numpy(), w, config.seed, config.init_jitter, loss_marginals
         )
     )
     marginal_term = None
-    if in_loss:
-        marginals = replace(marginals, weight=marginals.weight * config.marginal_loss_weight)
-        marginal_eval = MarginalEvaluator(layout, marginals.numeric_bins, device)
-        target = torch.as_tensor(np.asarray(marginals.frequencies, dtype=np.float64), device=device)
+    if loss_marginals is not None:
+        marginal_eval = MarginalEvaluator(layout, loss_marginals.numeric_bins, device)
+        target = torch.as_tensor(np.asarray(loss_marginals.frequencies, dtype=np.float64), device=device)
 
         def marginal_term(q):
-            return ((marginals.weight * (target - marginal_eval(q))) ** 2).sum() / noisy.shape[1]
+            return ((loss_marginals.weight * (target - marginal_eval(q))) ** 2).sum() / noisy.shape[1]
 
     k = noisy.shape[0]
     inv_j2 = (1.0 / torch.arange(1, k + 1, dtype=noisy.dtype, device=device) ** 2).unsqueeze(1)
@@ -255,6 +252,13 @@ def _run_adam(
                 converged = True
                 break
     return module, curve, converged
+
+
+def _loss_targets(marginals: MarginalTargets | None, config: FitConfig) -> MarginalTargets | None:
+    """The marginals as they enter the loss (weight scaled by ``marginal_loss_weight``), or None if they do not."""
+    if marginals is None or not marginals.weight > 0 or not config.marginal_loss_weight > 0:
+        return None
+    return replace(marginals, weight=marginals.weight * config.marginal_loss_weight)
 
 
 def _holdout_loss(module: MixtureModule, evaluator: MomentEvaluator, noisy: torch.Tensor) -> float:
@@ -295,6 +299,7 @@ def fit_mixture(
     try:
         device = _device(config)
         k, L = noisy_np.shape
+        loss_marginals = _loss_targets(marginals, config)
         holdout: dict[int, float] = {}
         K = config.K
         if config.holdout_fraction > 0 and config.candidate_K:
@@ -307,14 +312,14 @@ def fit_mixture(
             y_hold = torch.as_tensor(noisy_np[:, hold], device=device)
             w_train = directions[train] / scales[train, None]
             for cand in config.candidate_K:
-                module, _, _ = _run_adam(layout, y_train, ev_train, w_train, cand, config, device, marginals)
+                module, _, _ = _run_adam(layout, y_train, ev_train, w_train, cand, config, device, loss_marginals)
                 holdout[int(cand)] = _holdout_loss(module, ev_hold, y_hold)
             K = min(holdout, key=lambda c: (holdout[c], c))
         evaluator = MomentEvaluator(layout, directions, scales, k, device)
         y = torch.as_tensor(noisy_np, device=device)
         fit_started = time.perf_counter()
         module, curve, converged = _run_adam(
-            layout, y, evaluator, directions / scales[:, None], K, config, device, marginals
+            layout, y, evaluator, directions / scales[:, None], K, config, device, loss_marginals
         )
         fit_seconds = time.perf_counter() - fit_started
         with torch.no_grad():
@@ -327,9 +332,7 @@ def fit_mixture(
         k=k,
         loss_curve=np.asarray(curve),
         final_loss=curve[-1],
-        noise_floor=noise_floor(
-            sigma, k, L, len(marginals.frequencies) if marginals is not None and config.marginal_loss_weight > 0 else 0
-        ),
+        noise_floor=noise_floor(sigma, k, L, 0 if loss_marginals is None else len(loss_marginals.frequencies)),
         steps=len(curve),
         converged=converged,
         device=str(device),

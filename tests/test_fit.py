@@ -93,6 +93,35 @@ def test_fit_is_deterministic_and_never_sees_rows():
     assert a.noise_floor == pytest.approx(0.01**2 * harmonic(8))
 
 
+
+def test_marginals_enter_the_loss_only_with_a_positive_weight():
+    """Targets are kept for matching either way; with ``marginal_loss_weight`` > 0 they also pull the fit (and
+    the noise floor counts their cells). Targets here are deliberately far from the moments' truth: summed over the
+    4 coordinates, the model's mass in the target cells measured 1.05 without and 2.99 with the loss term (max 4)."""
+    from splice_assets.fit import MarginalTargets
+    from splice_assets.model import MarginalEvaluator, TorchMixture
+
+    dirs = draw_directions(2, 64, LAYOUT.d)
+    scales = direction_scales(dirs, "ball")
+    m = model_moments(TRUTH, LAYOUT, dirs, scales, 8)
+    bins = 4
+    sizes = [c.levels if c.is_discrete else bins for c in LAYOUT.coordinates]
+    targets = MarginalTargets(np.concatenate([np.eye(s)[0] for s in sizes]), 5.0, bins)  # all mass in cell 0
+    fits = {
+        weight: fit_mixture(m, dirs, scales, LAYOUT, 0.01,
+                            FitConfig(K=2, R=1, max_steps=80, min_steps=80, seed=5, marginal_loss_weight=weight), targets)
+        for weight in (0.0, 1.0)
+    }  # fmt: skip
+
+    def cell0_mass(fitted) -> float:
+        q = TorchMixture.from_numpy(fitted.params, LAYOUT)
+        return float((MarginalEvaluator(LAYOUT, bins)(q).numpy() * targets.frequencies).sum())
+
+    assert all(f.marginal_targets is targets for f in fits.values())
+    assert fits[0.0].noise_floor == pytest.approx(0.01**2 * harmonic(8))
+    assert fits[1.0].noise_floor == pytest.approx(0.01**2 * (harmonic(8) + sum(sizes) / 64))
+    assert cell0_mass(fits[1.0]) > cell0_mass(fits[0.0]) + 0.5
+
 def test_holdout_selects_K():
     dirs = draw_directions(4, 128, LAYOUT.d)
     scales = direction_scales(dirs, "ball")
