@@ -25,6 +25,7 @@ def main() -> None:
     ap.add_argument("--delta", type=float, default=1e-9)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--marginal-share", type=float, default=None, help="default: the product's")
+    ap.add_argument("--pair-share", type=float, default=None, help="default: the product's")
     ap.add_argument("--n-directions", type=int, default=None, help="default: the product's")
     ap.add_argument("--k", type=int, default=None, help="default: the product's")
     ap.add_argument("--K", type=int, default=None, help="mixture components; default: the product's")
@@ -53,7 +54,8 @@ def main() -> None:
     with timer.stage("encode"):
         x = encode(table, schema)
     with timer.stage("measure"):
-        chosen = {"n_directions": args.n_directions, "k": args.k, "marginal_share": args.marginal_share}
+        chosen = {"n_directions": args.n_directions, "k": args.k, "marginal_share": args.marginal_share,
+                  "pair_share": args.pair_share}
         plan, calibration = make_plan(
             schema, len(table), args.epsilon, args.delta, seed=args.seed, **{k: v for k, v in chosen.items() if v is not None}
         )

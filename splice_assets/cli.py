@@ -27,7 +27,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from .ledger import BudgetLedger, LedgerError, budgets_table, default_ledger_url
 from .locations import artifact_dir, dagster_home
 from .refit import ReleaseLocation, find_release, iter_releases
-from .privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, PrivacyParameterError, validate_parameters
+from .privacy import (
+    DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE, PrivacyParameterError, validate_parameters,
+)
 from .schema import SchemaError, load_schema
 
 
@@ -96,6 +98,8 @@ def main() -> None:
               "or $DAGSTER_HOME/ledger.sqlite].")
 @click.option("--marginal-share", default=DEFAULT_MARGINAL_SHARE, show_default=True, type=float,
               help="Share of Delta^2 given to the noisy 1-way marginals (0 = the paper's moments only).")
+@click.option("--pair-share", default=DEFAULT_PAIR_SHARE, show_default=True, type=float,
+              help="Share of Delta^2 given to the noisy 2-way marginals of coordinate pairs (0 = none).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(
     schema_path: str,
@@ -105,6 +109,7 @@ def plan(
     n_directions: int,
     k: int,
     marginal_share: float,
+    pair_share: float,
     ledger_url: str | None,
     as_json: bool,
 ) -> None:
@@ -114,7 +119,9 @@ def plan(
     try:
         schema = load_schema(schema_path)
         validate_parameters(epsilon, delta, k, n_directions, schema.n_min, n=n)
-        _, cal = make_plan(schema, n, epsilon, delta, n_directions, k, marginal_share=marginal_share)
+        _, cal = make_plan(
+            schema, n, epsilon, delta, n_directions, k, marginal_share=marginal_share, pair_share=pair_share
+        )
     except (SchemaError, PrivacyParameterError, ValueError) as exc:
         raise fail(exc) from None
     url = ledger_url or default_ledger_url()
@@ -139,6 +146,9 @@ def plan(
         "noise_std_per_order": stds,
         "marginal_share": marginal_share,
         "marginal_noise_std": None if cal.marginal_weight == 0 else cal.marginal_noise_std(),
+        "pair_share": pair_share,
+        "pairs": cal.pair_count,
+        "pair_noise_std": None if cal.pair_weight == 0 else cal.pair_noise_std(),
         "budget_remaining": None if budget is None else budget["epsilon_remaining"],
         "budget": budget,
     }
@@ -149,8 +159,8 @@ def plan(
     click.echo(f"n, L, k            {n}, {n_directions}, {k}")
     click.echo(f"epsilon, delta     {cal.epsilon:g}, {cal.delta:g}")
     click.echo(
-        f"sensitivity Delta  {cal.sensitivity:.6g}  (sqrt(4 L H_k + 2 w^2 C)/n with marginal share "
-        f"{marginal_share:g}, float slack {cal.slack:.1e})"
+        f"sensitivity Delta  {cal.sensitivity:.6g}  (sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n with marginal share "
+        f"{marginal_share:g}, pair share {pair_share:g} over {cal.pair_count} pairs, float slack {cal.slack:.1e})"
     )
     click.echo(f"sigma              {cal.sigma:.6g}  (sigma/Delta = {cal.noise_multiplier:.4f})")
     click.echo("noise std of raw moment order j (sigma sqrt(j)):")
@@ -158,6 +168,8 @@ def plan(
         click.echo(f"  j={j:<3d} {s:.6g}")
     if cal.marginal_weight > 0:
         click.echo(f"noise std of a 1-way marginal frequency: {cal.marginal_noise_std():.6g}")
+    if cal.pair_weight > 0:
+        click.echo(f"noise std of a 2-way marginal frequency: {cal.pair_noise_std():.6g}")
     if budget is None:
         click.echo(f"budget             none set for {schema.name!r} in {_redact(url)}")
     else:

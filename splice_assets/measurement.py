@@ -24,7 +24,8 @@ FORMAT_VERSION = 1
 @dataclass(frozen=True)
 class Measurement:
     """Noisy moments ``noisy_moments[j-1, l]`` ~ m_{j,l} + N(0, j * sigma^2), optional noisy 1-way marginal
-    frequencies (+ N(0, (sigma/w)^2) per cell), and their public context."""
+    frequencies (+ N(0, (sigma/w)^2) per cell) and 2-way frequencies of coordinate ``pairs`` (+ N(0, (sigma/w2)^2)),
+    and their public context."""
 
     dataset: str
     schema_version: int
@@ -45,16 +46,28 @@ class Measurement:
     marginal_sizes: tuple[int, ...] = ()
     marginal_weight: float = 0.0
     numeric_bins: int = 16
+    noisy_pairs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    pairs: tuple[tuple[int, int], ...] = ()
+    pair_sizes: tuple[int, ...] = ()
+    pair_weight: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "marginal_sizes", tuple(int(v) for v in self.marginal_sizes))
+        object.__setattr__(self, "pairs", tuple((int(a), int(b)) for a, b in self.pairs))
+        object.__setattr__(self, "pair_sizes", tuple(int(v) for v in self.pair_sizes))
         if int(np.sum(self.marginal_sizes)) != self.noisy_marginals.size:
             raise ValueError("noisy marginals do not match the marginal sizes")
+        if len(self.pair_sizes) != len(self.pairs) or int(np.sum(self.pair_sizes)) != self.noisy_pairs.size:
+            raise ValueError("noisy 2-way marginals do not match the pairs and their sizes")
 
     def marginals(self) -> list[np.ndarray]:
         """The noisy 1-way frequencies split per coordinate (empty list without marginal queries)."""
         cuts = np.cumsum(self.marginal_sizes)[:-1]
         return list(np.split(self.noisy_marginals, cuts)) if self.marginal_sizes else []
+
+    def pair_noise_std(self) -> float:
+        """Noise std of one noisy 2-way frequency: sigma / w2."""
+        return self.sigma / self.pair_weight if self.pair_weight > 0 else float("inf")
 
     def marginal_noise_std(self) -> float:
         """Noise std of one noisy marginal frequency: sigma / w."""
@@ -76,7 +89,10 @@ class Measurement:
         meta = asdict(self)
         meta.pop("noisy_moments")
         meta.pop("noisy_marginals")
+        meta.pop("noisy_pairs")
         meta["marginal_sizes"] = list(self.marginal_sizes)
+        meta["pairs"] = [list(pair) for pair in self.pairs]
+        meta["pair_sizes"] = list(self.pair_sizes)
         meta["format_version"] = FORMAT_VERSION
         return meta
 
@@ -84,7 +100,9 @@ class Measurement:
         stem = Path(stem)
         stem.parent.mkdir(parents=True, exist_ok=True)
         npz, meta = stem.with_suffix(".npz"), stem.with_suffix(".json")
-        np.savez(npz, noisy_moments=self.noisy_moments, noisy_marginals=self.noisy_marginals)
+        np.savez(
+            npz, noisy_moments=self.noisy_moments, noisy_marginals=self.noisy_marginals, noisy_pairs=self.noisy_pairs
+        )
         meta.write_text(json.dumps(self.public_metadata(), indent=2, sort_keys=True))
         return npz, meta
 
@@ -97,7 +115,8 @@ class Measurement:
         with np.load(stem.with_suffix(".npz")) as data:
             moments = data["noisy_moments"].astype(np.float64)
             marginals = data["noisy_marginals"].astype(np.float64) if "noisy_marginals" in data else np.zeros(0)
+            pairs = data["noisy_pairs"].astype(np.float64) if "noisy_pairs" in data else np.zeros(0)
         if moments.shape != (meta["k"], meta["n_directions"]):
             raise ValueError(f"measurement {str(stem)!r}: moments shape {moments.shape} does not match k, L")
         meta["marginal_sizes"] = tuple(meta.get("marginal_sizes", ()))
-        return cls(noisy_moments=moments, noisy_marginals=marginals, **meta)
+        return cls(noisy_moments=moments, noisy_marginals=marginals, noisy_pairs=pairs, **meta)

@@ -63,6 +63,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -573,15 +574,44 @@ class MarginalEvaluator:
             for i, c in enumerate(layout.coordinates)
         ]
 
-    def __call__(self, q: TorchMixture) -> torch.Tensor:
+    def component_cells(self, q: TorchMixture) -> torch.Tensor:
+        """(K, B) cell probabilities of every coordinate within each component, in ``marginal_sizes`` order."""
         parts = []
         if q.means.shape[1]:
             sd = torch.sqrt(q.diag + (q.factors**2).sum(-1))  # (K, n_cont)
             inner = torch.special.ndtr((self.edges.view(1, 1, -1) - q.means.unsqueeze(-1)) / sd.unsqueeze(-1))
             cdf = torch.nn.functional.pad(inner, (1, 0), value=0.0)
             cdf = torch.nn.functional.pad(cdf, (0, 1), value=1.0)
-            cont_cells = torch.einsum("c,cib->ib", q.weights, cdf[..., 1:] - cdf[..., :-1])  # (n_cont, bins)
-        disc_cells = torch.einsum("c,ctr->tr", q.weights, q.probs) if q.probs.shape[1] else None
+            cont_cells = cdf[..., 1:] - cdf[..., :-1]  # (K, n_cont, bins)
         for kind, t, size in self.blocks:
-            parts.append(disc_cells[t, :size] if kind == "discrete" else cont_cells[t])
-        return torch.cat(parts) if parts else torch.zeros(0, dtype=DTYPE, device=self.device)
+            parts.append(q.probs[:, t, :size] if kind == "discrete" else cont_cells[:, t])
+        return torch.cat(parts, dim=1) if parts else torch.zeros((q.weights.shape[0], 0), dtype=DTYPE, device=self.device)
+
+    def __call__(self, q: TorchMixture) -> torch.Tensor:
+        return q.weights @ self.component_cells(q)
+
+
+class PairEvaluator:
+    """Exact 2-way cell probabilities of q for the given coordinate pairs, in ``moments.pair_cells`` order.
+
+    Within a component coordinates are independent, so the (a, b) table is sum_c pi_c p_ca p_cb^T: one weighted
+    Gram matrix of the per-component 1-way cells, read at each pair's block. Cost O(K B^2), independent of n.
+    """
+
+    def __init__(self, layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]],
+                 device: str | torch.device = "cpu") -> None:
+        self.cells = MarginalEvaluator(layout, numeric_bins, device)
+        sizes = [size for _, _, size in self.cells.blocks]
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        rows, cols = [], []
+        for a, b in pairs:
+            r, c = np.meshgrid(np.arange(sizes[a]) + offsets[a], np.arange(sizes[b]) + offsets[b], indexing="ij")
+            rows.append(r.ravel())
+            cols.append(c.ravel())
+        flat = lambda parts: torch.as_tensor(np.concatenate(parts) if parts else np.zeros(0, np.int64), device=device)  # noqa: E731
+        self.rows, self.cols = flat(rows), flat(cols)
+
+    def __call__(self, q: TorchMixture) -> torch.Tensor:
+        p = self.cells.component_cells(q)
+        gram = (p * q.weights.unsqueeze(1)).T @ p
+        return gram[self.rows, self.cols]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numba
 import numpy as np
@@ -204,4 +205,40 @@ def marginal_counts(
     for start in range(0, len(x), chunk_rows):
         cells = marginal_cells(np.asarray(x[start : start + chunk_rows], dtype=np.float64), layout, numeric_bins)
         total += np.bincount((cells + offsets).ravel(), minlength=total.size)
+    return MarginalCounts(total, len(x))
+
+
+def coordinate_pairs(layout: EncodingLayout) -> tuple[tuple[int, int], ...]:
+    """Every pair (a, b), a < b, of coordinates from different columns: the 2-way query family (public)."""
+    cols = [c.column for c in layout.coordinates]
+    return tuple((a, b) for a in range(layout.d) for b in range(a + 1, layout.d) if cols[a] != cols[b])
+
+
+def pair_sizes(
+    layout: EncodingLayout, pairs: Sequence[tuple[int, int]], numeric_bins: int = DEFAULT_NUMERIC_BINS
+) -> tuple[int, ...]:
+    """Number of cells of each pair's 2-way histogram (a's cells x b's cells, a-major)."""
+    sizes = marginal_sizes(layout, numeric_bins)
+    return tuple(sizes[a] * sizes[b] for a, b in pairs)
+
+
+def pair_counts(
+    x: np.ndarray,
+    layout: EncodingLayout,
+    pairs: Sequence[tuple[int, int]],
+    numeric_bins: int = DEFAULT_NUMERIC_BINS,
+    chunk_rows: int = 65536,
+) -> MarginalCounts:
+    """Counts of cube-encoded rows per 2-way cell of each pair, concatenated in ``pairs`` order.
+
+    Each row adds exactly 1 to one cell of every pair's table.
+    """
+    sizes = marginal_sizes(layout, numeric_bins)
+    blocks = pair_sizes(layout, pairs, numeric_bins)
+    offsets = np.concatenate([[0], np.cumsum(blocks)[:-1]]).astype(np.int64)
+    total = np.zeros(int(sum(blocks)), dtype=np.int64)
+    for start in range(0, len(x), chunk_rows):
+        cells = marginal_cells(np.asarray(x[start : start + chunk_rows], dtype=np.float64), layout, numeric_bins)
+        for (a, b), offset, size in zip(pairs, offsets, blocks):
+            total[offset : offset + size] += np.bincount(cells[:, a] * sizes[b] + cells[:, b], minlength=size)
     return MarginalCounts(total, len(x))

@@ -15,12 +15,15 @@ import numpy as np
 import pandas as pd
 
 from . import privacy
-from .privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS
+from .privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
 from .encoding import EncodingLayout, ScalingMode, encode, layout_for
 from .fit import FitConfig, FittedMixture, fit_measurement
 from .ledger import params_hash
 from .measurement import RELATION_REPLACE_ONE, Measurement
-from .moments import DEFAULT_NUMERIC_BINS, draw_directions, marginal_counts, marginal_sizes, moment_sums
+from .moments import (
+    DEFAULT_NUMERIC_BINS, coordinate_pairs, draw_directions, marginal_counts, marginal_sizes, moment_sums,
+    pair_counts, pair_sizes,
+)
 from .sampling import sample_table
 from .schema import TableSchema
 
@@ -46,6 +49,15 @@ class MeasurementPlan:
     numeric_bins: int = DEFAULT_NUMERIC_BINS
     marginal_sizes: tuple[int, ...] = ()
     marginal_weight: float = 0.0
+    pair_share: float = DEFAULT_PAIR_SHARE
+    pairs: tuple[tuple[int, int], ...] = ()
+    pair_sizes: tuple[int, ...] = ()
+    pair_weight: float = 0.0
+
+    @property
+    def mechanism(self) -> str:
+        families = ["sliced-chebyshev"] + ["marginals"] * bool(self.marginal_sizes) + ["pairs"] * bool(self.pairs)
+        return "gaussian/" + "+".join(families)
 
     def public_params(self) -> dict[str, object]:
         return {
@@ -61,6 +73,7 @@ class MeasurementPlan:
             "relation": RELATION_REPLACE_ONE,
             "marginal_share": self.marginal_share,
             "numeric_bins": self.numeric_bins,
+            "pair_share": self.pair_share,
         }
 
 
@@ -75,10 +88,12 @@ def make_plan(
     scaling: ScalingMode = "ball",
     marginal_share: float = DEFAULT_MARGINAL_SHARE,
     numeric_bins: int = DEFAULT_NUMERIC_BINS,
+    pair_share: float = DEFAULT_PAIR_SHARE,
 ) -> tuple[MeasurementPlan, privacy.Calibration]:
     """Validate the parameters against the schema's public n_min and calibrate the one Gaussian mechanism.
 
-    ``marginal_share`` of Delta^2 goes to every coordinate's 1-way histogram (0 = the paper's moments only).
+    ``marginal_share`` of Delta^2 goes to every coordinate's 1-way histogram, ``pair_share`` to the 2-way
+    histograms of every pair of coordinates from different columns (both 0 = the paper's moments only).
     """
     privacy.validate_parameters(epsilon, delta, k, n_directions, schema.n_min)
     if scaling != "ball":
@@ -86,14 +101,17 @@ def make_plan(
         raise ValueError(f"scaling mode {scaling!r} is not supported for releases yet; use 'ball'")
     layout = layout_for(schema)
     sizes = marginal_sizes(layout, numeric_bins) if marginal_share > 0 else ()
-    weight = privacy.marginal_weight(marginal_share, n_directions, k, len(sizes))
+    pairs = coordinate_pairs(layout) if pair_share > 0 else ()
+    cells = pair_sizes(layout, pairs, numeric_bins)
+    weight, pair_weight = privacy.query_weights(marginal_share, pair_share, n_directions, k, len(sizes), len(pairs))
     plan = MeasurementPlan(
         schema.name, schema.version, n, epsilon, delta, n_directions, k, seed, scaling,
-        marginal_share, numeric_bins, sizes, weight,
+        marginal_share, numeric_bins, sizes, weight, pair_share, pairs, cells, pair_weight,
     )
     calibration = privacy.calibrate(
         epsilon, delta, n, n_directions, k,
         marginal_coordinates=len(sizes), marginal_cells=int(sum(sizes)), marginal_weight=weight,
+        pair_count=len(pairs), pair_cells=int(sum(cells)), pair_weight=pair_weight,
     )
     return plan, calibration
 
@@ -115,10 +133,11 @@ class ExactStatistics:
     moments: np.ndarray
     marginals: np.ndarray
     d: int
+    pairs: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def exact_statistics(x: np.ndarray, plan: MeasurementPlan, layout: EncodingLayout) -> ExactStatistics:
-    """Exact moments (k, L) and, if planned, 1-way marginal frequencies of cube-encoded rows."""
+    """Exact moments (k, L) and, if planned, 1-way and 2-way histogram frequencies of cube-encoded rows."""
     if x.shape[0] != plan.n:
         raise ValueError(f"the plan says n={plan.n} rows but the table has a different row count")
     directions = draw_directions(plan.seed, plan.n_directions, x.shape[1])
@@ -126,14 +145,17 @@ def exact_statistics(x: np.ndarray, plan: MeasurementPlan, layout: EncodingLayou
     marginals = (
         marginal_counts(x, layout, plan.numeric_bins).frequencies(plan.n) if plan.marginal_sizes else np.zeros(0)
     )
-    return ExactStatistics(moments, marginals, x.shape[1])
+    pairs = (
+        pair_counts(x, layout, plan.pairs, plan.numeric_bins).frequencies(plan.n) if plan.pairs else np.zeros(0)
+    )
+    return ExactStatistics(moments, marginals, x.shape[1], pairs)
 
 
 def statistics_in_range(stats: ExactStatistics) -> bool:
-    """Moments finite in [-1, 1], marginal frequencies finite in [0, 1]: the pre-noise sanity check."""
+    """Moments finite in [-1, 1], histogram frequencies finite in [0, 1]: the pre-noise sanity check."""
     moments_ok = bool(np.all(np.isfinite(stats.moments)) and np.max(np.abs(stats.moments), initial=0.0) <= 1.0)
-    marg = stats.marginals
-    return moments_ok and bool(np.all(np.isfinite(marg)) and np.all((marg >= 0.0) & (marg <= 1.0)))
+    freq = np.concatenate([stats.marginals, stats.pairs])
+    return moments_ok and bool(np.all(np.isfinite(freq)) and np.all((freq >= 0.0) & (freq <= 1.0)))
 
 
 def measure(
@@ -161,8 +183,8 @@ def measure_exact(
     """Check the exact statistics -> reserve the spend -> add noise -> ``on_noisy`` (persist) -> commit.
 
     Sensitivity: each row adds T_j(z)/n with |T_j| <= 1 to moment (j, l) and 1/n to one cell of each coordinate's
-    histogram; replacing one row moves [m_j/sqrt(j), w * h] by at most sqrt(4 L H_k + 2 w^2 C)/n, which is
-    calibration.sensitivity (float slack included). A failure before the noise is drawn aborts the reservation;
+    histogram and of each pair's; replacing one row moves [m_j/sqrt(j), w * h1, w2 * h2] by at most
+    sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n, which is calibration.sensitivity (float slack included). A failure before the noise is drawn aborts the reservation;
     after it, the spend stays counted.
     """
     if not statistics_in_range(stats):
@@ -172,7 +194,7 @@ def measure_exact(
         entry_id = ledger.reserve(
             dataset=plan.dataset,
             release_id=release_id,
-            mechanism="gaussian/sliced-chebyshev+marginals" if plan.marginal_sizes else "gaussian/sliced-chebyshev",
+            mechanism=plan.mechanism,
             noise_multiplier=calibration.noise_multiplier,
             sigma=calibration.sigma,
             sensitivity=calibration.sensitivity,
@@ -182,8 +204,11 @@ def measure_exact(
             params_hash=params_hash(plan.public_params()),
         )
     try:
-        noisy_moments, noisy_marginals = privacy.add_noise_joint(
-            stats.moments, stats.marginals, plan.marginal_weight, calibration.sigma
+        cell_weights = np.concatenate([
+            np.full(stats.marginals.size, plan.marginal_weight), np.full(stats.pairs.size, plan.pair_weight)
+        ])
+        noisy_moments, noisy_histograms = privacy.add_noise_joint(
+            stats.moments, np.concatenate([stats.marginals, stats.pairs]), cell_weights, calibration.sigma
         )
     except BaseException:
         if ledger is not None and entry_id is not None:
@@ -205,10 +230,14 @@ def measure_exact(
         delta=plan.delta,
         relation=RELATION_REPLACE_ONE,
         ledger_entry_id=entry_id,
-        noisy_marginals=noisy_marginals,
+        noisy_marginals=noisy_histograms[: stats.marginals.size],
         marginal_sizes=plan.marginal_sizes,
         marginal_weight=plan.marginal_weight,
         numeric_bins=plan.numeric_bins,
+        noisy_pairs=noisy_histograms[stats.marginals.size :],
+        pairs=plan.pairs,
+        pair_sizes=plan.pair_sizes,
+        pair_weight=plan.pair_weight,
     )
     if on_noisy is not None:
         on_noisy(measurement)
@@ -243,6 +272,7 @@ def synthesize(
     ledger: SpendRecorder | None = None,
     release_id: str = "adhoc",
     marginal_share: float = DEFAULT_MARGINAL_SHARE,
+    pair_share: float = DEFAULT_PAIR_SHARE,
 ) -> SynthesisResult:
     """encode -> measure -> fit -> sample, for a table already passed through ``validation.validate``."""
     seconds: dict[str, float] = {}
@@ -250,7 +280,8 @@ def synthesize(
     x = encode(table, schema)
     seconds["encode"] = time.perf_counter() - start
     plan, calibration = make_plan(
-        schema, len(table), epsilon, delta, n_directions, k, seed, marginal_share=marginal_share
+        schema, len(table), epsilon, delta, n_directions, k, seed, marginal_share=marginal_share,
+        pair_share=pair_share,
     )
     start = time.perf_counter()
     measurement = measure(x, schema, plan, calibration, ledger, release_id)

@@ -129,6 +129,12 @@ def accuracy_statement(measurement: Measurement) -> str:
             if getattr(measurement, "marginal_sizes", ())
             else ""
         )
+        + (
+            f" Each cell of the {len(measurement.pairs)} noisy 2-way marginals (frequencies) carries noise of "
+            f"standard deviation {measurement.pair_noise_std():.3g}."
+            if getattr(measurement, "pairs", ())
+            else ""
+        )
     )
 
 
@@ -136,7 +142,7 @@ def privacy_statement(measurement: Measurement, parent_release_id: str | None = 
     text = (
         f"This release satisfies ({measurement.epsilon:g}, {measurement.delta:g})-differential privacy with respect "
         f"to replacing any one of the {measurement.n} rows of the input table (n is public). Only noisy moments "
-        "drawn from the Gaussian mechanism, the public schema and public seeds shaped it; the fitted model and "
+        "and histograms drawn from the Gaussian mechanism, the public schema and public seeds shaped it; the fitted model and "
         "the synthetic rows are post-processing and cost no further privacy."
     )
     if parent_release_id:

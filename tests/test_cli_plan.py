@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from splice_assets.cli import main
 from splice_assets.ledger import BudgetLedger
 from splice_assets.moments import harmonic
-from splice_assets.privacy import DEFAULT_MARGINAL_SHARE
+from splice_assets.privacy import DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
 
 
 @pytest.fixture
@@ -55,7 +55,8 @@ def plan_json(schema_file, ledger_url, *extra: str) -> dict:
 )
 def test_plan_json_golden(schema_file, ledger_url, eps, delta, ratio):
     out = plan_json(
-        schema_file, ledger_url, "--n", "20000", "--epsilon", eps, "--delta", delta, "--marginal-share", "0", "--L", "1024"
+        schema_file, ledger_url, "--n", "20000", "--epsilon", eps, "--delta", delta, "--marginal-share", "0", "--pair-share", "0",
+        "--L", "1024",
     )
     for key in ("sensitivity", "sigma", "epsilon", "delta", "L", "k", "n", "noise_std_per_order", "budget_remaining"):
         assert key in out
@@ -72,7 +73,7 @@ def test_plan_json_golden(schema_file, ledger_url, eps, delta, ratio):
 def test_plan_golden_value_and_options(schema_file, ledger_url):
     out = plan_json(
         schema_file, ledger_url, "--n", "10000", "--epsilon", "1", "--delta", "1e-9", "--L", "64", "--k", "4",
-        "--marginal-share", "0",
+        "--marginal-share", "0", "--pair-share", "0",
     )
     assert (out["L"], out["k"]) == (64, 4)
     assert out["sensitivity"] == pytest.approx(2 / 10000 * math.sqrt(64 * (1 + 1 / 2 + 1 / 3 + 1 / 4)), rel=1e-8)
@@ -81,13 +82,18 @@ def test_plan_golden_value_and_options(schema_file, ledger_url):
 
 
 def test_plan_default_includes_the_marginal_queries(schema_file, ledger_url):
-    paper = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-9", "--marginal-share", "0")
+    paper = plan_json(
+        schema_file, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-9", "--marginal-share", "0",
+        "--pair-share", "0",
+    )
     default = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-9")
-    share = DEFAULT_MARGINAL_SHARE
-    assert default["marginal_share"] == share
-    assert (default["sensitivity"] / paper["sensitivity"]) ** 2 == pytest.approx(1 / (1 - share), rel=1e-6)
+    share, pair_share = DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
+    assert default["marginal_share"] == share and default["pair_share"] == pair_share
+    ratio = 1 / (1 - share - pair_share)
+    assert (default["sensitivity"] / paper["sensitivity"]) ** 2 == pytest.approx(ratio, rel=1e-6)
     assert round(default["sigma"] / default["sensitivity"], 4) == 5.4953  # same privacy, larger Delta
     assert default["marginal_noise_std"] > 0 and paper["marginal_noise_std"] is None
+    assert default["pair_noise_std"] > 0 and paper["pair_noise_std"] is None and paper["pairs"] == 0
 
 
 def test_plan_does_not_create_a_ledger(schema_file, tmp_path):

@@ -75,7 +75,7 @@ def test_recovery_from_noise_free_moments():
 
 def test_fit_is_deterministic_and_never_sees_rows():
     params = inspect.signature(fit_mixture).parameters
-    assert list(params) == ["noisy_moments", "directions", "scales", "layout", "sigma", "config", "marginals"]
+    assert list(params) == ["noisy_moments", "directions", "scales", "layout", "sigma", "config", "marginals", "pairs"]
     dirs = draw_directions(2, 64, LAYOUT.d)
     scales = direction_scales(dirs, "ball")
     m = model_moments(TRUTH, LAYOUT, dirs, scales, 8)

@@ -188,7 +188,7 @@ def private_moments(
     else:
         plan, calibration = pipeline.make_plan(
             e.schema, e.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed,
-            marginal_share=s.marginal_share,
+            marginal_share=s.marginal_share, pair_share=s.pair_share,
         )
         exact = pipeline.exact_statistics(e.x, plan, layout_for(e.schema))
         in_range = pipeline.statistics_in_range(exact)

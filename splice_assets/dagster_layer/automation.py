@@ -42,7 +42,7 @@ def refresh_skip_reason(config: ReleaseConfig, ledger: LedgerResource) -> str | 
         return str(exc)
     _, calibration = pipeline.make_plan(
         schema, schema.n_min, config.epsilon, config.delta, config.n_directions, config.k, config.seed,
-        marginal_share=config.marginal_share,
+        marginal_share=config.marginal_share, pair_share=config.pair_share,
     )
     # The cost of a spend is sigma/Delta, which depends on (epsilon, delta) only, so n_min serves for planning.
     with ledger.open(config.dataset) as book:

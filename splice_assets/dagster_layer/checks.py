@@ -19,7 +19,7 @@ def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -
     s = unit_ball_encoding.settings
     _, calibration = pipeline.make_plan(
         unit_ball_encoding.schema, unit_ball_encoding.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed,
-        marginal_share=s.marginal_share,
+        marginal_share=s.marginal_share, pair_share=s.pair_share,
     )
     with ledger.open(s.dataset) as book:
         budget = book.budget(s.dataset)

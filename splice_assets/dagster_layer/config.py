@@ -6,11 +6,11 @@ import math
 from dataclasses import dataclass
 
 import dagster as dg
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..datasets import DEMO_DATASET, demo_data_path
 from ..fit import FitConfig
-from ..privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS
+from ..privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
 
 
 class ReleaseConfig(dg.Config):
@@ -39,6 +39,10 @@ class ReleaseConfig(dg.Config):
     marginal_share: float = Field(
         default=DEFAULT_MARGINAL_SHARE,
         description="Share of the sensitivity budget (Delta^2) given to noisy 1-way marginals; 0 = off.",
+    )
+    pair_share: float = Field(
+        default=DEFAULT_PAIR_SHARE,
+        description="Share of Delta^2 given to noisy 2-way marginals of every coordinate pair; 0 = off.",
     )
 
     @field_validator("epsilon")
@@ -69,7 +73,7 @@ class ReleaseConfig(dg.Config):
             raise ValueError(f"must be >= 0, got {value!r}")
         return value
 
-    @field_validator("marginal_share", "bounds_epsilon_share")
+    @field_validator("marginal_share", "pair_share", "bounds_epsilon_share")
     @classmethod
     def _share(cls, value: float) -> float:
         if not 0.0 <= value < 1.0:
@@ -82,6 +86,15 @@ class ReleaseConfig(dg.Config):
         if not 0.0 <= value < 0.9:
             raise ValueError(f"holdout_fraction must be in [0, 0.9), got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _moments_keep_a_share(self) -> "ReleaseConfig":
+        if self.marginal_share + self.pair_share >= 1.0:
+            raise ValueError(
+                f"marginal_share {self.marginal_share!r} + pair_share {self.pair_share!r} must be < 1 "
+                "(the moments need a share of the budget)"
+            )
+        return self
 
     def settings(self) -> "ReleaseSettings":
         return ReleaseSettings(**self.model_dump())
@@ -107,6 +120,7 @@ class ReleaseSettings:
     bounds_epsilon_share: float
     match_marginals: bool
     marginal_share: float
+    pair_share: float
 
     def resolved_input(self) -> str:
         return self.input_path or str(demo_data_path())
