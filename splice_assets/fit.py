@@ -114,8 +114,9 @@ class FittedMixture:
         return self.final_loss / self.noise_floor if self.noise_floor > 0 else math.inf
 
 
-def noise_floor(sigma: float, k: int, n_directions: int = 1, marginal_cells: int = 0) -> float:
-    """Expected loss of the true statistics against the noisy ones: sigma^2 (H_k + B / L), B = histogram cells."""
+def noise_floor(sigma: float, k: int, n_directions: int = 1, marginal_cells: float = 0) -> float:
+    """Expected loss of the true statistics against the noisy ones: sigma^2 (H_k + B / L), B = histogram cells in
+    the loss, each weighted by its loss multiplier squared."""
     return float(sigma) ** 2 * (math.fsum(1.0 / j for j in range(1, k + 1)) + marginal_cells / n_directions)
 
 
@@ -287,6 +288,11 @@ def _loss_targets(marginals: MarginalTargets | None, config: FitConfig) -> Margi
     return replace(marginals, weight=marginals.weight * config.marginal_loss_weight)
 
 
+def _weighted_cells(targets: MarginalTargets | PairTargets | None, loss_weight: float) -> float:
+    """Histogram cells in the loss, each counted by its loss weight squared (its share of the noise floor)."""
+    return 0.0 if targets is None else loss_weight**2 * len(targets.frequencies)
+
+
 def _holdout_loss(module: MixtureModule, evaluator: MomentEvaluator, noisy: torch.Tensor) -> float:
     k = noisy.shape[0]
     inv_j2 = (1.0 / torch.arange(1, k + 1, dtype=noisy.dtype, device=noisy.device) ** 2).unsqueeze(1)
@@ -363,7 +369,8 @@ def fit_mixture(
         k=k,
         loss_curve=np.asarray(curve),
         final_loss=curve[-1],
-        noise_floor=noise_floor(sigma, k, L, sum(len(t.frequencies) for t in (loss_marginals, loss_pairs) if t)),
+        noise_floor=noise_floor(sigma, k, L, _weighted_cells(loss_marginals, config.marginal_loss_weight)
+                                + _weighted_cells(loss_pairs, config.pair_loss_weight)),
         steps=len(curve),
         converged=converged,
         device=str(device),

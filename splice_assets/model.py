@@ -549,7 +549,7 @@ class MixtureModule(torch.nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# 1-way marginals of the model (the second query family).
+# 1-way and 2-way marginals of the model (the second and third query families).
 
 
 class MarginalEvaluator:

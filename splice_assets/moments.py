@@ -12,7 +12,8 @@ Per chunk of rows one BLAS GEMM gives the projections; a fused numba kernel then
 rounding and int64 accumulation in one pass (compiled once, cached on disk with ``cache=True``).
 
 The second query family is every coordinate's 1-way histogram (grid levels of discrete coordinates, equal-width
-public bins of continuous ones): exact integer counts, each row adding 1 to one cell per coordinate.
+public bins of continuous ones): exact integer counts, each row adding 1 to one cell per coordinate. The third is
+the 2-way histogram of every pair of coordinates from different columns, over the same cells.
 """
 
 from __future__ import annotations
