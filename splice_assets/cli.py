@@ -28,7 +28,8 @@ from .ledger import BudgetLedger, LedgerError, budgets_table, default_ledger_url
 from .locations import artifact_dir, dagster_home
 from .refit import ReleaseLocation, find_release, iter_releases
 from .privacy import (
-    DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE, PrivacyParameterError, validate_parameters,
+    DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE, PrivacyParameterError,
+    validate_parameters,
 )
 from .schema import SchemaError, load_schema
 

@@ -349,7 +349,9 @@ def fit_mixture(
             y_hold = torch.as_tensor(noisy_np[:, hold], device=device)
             w_train = directions[train] / scales[train, None]
             for cand in config.candidate_K:
-                module, _, _ = _run_adam(layout, y_train, ev_train, w_train, cand, config, device, loss_marginals, loss_pairs)
+                module, _, _ = _run_adam(
+                    layout, y_train, ev_train, w_train, cand, config, device, loss_marginals, loss_pairs
+                )
                 holdout[int(cand)] = _holdout_loss(module, ev_hold, y_hold)
             K = min(holdout, key=lambda c: (holdout[c], c))
         evaluator = MomentEvaluator(layout, directions, scales, k, device)

@@ -585,7 +585,9 @@ class MarginalEvaluator:
             cont_cells = cdf[..., 1:] - cdf[..., :-1]  # (K, n_cont, bins)
         for kind, t, size in self.blocks:
             parts.append(q.probs[:, t, :size] if kind == "discrete" else cont_cells[:, t])
-        return torch.cat(parts, dim=1) if parts else torch.zeros((q.weights.shape[0], 0), dtype=DTYPE, device=self.device)
+        if not parts:
+            return torch.zeros((q.weights.shape[0], 0), dtype=DTYPE, device=self.device)
+        return torch.cat(parts, dim=1)
 
     def __call__(self, q: TorchMixture) -> torch.Tensor:
         return q.weights @ self.component_cells(q)
@@ -608,8 +610,9 @@ class PairEvaluator:
             r, c = np.meshgrid(np.arange(sizes[a]) + offsets[a], np.arange(sizes[b]) + offsets[b], indexing="ij")
             rows.append(r.ravel())
             cols.append(c.ravel())
-        flat = lambda parts: torch.as_tensor(np.concatenate(parts) if parts else np.zeros(0, np.int64), device=device)  # noqa: E731
-        self.rows, self.cols = flat(rows), flat(cols)
+        self.rows, self.cols = (
+            torch.as_tensor(np.concatenate(idx) if idx else np.zeros(0, np.int64), device=device) for idx in (rows, cols)
+        )
 
     def __call__(self, q: TorchMixture) -> torch.Tensor:
         p = self.cells.component_cells(q)

@@ -184,8 +184,8 @@ def measure_exact(
 
     Sensitivity: each row adds T_j(z)/n with |T_j| <= 1 to moment (j, l) and 1/n to one cell of each coordinate's
     histogram and of each pair's; replacing one row moves [m_j/sqrt(j), w * h1, w2 * h2] by at most
-    sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n, which is calibration.sensitivity (float slack included). A failure before the noise is drawn aborts the reservation;
-    after it, the spend stays counted.
+    sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n, which is calibration.sensitivity (float slack included). A failure
+    before the noise is drawn aborts the reservation; after it, the spend stays counted.
     """
     if not statistics_in_range(stats):
         raise MomentsOutOfRange("exact statistics are not finite or out of range; nothing was charged")

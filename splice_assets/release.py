@@ -142,8 +142,8 @@ def privacy_statement(measurement: Measurement, parent_release_id: str | None = 
     text = (
         f"This release satisfies ({measurement.epsilon:g}, {measurement.delta:g})-differential privacy with respect "
         f"to replacing any one of the {measurement.n} rows of the input table (n is public). Only noisy moments "
-        "and histograms drawn from the Gaussian mechanism, the public schema and public seeds shaped it; the fitted model and "
-        "the synthetic rows are post-processing and cost no further privacy."
+        "and histograms drawn from the Gaussian mechanism, the public schema and public seeds shaped it; the "
+        "fitted model and the synthetic rows are post-processing and cost no further privacy."
     )
     if parent_release_id:
         text += (
