@@ -17,7 +17,7 @@ import pandas as pd
 
 from .schema import ColumnSpec, TableSchema
 
-Role = Literal["value", "missing"]
+Role = Literal["value", "missing", "binned"]
 ScalingMode = Literal["ball", "l1"]
 SCALING_MODES: tuple[str, ...] = ("ball", "l1")
 
@@ -26,7 +26,9 @@ SCALING_MODES: tuple[str, ...] = ("ball", "l1")
 class Coordinate:
     """One encoded coordinate: which column it comes from and what it holds.
 
-    ``levels`` is the number of grid points for a discrete coordinate and 0 for a continuous one.
+    ``levels`` is the number of grid points for a discrete coordinate and 0 for a continuous one. Role "binned"
+    exists only in the model's view (``model.histogram_layout``): a continuous value coordinate modelled as a
+    histogram over ``levels`` equal-width public bins, its grid points the bin centres.
     """
 
     column: str
@@ -37,8 +39,14 @@ class Coordinate:
     def is_discrete(self) -> bool:
         return self.levels > 0
 
+    @property
+    def is_binned(self) -> bool:
+        return self.role == "binned"
+
     def grid(self) -> np.ndarray:
-        """The grid points of a discrete coordinate (a single level sits at 0)."""
+        """The grid points of a discrete coordinate (a single level sits at 0; binned: the bin centres)."""
+        if self.is_binned:
+            return -1.0 + (2.0 * np.arange(self.levels) + 1.0) / self.levels
         if self.levels == 1:
             return np.zeros(1)
         return -1.0 + 2.0 * np.arange(self.levels) / (self.levels - 1)
@@ -76,6 +84,21 @@ def _column_coordinates(spec: ColumnSpec) -> list[Coordinate]:
 def layout_for(schema: TableSchema) -> EncodingLayout:
     """The coordinate layout a schema implies (public: depends on the schema only)."""
     return EncodingLayout(tuple(c for spec in schema.columns for c in _column_coordinates(spec)))
+
+
+def histogram_layout(layout: EncodingLayout, levels: int) -> EncodingLayout:
+    """The model's view of ``layout`` with every continuous value coordinate as a histogram over ``levels``
+    equal-width public bins of [-1, 1] (role "binned"); discrete coordinates are unchanged."""
+    if levels < 1:
+        raise ValueError(f"a histogram needs >= 1 bins, got {levels!r}")
+    return EncodingLayout(
+        tuple(c if c.is_discrete else Coordinate(c.column, "binned", levels) for c in layout.coordinates)
+    )
+
+
+def data_layout(layout: EncodingLayout) -> EncodingLayout:
+    """The encoding layout behind a model layout: binned coordinates back to continuous value coordinates."""
+    return EncodingLayout(tuple(Coordinate(c.column, "value", 0) if c.is_binned else c for c in layout.coordinates))
 
 
 def _grid_position(index: np.ndarray, levels: int) -> np.ndarray:

@@ -280,6 +280,10 @@ class MomentEvaluator:
         disc, cont = layout.discrete_index, layout.continuous_index
         self.w_disc = w[:, torch.as_tensor(disc, dtype=torch.long)] if len(disc) else w[:, :0]
         self.w_cont = w[:, torch.as_tensor(cont, dtype=torch.long)] if len(cont) else w[:, :0]
+        # A binned coordinate is its bin centre plus a within-bin offset, uniform on a bin of width h: the offset
+        # joins the Gaussian part as N(0, h^2 / 12) (same mean and variance; higher cumulants O(h^4 w^4)).
+        bin_var = np.array([(2.0 / c.levels) ** 2 / 12.0 if c.is_binned else 0.0 for c in layout.coordinates])
+        self.jitter_var = torch.as_tensor(w_np**2 @ bin_var, dtype=DTYPE, device=self.device)  # (L,)
         orders = torch.arange(k + 1, dtype=DTYPE, device=self.device)
         # Fast path. w^m and w^-m per (discrete coordinate, direction): (n_disc, L, k+1). |w| is floored at
         # 10^(-280/k) so that w^-k stays finite; the floor changes central moments by < floor^2 (<= 3e-18 for k <= 32).
@@ -349,7 +353,7 @@ class MomentEvaluator:
         return torch.einsum("c,clj->jl", q.weights, self.component_moments(q))
 
     def _gaussian_projection(self, q: TorchMixture) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and variance (K, L) of the Gaussian part w_C^T x_C (zeros without continuous coordinates)."""
+        """Mean and variance (K, L) of the Gaussian part w_C^T x_C plus the binned coordinates' within-bin offsets."""
         K, L = q.weights.shape[0], self.n_directions
         mean = torch.zeros(K, L, dtype=DTYPE, device=self.device)
         var = torch.zeros(K, L, dtype=DTYPE, device=self.device)
@@ -359,7 +363,7 @@ class MomentEvaluator:
             if q.factors.shape[-1]:
                 proj = torch.einsum("li,cir->clr", self.w_cont, q.factors)
                 var = var + (proj**2).sum(-1)
-        return mean, var
+        return mean, var + self.jitter_var
 
     def _taylor_moments(self, q: TorchMixture, mean: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Fast path (steps 1-3): moments (K, L, k) and the estimate of their rounding error (K, L)."""
@@ -555,8 +559,10 @@ class MixtureModule(torch.nn.Module):
 class MarginalEvaluator:
     """Exact 1-way cell probabilities of q for every coordinate, in ``moments.marginal_sizes`` order.
 
-    Discrete coordinate: sum_c pi_c p_c. Continuous coordinate: sum_c pi_c P(N(mu_ci, sd_ci^2) in bin); the two
-    edge bins are open-ended because sampling clips to [-1, 1]. Differentiable; cost O(K * cells).
+    Discrete coordinate: sum_c pi_c p_c. Binned coordinate: the same, its levels summed in runs of
+    levels / numeric_bins (a model bin lies inside one measured bin). Continuous coordinate:
+    sum_c pi_c P(N(mu_ci, sd_ci^2) in bin); the two edge bins are open-ended because sampling clips to [-1, 1].
+    Differentiable; cost O(K * cells).
     """
 
     def __init__(self, layout: EncodingLayout, numeric_bins: int, device: str | torch.device = "cpu") -> None:
@@ -566,13 +572,21 @@ class MarginalEvaluator:
         # Inner edges only: the open edge bins come from padding the CDF with exact 0 and 1 (an infinite edge
         # would give 0 * inf = NaN gradients).
         self.edges = -1.0 + 2.0 * torch.arange(1, numeric_bins, dtype=DTYPE, device=self.device) / numeric_bins
-        # Where each coordinate's block comes from: ("discrete", t, levels) or ("continuous", position, bins).
+        # Where each coordinate's block of measured cells comes from: ("discrete", t, levels), ("binned", t, bins)
+        # or ("continuous", position, bins).
         disc = {int(i): t for t, i in enumerate(layout.discrete_index)}
         cont = {int(i): t for t, i in enumerate(layout.continuous_index)}
+        for c in layout.coordinates:
+            if c.is_binned and c.levels % numeric_bins:
+                raise ValueError(
+                    f"column {c.column!r}: {c.levels} model bins do not refine the {numeric_bins} measured bins"
+                )
         self.blocks = [
-            ("discrete", disc[i], c.levels) if c.is_discrete else ("continuous", cont[i], numeric_bins)
+            ("binned" if c.is_binned else "discrete", disc[i], numeric_bins if c.is_binned else c.levels)
+            if c.is_discrete else ("continuous", cont[i], numeric_bins)
             for i, c in enumerate(layout.coordinates)
         ]
+        self.levels = {t: layout.coordinates[i].levels for i, t in disc.items()}
 
     def component_cells(self, q: TorchMixture) -> torch.Tensor:
         """(K, B) cell probabilities of every coordinate within each component, in ``marginal_sizes`` order."""
@@ -584,7 +598,12 @@ class MarginalEvaluator:
             cdf = torch.nn.functional.pad(cdf, (0, 1), value=1.0)
             cont_cells = cdf[..., 1:] - cdf[..., :-1]  # (K, n_cont, bins)
         for kind, t, size in self.blocks:
-            parts.append(q.probs[:, t, :size] if kind == "discrete" else cont_cells[:, t])
+            if kind == "discrete":
+                parts.append(q.probs[:, t, :size])
+            elif kind == "binned":
+                parts.append(q.probs[:, t, : self.levels[t]].reshape(-1, size, self.levels[t] // size).sum(-1))
+            else:
+                parts.append(cont_cells[:, t])
         if not parts:
             return torch.zeros((q.weights.shape[0], 0), dtype=DTYPE, device=self.device)
         return torch.cat(parts, dim=1)

@@ -16,7 +16,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from .encoding import Coordinate, EncodingLayout, decode, layout_for
+from .encoding import Coordinate, EncodingLayout, data_layout, decode, layout_for
 from .fit import FitConfig, FittedMixture, MarginalTargets
 from .model import MixtureParameters
 from .schema import TableSchema
@@ -70,6 +70,8 @@ def sample_cube(
             cdf = np.cumsum(p.probs[t][c])
             idx = np.searchsorted(cdf / cdf[-1], rng.random(n_c), side="right")
             block[:, i] = grids[t][np.minimum(idx, len(grids[t]) - 1)]
+            if layout.coordinates[i].is_binned:  # uniform inside the bin
+                block[:, i] += rng.uniform(-1.0, 1.0, n_c) / layout.coordinates[i].levels
         if len(cont):
             g = rng.standard_normal((n_c, p.R)) if p.R else np.zeros((n_c, 0))
             deviation = g @ p.factors[c].T + rng.standard_normal((n_c, len(cont))) * np.sqrt(p.diag[c])
@@ -78,7 +80,7 @@ def sample_cube(
     out = out[rng.permutation(n_rows)]
     np.clip(out, -1.0, 1.0, out=out)
     if matched:
-        out = match_to_marginals(out, layout, model.marginal_targets, rng, integer_bounds)
+        out = match_to_marginals(out, data_layout(layout), model.marginal_targets, rng, integer_bounds)
     return out
 
 
@@ -180,7 +182,7 @@ def sample_table(
     model: FittedMixture, schema: TableSchema, n_rows: int, seed: int, match_marginals: bool = True
 ) -> pd.DataFrame:
     """Sample and decode into the schema's columns, order and dtypes."""
-    if layout_for(schema) != model.layout:
+    if layout_for(schema) != data_layout(model.layout):
         raise ValueError(f"the model's layout does not match schema {schema.name!r}")
     return decode(sample_cube(model, n_rows, seed, match_marginals, integer_coordinates(schema)), schema)
 

@@ -63,7 +63,7 @@ def test_recovery_from_noise_free_moments():
     dirs = draw_directions(1, 256, LAYOUT.d)
     scales = direction_scales(dirs, "ball")
     exact = model_moments(TRUTH, LAYOUT, dirs, scales, 12)
-    fitted = fit_mixture(exact, dirs, scales, LAYOUT, sigma=0.0, config=FitConfig(K=3, R=1, max_steps=400, seed=0))
+    fitted = fit_mixture(exact, dirs, scales, LAYOUT, sigma=0.0, config=FitConfig(numeric_model="gaussian", K=3, R=1, max_steps=400, seed=0))
     truth_rows = sample_cube(from_parameters(TRUTH, LAYOUT), 100_000, 1)
     fit_rows = sample_cube(fitted, 100_000, 2)
     other_truth = sample_cube(from_parameters(TRUTH, LAYOUT), 100_000, 3)
@@ -79,12 +79,12 @@ def test_fit_is_deterministic_and_never_sees_rows():
     dirs = draw_directions(2, 64, LAYOUT.d)
     scales = direction_scales(dirs, "ball")
     m = model_moments(TRUTH, LAYOUT, dirs, scales, 8)
-    cfg = FitConfig(K=2, R=1, max_steps=60, min_steps=60, seed=5)
+    cfg = FitConfig(numeric_model="gaussian", K=2, R=1, max_steps=60, min_steps=60, seed=5)
     a = fit_mixture(m, dirs, scales, LAYOUT, 0.01, cfg)
     b = fit_mixture(m, dirs, scales, LAYOUT, 0.01, cfg)
     assert np.array_equal(a.loss_curve, b.loss_curve)
     assert np.array_equal(a.params.means, b.params.means)
-    c = fit_mixture(m, dirs, scales, LAYOUT, 0.01, FitConfig(K=2, R=1, max_steps=60, min_steps=60, seed=6))
+    c = fit_mixture(m, dirs, scales, LAYOUT, 0.01, FitConfig(numeric_model="gaussian", K=2, R=1, max_steps=60, min_steps=60, seed=6))
     assert not np.array_equal(a.params.means, c.params.means)
     # A stored Measurement (public facts + noisy moments) is all the fit needs.
     meas = Measurement("toy", 1, 2, 64, 8, 1000, LAYOUT.d, "ball", m, 0.01, 0.002, 1.0, 1e-9)
@@ -109,7 +109,7 @@ def test_marginals_enter_the_loss_only_with_a_positive_weight():
     targets = MarginalTargets(np.concatenate([np.eye(s)[0] for s in sizes]), 5.0, bins)  # all mass in cell 0
     fits = {
         weight: fit_mixture(m, dirs, scales, LAYOUT, 0.01,
-                            FitConfig(K=2, R=1, max_steps=80, min_steps=80, seed=5, marginal_loss_weight=weight), targets)
+                            FitConfig(numeric_model="gaussian", K=2, R=1, max_steps=80, min_steps=80, seed=5, marginal_loss_weight=weight), targets)
         for weight in (0.0, 1.0)
     }  # fmt: skip
 
@@ -137,7 +137,7 @@ def test_pairs_enter_the_loss_with_their_weight():
     targets = PairTargets(np.concatenate([np.eye(s)[0] for s in pair_sizes(LAYOUT, pairs, bins)]), 5.0, bins, pairs)
     fits = {
         weight: fit_mixture(m, dirs, scales, LAYOUT, 0.01,
-                            FitConfig(K=2, R=1, max_steps=80, min_steps=80, seed=5, pair_loss_weight=weight),
+                            FitConfig(numeric_model="gaussian", K=2, R=1, max_steps=80, min_steps=80, seed=5, pair_loss_weight=weight),
                             pairs=targets)
         for weight in (0.0, 1.0)
     }  # fmt: skip
@@ -156,7 +156,7 @@ def test_holdout_selects_K():
     dirs = draw_directions(4, 128, LAYOUT.d)
     scales = direction_scales(dirs, "ball")
     m = model_moments(TRUTH, LAYOUT, dirs, scales, 8)
-    fm = fit_mixture(m, dirs, scales, LAYOUT, 0.0, FitConfig(R=1, max_steps=150, holdout_fraction=0.25, candidate_K=(1, 3)))
+    fm = fit_mixture(m, dirs, scales, LAYOUT, 0.0, FitConfig(numeric_model="gaussian", R=1, max_steps=150, holdout_fraction=0.25, candidate_K=(1, 3)))
     assert set(fm.holdout_losses) == {1, 3}
     assert fm.config.K == 3 and fm.params.K == 3
 
