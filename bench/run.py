@@ -37,7 +37,8 @@ METHODS = ("splice", "splice_paper", "aim", "mst")
 # Our methods: the product defaults, and the paper's configuration (moments only, L = 1024, K = 5, R = 2).
 SPLICE_ARGS = {
     "splice": [],
-    "splice_paper": ["--marginal-share", "0", "--pair-share", "0", "--n-directions", "1024", "--K", "5", "--R", "2"],
+    "splice_paper": ["--marginal-share", "0", "--pair-share", "0", "--n-directions", "1024", "--K", "5", "--R", "2",
+                     "--numeric-model", "gaussian"],
 }
 PEERS_VENV = BENCH_DIR / ".venv-peers"
 PEERS_PY = PEERS_VENV / "bin" / "python"

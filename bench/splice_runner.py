@@ -30,6 +30,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=None, help="default: the product's")
     ap.add_argument("--K", type=int, default=None, help="mixture components; default: the product's")
     ap.add_argument("--R", type=int, default=None, help="covariance rank; default: the product's")
+    ap.add_argument("--numeric-model", default=None, help="'histogram' or 'gaussian'; default: the product's")
     ap.add_argument("--out", default=None, help="synthetic CSV (omit to skip writing)")
     ap.add_argument("--stats", required=True)
     args = ap.parse_args()
@@ -62,7 +63,7 @@ def main() -> None:
         measurement = measure(x, schema, plan, calibration)
     del x
     with timer.stage("fit"):
-        shape = {"K": args.K, "R": args.R}
+        shape = {"K": args.K, "R": args.R, "numeric_model": args.numeric_model}
         config = FitConfig(seed=args.seed, threads=threads, **{k: v for k, v in shape.items() if v is not None})
         model = fit(measurement, schema, config)
     with timer.stage("sample"):

@@ -119,6 +119,7 @@ def refit_release(
         **parent_params,
         "components": int(K if K is not None else parent_params.get("components", FitConfig.K)),
         "rank": int(R if R is not None else parent_params.get("rank", FitConfig.R)),
+        "numeric_model": str(parent_params.get("numeric_model", FitConfig.numeric_model)),
         "max_steps": int(steps if steps is not None else parent_params.get("max_steps", FitConfig.max_steps)),
         "seed": int(seed if seed is not None else parent_params.get("seed", measurement.seed)),
         "n_synthetic": int(n_rows if n_rows is not None else manifest.get("synthetic_rows") or measurement.n),
@@ -129,7 +130,10 @@ def refit_release(
             raise ValueError(f"{key} must be >= 1, got {settings[key]}")
     if settings["rank"] < 0:
         raise ValueError(f"rank must be >= 0, got {settings['rank']}")
-    config = FitConfig(K=settings["components"], R=settings["rank"], max_steps=settings["max_steps"], seed=settings["seed"])
+    config = FitConfig(
+        K=settings["components"], R=settings["rank"], numeric_model=settings["numeric_model"],
+        max_steps=settings["max_steps"], seed=settings["seed"],
+    )
     child_id = release_id or uuid.uuid4().hex
 
     ledger = BudgetLedger(ledger_url or default_ledger_url())

@@ -226,7 +226,7 @@ def private_moments(
 def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
     p = private_moments
     s = p.settings
-    config = FitConfig(K=s.components, R=s.rank, max_steps=s.max_steps, seed=s.seed)
+    config = FitConfig(K=s.components, R=s.rank, numeric_model=s.numeric_model, max_steps=s.max_steps, seed=s.seed)
     model = pipeline.fit(p.measurement, p.schema, config)
     curve = [float(v) for v in model.loss_curve]
     return dg.Output(

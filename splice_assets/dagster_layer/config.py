@@ -9,7 +9,7 @@ import dagster as dg
 from pydantic import Field, field_validator, model_validator
 
 from ..datasets import DEMO_DATASET, demo_data_path
-from ..fit import FitConfig
+from ..fit import NUMERIC_MODELS, FitConfig
 from ..privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
 
 
@@ -24,7 +24,11 @@ class ReleaseConfig(dg.Config):
     k: int = Field(default=DEFAULT_K, description="Chebyshev order per direction.")
     n_directions: int = Field(default=DEFAULT_N_DIRECTIONS, description="Number of random directions L.")
     components: int = Field(default=FitConfig.K, description="Mixture components K.")
-    rank: int = Field(default=FitConfig.R, description="Low-rank covariance factor R per component.")
+    rank: int = Field(default=FitConfig.R, description="Low-rank covariance factor R per component (gaussian only).")
+    numeric_model: str = Field(
+        default=FitConfig.numeric_model,
+        description="How a component holds numeric columns: 'histogram' (public bins) or 'gaussian' (the paper's).",
+    )
     max_steps: int = Field(default=600, description="Upper bound on fitting steps (convergence stops earlier).")
     n_synthetic: int = Field(default=0, description="Synthetic rows to sample; 0 = as many as the input.")
     seed: int = Field(default=0, description="Public seed: directions, initialisation, sampling, holdout split.")
@@ -80,6 +84,13 @@ class ReleaseConfig(dg.Config):
             raise ValueError(f"a share must be in [0, 1), got {value!r}")
         return value
 
+    @field_validator("numeric_model")
+    @classmethod
+    def _numeric_model(cls, value: str) -> str:
+        if value not in NUMERIC_MODELS:
+            raise ValueError(f"numeric_model must be one of {NUMERIC_MODELS}, got {value!r}")
+        return value
+
     @field_validator("holdout_fraction")
     @classmethod
     def _fraction(cls, value: float) -> float:
@@ -113,6 +124,7 @@ class ReleaseSettings:
     n_directions: int
     components: int
     rank: int
+    numeric_model: str
     max_steps: int
     n_synthetic: int
     seed: int
