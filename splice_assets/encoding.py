@@ -27,7 +27,7 @@ class Coordinate:
     """One encoded coordinate: which column it comes from and what it holds.
 
     ``levels`` is the number of grid points for a discrete coordinate and 0 for a continuous one. Role "binned"
-    exists only in the model's view (``model.histogram_layout``): a continuous value coordinate modelled as a
+    exists only in the model's view (``histogram_layout``): a continuous value coordinate modelled as a
     histogram over ``levels`` equal-width public bins, its grid points the bin centres.
     """
 

@@ -4,6 +4,9 @@ Component c (weight pi_c) is a product of
   * one probability vector per *discrete* coordinate over its grid levels (categoricals, ordinals, and the
     two-level missing indicators of nullable numeric columns, so missingness depends on the component), and
   * ONE Gaussian N(mu_c, U_c U_c^T + diag(D_c)) of rank R over all *continuous* coordinates.
+With ``numeric_model="histogram"`` (the default, ``encoding.histogram_layout``) there are no continuous
+coordinates: each numeric column is a *binned* discrete coordinate, its grid the bin centres, plus a uniform offset
+inside the bin that enters the closed form as a Gaussian of the same variance h^2/12 (``MomentEvaluator.jitter_var``).
 
 Closed-form moments (exact in float64, differentiable, cost independent of n)
 --------------------------------------------------------------------------
