@@ -616,7 +616,7 @@ class MarginalEvaluator:
 
 
 class PairEvaluator:
-    """Exact 2-way cell probabilities of q for the given coordinate pairs, in ``moments.pair_cells`` order.
+    """Exact 2-way cell probabilities of q for the given coordinate pairs, in ``moments.pair_counts`` order.
 
     Within a component coordinates are independent, so the (a, b) table is sum_c pi_c p_ca p_cb^T: one weighted
     Gram matrix of the per-component 1-way cells, read at each pair's block. Cost O(K B^2), independent of n.
