@@ -432,11 +432,31 @@ def fit_measurement(measurement: Measurement, layout: EncodingLayout, config: Fi
     )
 
 
+def pooled_marginals(measurement: Measurement) -> np.ndarray:
+    """Each coordinate's noisy 1-way histogram pooled, by inverse variance, with the margins of its noisy 2-way
+    histograms (post-processing). A margin of pair (a, b) sums s_b independent noisy cells, so each of its cells
+    has noise variance s_b (sigma / w2)^2, against (sigma / w)^2 for the direct histogram."""
+    direct = measurement.marginals()
+    if not measurement.pairs or not direct:
+        return measurement.noisy_marginals.copy()
+    sizes = measurement.marginal_sizes
+    precision1, precision2 = measurement.marginal_noise_std() ** -2, measurement.pair_noise_std() ** -2
+    total = [h * precision1 for h in direct]
+    weight = [precision1] * len(direct)
+    blocks = np.split(measurement.noisy_pairs, np.cumsum(measurement.pair_sizes)[:-1])
+    for (a, b), block in zip(measurement.pairs, blocks):
+        table = block.reshape(sizes[a], sizes[b])
+        for axis, this, other in ((1, a, b), (0, b, a)):
+            total[this] = total[this] + table.sum(axis) * precision2 / sizes[other]
+            weight[this] += precision2 / sizes[other]
+    return np.concatenate([t / w for t, w in zip(total, weight)])
+
+
 def marginal_targets(measurement: Measurement) -> MarginalTargets | None:
-    """The measurement's noisy 1-way marginals as fit targets (None if it has none)."""
+    """The measurement's noisy 1-way marginals, pooled with its 2-way margins, as targets (None without them)."""
     if not measurement.marginal_sizes:
         return None
-    return MarginalTargets(measurement.noisy_marginals, measurement.marginal_weight, measurement.numeric_bins)
+    return MarginalTargets(pooled_marginals(measurement), measurement.marginal_weight, measurement.numeric_bins)
 
 
 def pair_targets(measurement: Measurement) -> PairTargets | None:

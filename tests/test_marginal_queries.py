@@ -332,3 +332,33 @@ def test_model_pairs_match_monte_carlo_and_marginalise_to_the_1_way_cells():
     mc = pair_counts(cube, LAYOUT, PAIRS, BINS).frequencies(n)
     se = np.sqrt(np.clip(exact * (1 - exact), 1e-12, None) / n)
     assert np.all(np.abs(mc - exact) <= 4.5 * se + 1e-12)
+
+
+def test_pooled_marginals_are_exact_without_noise_and_less_noisy_with_it():
+    """Pooling the 1-way histograms with the 2-way margins (inverse variance) is post-processing: exact inputs
+    give the exact marginals back, and noisy ones (seeded here) a smaller error. Measured on this layout over 20
+    draws: mean squared error ratio pooled / direct 0.46; tolerance 0.85."""
+    from splice_assets.fit import pooled_marginals
+    from splice_assets.measurement import Measurement
+
+    plan, cal = pipeline.make_plan(SCHEMA, 400, 1.0, 1e-6, 16, 4, marginal_share=0.2, pair_share=0.5)
+    x = random_rows(np.random.default_rng(8), 400)
+    stats = pipeline.exact_statistics(x, plan, LAYOUT)
+
+    def measurement(h1: np.ndarray, h2: np.ndarray) -> Measurement:
+        return Measurement(
+            "toy", 1, plan.seed, plan.n_directions, plan.k, plan.n, LAYOUT.d, "ball", stats.moments, cal.sigma,
+            cal.sensitivity, 1.0, 1e-6, noisy_marginals=h1, marginal_sizes=plan.marginal_sizes,
+            marginal_weight=plan.marginal_weight, numeric_bins=plan.numeric_bins, noisy_pairs=h2, pairs=plan.pairs,
+            pair_sizes=plan.pair_sizes, pair_weight=plan.pair_weight,
+        )
+
+    np.testing.assert_allclose(pooled_marginals(measurement(stats.marginals, stats.pairs)), stats.marginals, atol=1e-12)
+    rng = np.random.default_rng(9)
+    direct_err, pooled_err = 0.0, 0.0
+    for _ in range(20):
+        h1 = stats.marginals + rng.standard_normal(stats.marginals.shape) * cal.marginal_noise_std()
+        h2 = stats.pairs + rng.standard_normal(stats.pairs.shape) * cal.pair_noise_std()
+        direct_err += float(np.sum((h1 - stats.marginals) ** 2))
+        pooled_err += float(np.sum((pooled_marginals(measurement(h1, h2)) - stats.marginals) ** 2))
+    assert pooled_err < 0.85 * direct_err, pooled_err / direct_err
