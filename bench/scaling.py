@@ -28,7 +28,7 @@ from bench.common import DELTA, code_version, RAW_DIR, RESULTS_DIR, ensure_time_
 from bench.report import _fmt, machine_header
 from bench.run import SPLICE_ARGS
 from splice_assets.fit import FitConfig
-from splice_assets.privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS
+from splice_assets.privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
 
 NS = [12_500, 50_000, 100_000, 200_000, 400_000]
 DS = [6, 12, 24]
@@ -124,7 +124,8 @@ def write_md(df: pd.DataFrame) -> None:
     lines += [
         "Generated tables (latent Gaussian copula + mixture, half numeric / half categorical; `bench/scaling.py`),",
         f"ε = 1, δ = 1e-9, seed 0; `splice` = product defaults (L = {DEFAULT_N_DIRECTIONS}, k = {DEFAULT_K}, K = "
-        f"{FitConfig.K}, R = {FitConfig.R}, marginal share {DEFAULT_MARGINAL_SHARE}), `splice_paper` = "
+        f"{FitConfig.K} with {FitConfig.numeric_model} numerics, marginal share {DEFAULT_MARGINAL_SHARE}, pair share "
+        f"{DEFAULT_PAIR_SHARE}), `splice_paper` = "
         f"{' '.join(SPLICE_ARGS['splice_paper'])}. One process per cell under `/usr/bin/time -v`:",
         "`wall`/`peak` are the whole process; stage columns are in-process seconds and the peak RSS sampled during",
         "the stage (20 ms). `validate` includes reading the CSV.",
