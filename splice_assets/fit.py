@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -23,7 +23,9 @@ import torch
 from .encoding import EncodingLayout, histogram_layout
 from .moments import DEFAULT_NUMERIC_BINS
 from .measurement import Measurement
-from .model import Bounds, MarginalEvaluator, MixtureModule, MixtureParameters, MomentEvaluator, PairEvaluator
+from .model import (
+    Bounds, MarginalEvaluator, MixtureModule, MixtureParameters, MomentEvaluator, PairEvaluator, TorchMixture,
+)
 
 
 @dataclass(frozen=True)
@@ -249,21 +251,13 @@ def _run_adam(
             layout, K, config.R, bounds, noisy.cpu().numpy(), w, config.seed, config.init_jitter, loss_marginals
         )
     )
-    marginal_term = None
+    histogram_terms = []
     if loss_marginals is not None:
-        marginal_eval = MarginalEvaluator(layout, loss_marginals.numeric_bins, device)
-        target = torch.as_tensor(np.asarray(loss_marginals.frequencies, dtype=np.float64), device=device)
-
-        def marginal_term(q):
-            return ((loss_marginals.weight * (target - marginal_eval(q))) ** 2).sum() / noisy.shape[1]
-
-    pair_term = None
+        evaluator_1 = MarginalEvaluator(layout, loss_marginals.numeric_bins, device)
+        histogram_terms.append(_histogram_term(evaluator_1, loss_marginals, noisy.shape[1], device))
     if loss_pairs is not None:
-        pair_eval = PairEvaluator(layout, loss_pairs.numeric_bins, loss_pairs.pairs, device)
-        pair_target = torch.as_tensor(np.asarray(loss_pairs.frequencies, dtype=np.float64), device=device)
-
-        def pair_term(q):
-            return ((loss_pairs.weight * (pair_target - pair_eval(q))) ** 2).sum() / noisy.shape[1]
+        evaluator_2 = PairEvaluator(layout, loss_pairs.numeric_bins, loss_pairs.pairs, device)
+        histogram_terms.append(_histogram_term(evaluator_2, loss_pairs, noisy.shape[1], device))
 
     k = noisy.shape[0]
     inv_j2 = (1.0 / torch.arange(1, k + 1, dtype=noisy.dtype, device=device) ** 2).unsqueeze(1)
@@ -276,10 +270,8 @@ def _run_adam(
         opt.zero_grad(set_to_none=True)
         q = module()
         fit = ((noisy - evaluator(q)) ** 2 * inv_j2).sum() / L
-        if marginal_term is not None:
-            fit = fit + marginal_term(q)
-        if pair_term is not None:
-            fit = fit + pair_term(q)
+        for term in histogram_terms:
+            fit = fit + term(q)
         loss = fit + config.tail_penalty * module.tail_mass() if config.tail_penalty else fit
         loss.backward()
         opt.step()
@@ -295,11 +287,23 @@ def _run_adam(
     return module, curve, converged
 
 
-def _loss_targets(marginals: MarginalTargets | None, config: FitConfig) -> MarginalTargets | None:
-    """The marginals as they enter the loss (weight scaled by ``marginal_loss_weight``), or None if they do not."""
-    if marginals is None or not marginals.weight > 0 or not config.marginal_loss_weight > 0:
+Targets = TypeVar("Targets", MarginalTargets, PairTargets)
+
+
+def _histogram_term(
+    evaluator: MarginalEvaluator | PairEvaluator, targets: MarginalTargets | PairTargets, n_directions: int,
+    device: torch.device,
+) -> Callable[[TorchMixture], torch.Tensor]:
+    """The loss term of one histogram family: its weighted squared residuals, on the moments' per-direction scale."""
+    target = torch.as_tensor(np.asarray(targets.frequencies, dtype=np.float64), device=device)
+    return lambda q: ((targets.weight * (target - evaluator(q))) ** 2).sum() / n_directions
+
+
+def _loss_targets(targets: Targets | None, multiplier: float) -> Targets | None:
+    """Histogram targets as they enter the loss (weight scaled by ``multiplier``), or None if they do not."""
+    if targets is None or not targets.weight > 0 or not multiplier > 0:
         return None
-    return replace(marginals, weight=marginals.weight * config.marginal_loss_weight)
+    return replace(targets, weight=targets.weight * multiplier)
 
 
 NUMERIC_MODELS = ("histogram", "gaussian")
@@ -364,11 +368,8 @@ def fit_mixture(
     try:
         device = _device(config)
         k, L = noisy_np.shape
-        loss_marginals = _loss_targets(marginals, config)
-        loss_pairs = (
-            replace(pairs, weight=pairs.weight * config.pair_loss_weight)
-            if pairs is not None and config.pair_loss_weight > 0 else None
-        )
+        loss_marginals = _loss_targets(marginals, config.marginal_loss_weight)
+        loss_pairs = _loss_targets(pairs, config.pair_loss_weight)
         holdout: dict[int, float] = {}
         K = config.K
         if config.holdout_fraction > 0 and config.candidate_K:

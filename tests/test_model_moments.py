@@ -61,17 +61,20 @@ MIXED = EncodingLayout(
 )
 
 
+def _assert_matches_monte_carlo(params, layout, x, dirs_seed: int, k: int) -> None:
+    """Every closed-form moment (8 directions) within 4 standard errors of its Monte Carlo mean over rows ``x``."""
+    dirs = draw_directions(dirs_seed, 8, layout.d)
+    scales = direction_scales(dirs, "ball")
+    exact = model_moments(params, layout, dirs, scales, k)
+    values = _cheb(x @ (dirs / scales[:, None]).T, k)  # (k, n, L)
+    mc, se = values.mean(axis=1), values.std(axis=1) / np.sqrt(len(x))
+    assert np.all(np.abs(mc - exact) <= 4 * se + 1e-12), np.max(np.abs(mc - exact) / se)
+
+
 def test_closed_form_matches_monte_carlo_up_to_k32():
     rng = np.random.default_rng(11)
     params = _random_params(MIXED, K=3, R=1, rng=rng)
-    dirs = draw_directions(3, 8, MIXED.d)
-    scales = direction_scales(dirs, "ball")
-    k, n = 32, 1_000_000
-    exact = model_moments(params, MIXED, dirs, scales, k)
-    z = _sample(params, MIXED, n, rng) @ (dirs / scales[:, None]).T
-    values = _cheb(z, k)  # (k, n, L)
-    mc, se = values.mean(axis=1), values.std(axis=1) / np.sqrt(n)
-    assert np.all(np.abs(mc - exact) <= 4 * se + 1e-12), np.max(np.abs(mc - exact) / se)
+    _assert_matches_monte_carlo(params, MIXED, _sample(params, MIXED, 1_000_000, rng), 3, 32)
 
 
 def _enumerate(params: MixtureParameters, layout: EncodingLayout, dirs, scales, k, gh: int = 40):
@@ -260,17 +263,12 @@ def test_binned_coordinates_match_monte_carlo():
 
     rng = np.random.default_rng(12)
     params = _random_params(BINNED, K=3, R=0, rng=rng)
-    dirs = draw_directions(4, 8, BINNED.d)
-    scales = direction_scales(dirs, "ball")
-    k, n = 16, 1_000_000
-    exact = model_moments(params, BINNED, dirs, scales, k)
+    n = 1_000_000
     x = _sample(params, BINNED, n, rng)
     for i, c in enumerate(BINNED.coordinates):
         if c.is_binned:
             x[:, i] += rng.uniform(-1.0, 1.0, n) / c.levels
-    values = _cheb(x @ (dirs / scales[:, None]).T, k)
-    mc, se = values.mean(axis=1), values.std(axis=1) / np.sqrt(n)
-    assert np.all(np.abs(mc - exact) <= 4 * se + 1e-12), np.max(np.abs(mc - exact) / se)
+    _assert_matches_monte_carlo(params, BINNED, x, 4, 16)
     cube = sample_cube(from_parameters(params, BINNED), 20_000, seed=3, match_marginals=False)
     grid_a, grid_c = BINNED.coordinates[0].grid(), BINNED.coordinates[2].grid()
     assert np.allclose(grid_a, -1 + (2 * np.arange(16) + 1) / 16) and np.all(np.abs(cube) <= 1.0)
