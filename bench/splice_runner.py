@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--K", type=int, default=None, help="mixture components; default: the product's")
     ap.add_argument("--R", type=int, default=None, help="covariance rank; default: the product's")
     ap.add_argument("--numeric-model", default=None, help="'histogram' or 'gaussian'; default: the product's")
+    ap.add_argument("--pair-loss-weight", type=float, default=None, help="default: the product's")
+    ap.add_argument("--em-iterations", type=int, default=None, help="composite-EM start; default: the product's")
     ap.add_argument("--out", default=None, help="synthetic CSV (omit to skip writing)")
     ap.add_argument("--stats", required=True)
     args = ap.parse_args()
@@ -63,7 +65,8 @@ def main() -> None:
         measurement = measure(x, schema, plan, calibration)
     del x
     with timer.stage("fit"):
-        shape = {"K": args.K, "R": args.R, "numeric_model": args.numeric_model}
+        shape = {"K": args.K, "R": args.R, "numeric_model": args.numeric_model,
+                 "pair_loss_weight": args.pair_loss_weight, "em_iterations": args.em_iterations}
         config = FitConfig(seed=args.seed, threads=threads, **{k: v for k, v in shape.items() if v is not None})
         model = fit(measurement, schema, config)
     with timer.stage("sample"):

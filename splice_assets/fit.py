@@ -23,6 +23,7 @@ import torch
 from .encoding import EncodingLayout, histogram_layout
 from .moments import DEFAULT_NUMERIC_BINS
 from .measurement import Measurement
+from .product_em import ProductMixture, composite_em, simplex_projection
 from .model import (
     Bounds, MarginalEvaluator, MixtureModule, MixtureParameters, MomentEvaluator, PairEvaluator, TorchMixture,
 )
@@ -75,6 +76,9 @@ class FitConfig:
     #: weight that makes the loss a Gaussian log-likelihood) the histograms swamp the moments: california TSTR R^2
     #: 0.27 (0.3: 0.29, 0.1: 0.58); adult 2-way TVD 0.074 / 0.075 / 0.081, MMD 0.021 / 0.023 / 0.010.
     pair_loss_weight: float = 0.1
+    #: Composite-EM iterations on the noisy 1-/2-way histograms that set the starting weights and probabilities
+    #: (``product_em``; only with histogram numerics and measured pairs; 0 = the jittered moment start).
+    em_iterations: int = 20
 
 
 @dataclass(frozen=True)
@@ -89,8 +93,14 @@ class MarginalTargets:
     numeric_bins: int
 
     def per_coordinate(self, layout: EncodingLayout) -> list[np.ndarray]:
-        sizes = [c.levels if c.is_discrete and not c.is_binned else self.numeric_bins for c in layout.coordinates]
+        sizes = measured_sizes(layout, self.numeric_bins)
         return list(np.split(np.asarray(self.frequencies, dtype=np.float64), np.cumsum(sizes)[:-1]))
+
+
+def measured_sizes(layout: EncodingLayout, numeric_bins: int) -> list[int]:
+    """Cells of each coordinate's measured histogram: its levels, or ``numeric_bins`` for a numeric coordinate
+    (continuous in the data's layout, binned in the model's)."""
+    return [c.levels if c.is_discrete and not c.is_binned else numeric_bins for c in layout.coordinates]
 
 
 @dataclass(frozen=True)
@@ -180,6 +190,8 @@ def _initial_values(
     seed: int,
     jitter: float,
     marginals: MarginalTargets | None = None,
+    tables: tuple[MarginalTargets | None, PairTargets | None] = (None, None),
+    em_iterations: int = 0,
 ) -> dict[str, np.ndarray]:
     mean, cov = _moment_init(noisy, w)
     d = layout.d
@@ -220,14 +232,47 @@ def _initial_values(
         factors[:, : top.shape[1]] = top
     resid = np.clip(1.0 - (factors**2).sum(1), 0.05, None) if n_cont else np.zeros(0)
     g2 = torch.randn(K, n_cont, R, generator=gen, dtype=torch.float64).numpy() * 0.05
+    weights = np.full(K, 1.0 / K)
+    if em_iterations > 0 and tables[1] is not None and not n_cont:
+        weights, probs = _em_start(layout, weights, probs, *tables, em_iterations)
     return {
-        "weights": np.full(K, 1.0 / K),
+        "weights": weights,
         "probs": probs,
         "means": centres[:, cont],
         "sds": np.broadcast_to(sd_c, (K, n_cont)).copy(),
         "corr_factors": factors[None] + g2,
         "corr_diag": np.broadcast_to(resid, (K, n_cont)).copy(),
     }
+
+
+def _em_start(
+    layout: EncodingLayout, weights: np.ndarray, probs: np.ndarray, marginals: MarginalTargets | None,
+    pairs: PairTargets, iterations: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Composite EM (``product_em``) on the simplex-projected noisy 1-/2-way histograms from the jittered start.
+
+    Only for an all-discrete model layout. EM works on the measured bins; a binned coordinate keeps its start's
+    split of each measured bin over its finer model bins (the moments refine it in the fit).
+    """
+    measured = measured_sizes(layout, pairs.numeric_bins)
+    K = len(weights)
+    start, within = [], []
+    for t, (coord, size) in enumerate(zip(layout.coordinates, measured)):
+        p = probs[:, t, : coord.levels].reshape(K, size, coord.levels // size)
+        start.append(p.sum(axis=2))
+        within.append(p / p.sum(axis=2, keepdims=True))
+    sizes_2 = [measured[a] * measured[b] for a, b in pairs.pairs]
+    two_way = [
+        simplex_projection(block).reshape(measured[a], measured[b])
+        for (a, b), block in zip(pairs.pairs, np.split(pairs.frequencies, np.cumsum(sizes_2)[:-1]))
+    ]
+    one_way = [simplex_projection(h) for h in marginals.per_coordinate(layout)] if marginals is not None else []
+    fitted = composite_em(ProductMixture(weights, tuple(start)), one_way, two_way, pairs.pairs, iterations)
+    out = np.full_like(probs, 1e-9)
+    for t, coord in enumerate(layout.coordinates):
+        p = np.clip((fitted.probs[t][:, :, None] * within[t]).reshape(K, coord.levels), 1e-9, None)
+        out[:, t, : coord.levels] = p / p.sum(axis=1, keepdims=True)
+    return np.clip(fitted.weights, 1e-6, None) / np.clip(fitted.weights, 1e-6, None).sum(), out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -243,12 +288,14 @@ def _run_adam(
     device: torch.device,
     loss_marginals: MarginalTargets | None = None,
     loss_pairs: PairTargets | None = None,
+    tables: tuple[MarginalTargets | None, PairTargets | None] = (None, None),
 ) -> tuple[MixtureModule, list[float], bool]:
     bounds = Bounds(sd_min=config.sd_min, tail_sigmas=config.tail_sigmas)
     module = MixtureModule(layout, K, config.R, bounds, device=device)
     module.initialise(
         **_initial_values(
-            layout, K, config.R, bounds, noisy.cpu().numpy(), w, config.seed, config.init_jitter, loss_marginals
+            layout, K, config.R, bounds, noisy.cpu().numpy(), w, config.seed, config.init_jitter, loss_marginals,
+            tables, config.em_iterations,
         )
     )
     histogram_terms = []
@@ -383,7 +430,8 @@ def fit_mixture(
             w_train = directions[train] / scales[train, None]
             for cand in config.candidate_K:
                 module, _, _ = _run_adam(
-                    layout, y_train, ev_train, w_train, cand, config, device, loss_marginals, loss_pairs
+                    layout, y_train, ev_train, w_train, cand, config, device, loss_marginals, loss_pairs,
+                    (marginals, pairs),
                 )
                 holdout[int(cand)] = _holdout_loss(module, ev_hold, y_hold)
             K = min(holdout, key=lambda c: (holdout[c], c))
@@ -391,7 +439,8 @@ def fit_mixture(
         y = torch.as_tensor(noisy_np, device=device)
         fit_started = time.perf_counter()
         module, curve, converged = _run_adam(
-            layout, y, evaluator, directions / scales[:, None], K, config, device, loss_marginals, loss_pairs
+            layout, y, evaluator, directions / scales[:, None], K, config, device, loss_marginals, loss_pairs,
+            (marginals, pairs),
         )
         fit_seconds = time.perf_counter() - fit_started
         with torch.no_grad():

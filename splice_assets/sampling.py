@@ -19,6 +19,7 @@ import pandas as pd
 from .encoding import Coordinate, EncodingLayout, data_layout, decode, layout_for
 from .fit import FitConfig, FittedMixture, MarginalTargets
 from .model import MixtureParameters
+from .product_em import simplex_projection
 from .schema import TableSchema
 
 FORMAT_VERSION = 1
@@ -82,21 +83,6 @@ def sample_cube(
     if matched:
         out = match_to_marginals(out, data_layout(layout), model.marginal_targets, rng, integer_bounds)
     return out
-
-
-def simplex_projection(values: np.ndarray) -> np.ndarray:
-    """Euclidean projection onto the probability simplex (post-processing of a noisy histogram).
-
-    Better than clip-and-renormalise for sparse histograms: it subtracts one common threshold, so the many
-    near-empty cells of a 40-category column go to 0 instead of each keeping its positive noise.
-    """
-    y = np.nan_to_num(np.asarray(values, dtype=np.float64))
-    if y.size == 0:
-        return y
-    u = np.sort(y)[::-1]
-    excess = np.cumsum(u) - 1.0
-    rho = np.nonzero(u - excess / np.arange(1, y.size + 1) > 0)[0][-1]
-    return np.maximum(y - excess[rho] / (rho + 1), 0.0)
 
 
 def target_counts(frequencies: np.ndarray, n_rows: int) -> np.ndarray:

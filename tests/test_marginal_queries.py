@@ -171,7 +171,7 @@ def test_matching_to_marginals_hits_the_targets_and_keeps_ranks():
 
 
 def test_simplex_projection_satisfies_its_optimality_conditions():
-    from splice_assets.sampling import simplex_projection
+    from splice_assets.product_em import simplex_projection
 
     rng = np.random.default_rng(4)
     for size in (1, 2, 7, 42):

@@ -1,0 +1,122 @@
+"""Composite EM on 1-way / 2-way tables (``product_em``) and the fit's EM start."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from splice_assets.product_em import ProductMixture, composite_em, composite_log_likelihood
+
+LEVELS = (3, 4, 2, 5, 3)
+PAIRS = tuple(itertools.combinations(range(len(LEVELS)), 2))
+
+
+def _random_mixture(rng: np.random.Generator, K: int, concentration: float = 0.3) -> ProductMixture:
+    return ProductMixture(
+        rng.dirichlet(np.ones(K) * 3), tuple(rng.dirichlet(np.ones(r) * concentration, size=K) for r in LEVELS)
+    )
+
+
+def _tables(m: ProductMixture) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    one_way = [m.weights @ p for p in m.probs]
+    two_way = [(m.probs[a] * m.weights[:, None]).T @ m.probs[b] for a, b in PAIRS]
+    return one_way, two_way
+
+
+def _independent_start(one_way: list[np.ndarray], K: int, rng: np.random.Generator) -> ProductMixture:
+    """Each component a jittered copy of the 1-way marginals (what the fit's start looks like)."""
+    probs = tuple(0.7 * h[None, :] + 0.3 * rng.dirichlet(np.ones(len(h)), size=K) for h in one_way)
+    return ProductMixture(np.full(K, 1.0 / K), probs)
+
+
+def test_composite_likelihood_never_decreases():
+    rng = np.random.default_rng(0)
+    one_way, two_way = _tables(_random_mixture(rng, 3))
+    m = _independent_start(one_way, 4, rng)
+    values = [composite_log_likelihood(m, one_way, two_way, PAIRS)]
+    for _ in range(60):
+        m = composite_em(m, one_way, two_way, PAIRS, 1)
+        values.append(composite_log_likelihood(m, one_way, two_way, PAIRS))
+        assert abs(m.weights.sum() - 1) < 1e-12 and all(np.allclose(p.sum(1), 1) for p in m.probs)
+    assert np.all(np.diff(values) >= -1e-12)
+    assert values[-1] > values[0] + 0.05  # it moved
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_em_recovers_the_2_way_tables_of_a_product_mixture(seed):
+    """From exact tables of a 3-component mixture and an independent start, 300 iterations bring every 2-way
+    table within 0.01 TVD of the truth (measured: at most 0.002 over these seeds); the start is 0.1-0.3 away."""
+    rng = np.random.default_rng(seed)
+    truth = _random_mixture(rng, 3)
+    one_way, two_way = _tables(truth)
+    start = _independent_start(one_way, 3, rng)
+    fitted = composite_em(start, one_way, two_way, PAIRS, 300)
+    _, start_2 = _tables(start)
+    _, fitted_2 = _tables(fitted)
+    tvd = lambda p, q: 0.5 * np.abs(p - q).sum()  # noqa: E731
+    assert max(tvd(f, t) for f, t in zip(fitted_2, two_way)) < 0.01
+    assert max(tvd(s, t) for s, t in zip(start_2, two_way)) > 0.05
+
+
+def test_em_uses_the_pairs_without_one_way_tables():
+    rng = np.random.default_rng(4)
+    one_way, two_way = _tables(_random_mixture(rng, 2))
+    start = _independent_start(one_way, 2, rng)
+    fitted = composite_em(start, [], two_way, PAIRS, 200)
+    assert composite_log_likelihood(fitted, [], two_way, PAIRS) > composite_log_likelihood(start, [], two_way, PAIRS)
+    _, fitted_2 = _tables(fitted)
+    assert max(0.5 * np.abs(f - t).sum() for f, t in zip(fitted_2, two_way)) < 0.02
+
+
+def test_fit_starts_from_em_on_the_measured_tables():
+    """With histogram numerics and measured pairs, the fit's start (one step at a negligible rate) already has
+    2-way tables close to the (here exact) measured ones; the jittered moment start does not. Measured: mean
+    TVD over pairs 0.007 with EM against 0.77 without; tolerances 0.05 and 0.3."""
+    from splice_assets import pipeline
+    from splice_assets.encoding import layout_for
+    from splice_assets.fit import FitConfig, fit_measurement
+    from splice_assets.measurement import Measurement
+    from splice_assets.model import PairEvaluator, TorchMixture
+    from splice_assets.schema import parse_schema
+
+    schema = parse_schema({
+        "name": "toy", "version": 1, "n_min": 2,
+        "columns": [
+            {"name": "a", "kind": "continuous", "bounds": [0, 1]},
+            {"name": "b", "kind": "categorical", "categories": ["x", "y", "z"]},
+            {"name": "c", "kind": "ordinal", "categories": [1, 2, 3, 4, 5]},
+        ],
+    })
+    layout = layout_for(schema)
+    rng = np.random.default_rng(5)
+    n = 3000
+    group = rng.random(n) < 0.4  # two well-separated groups: the columns depend on each other through them
+    x = np.column_stack([
+        np.where(group, rng.uniform(-1, -0.5, n), rng.uniform(0.3, 1, n)),
+        np.where(group, -1.0, np.where(rng.random(n) < 0.5, 0.0, 1.0)),
+        np.where(group, layout.coordinates[2].grid()[rng.integers(0, 2, n)], layout.coordinates[2].grid()[4]),
+    ])
+    plan, cal = pipeline.make_plan(schema, n, 1.0, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
+    stats = pipeline.exact_statistics(x, plan, layout)
+    exact = Measurement(
+        "toy", 1, plan.seed, plan.n_directions, plan.k, plan.n, layout.d, "ball", stats.moments, cal.sigma,
+        cal.sensitivity, 1.0, 1e-6, noisy_marginals=stats.marginals, marginal_sizes=plan.marginal_sizes,
+        marginal_weight=plan.marginal_weight, numeric_bins=plan.numeric_bins, noisy_pairs=stats.pairs,
+        pair_sizes=plan.pair_sizes, pairs=plan.pairs, pair_weight=plan.pair_weight,
+    )
+    blocks = np.cumsum(plan.pair_sizes)[:-1]
+
+    def start_tvd(em_iterations: int) -> float:
+        config = FitConfig(K=4, max_steps=1, min_steps=1, lr=1e-12, em_iterations=em_iterations)
+        model = fit_measurement(exact, layout, config)
+        tables = PairEvaluator(model.layout, plan.numeric_bins, plan.pairs)(
+            TorchMixture.from_numpy(model.params, model.layout)
+        ).detach().numpy()
+        return float(np.mean([
+            0.5 * np.abs(s - t).sum() for s, t in zip(np.split(tables, blocks), np.split(stats.pairs, blocks))
+        ]))
+
+    with_em, without = start_tvd(50), start_tvd(0)
+    assert with_em < 0.05 and without > 0.3, (with_em, without)
