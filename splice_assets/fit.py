@@ -1,10 +1,12 @@
 """"Match": fit the mixture q to noisy sliced Chebyshev moments (post-processing only, never raw rows).
 
 Objective: (1/L) sum_l sum_j (m~_{j,l} - m_j(theta_l, q))^2 / j^2  +  tail_penalty * (Gaussian mass outside [-1, 1]),
-minimised with Adam and a cosine learning-rate decay. The initialisation uses only the noisy moments and the
-public layout: least squares on the first moments gives the mean vector, on the second moments the second-moment
-matrix (a diagonal fallback when L < d(d+1)/2); components start as jittered copies of that Gaussian drawn from a
-``torch.Generator`` seeded with the public seed; discrete coordinates as discretised Gaussians.
+plus the weighted residuals of the noisy histograms in the loss, minimised with Adam and a cosine learning-rate
+decay. The initialisation uses only the noisy statistics and the public layout: least squares on the first moments
+gives the mean vector, on the second moments the second-moment matrix (a diagonal fallback when L < d(d+1)/2);
+components start as jittered copies of that Gaussian drawn from a ``torch.Generator`` seeded with the public seed;
+discrete coordinates as discretised Gaussians. With histogram numerics and measured pairs, a few composite-EM
+iterations on the noisy 1-/2-way histograms (``product_em``) then move the weights and probabilities.
 
 Expected loss under pure noise (the noise floor): raw moment j carries noise variance j sigma^2, so
 E[(1/L) sum_l sum_j noise^2 / j^2] = sigma^2 H_k.
@@ -78,6 +80,10 @@ class FitConfig:
     pair_loss_weight: float = 0.1
     #: Composite-EM iterations on the noisy 1-/2-way histograms that set the starting weights and probabilities
     #: (``product_em``; only with histogram numerics and measured pairs; 0 = the jittered moment start).
+    #: Bench medians of 3 seeds, no EM -> EM: 2-way TVD adult 0.063 -> 0.057 at eps = 1, 0.055 -> 0.044 at 3;
+    #: california 0.108 -> 0.093, 0.096 -> 0.069; SW1 lower, fit steps about halved. Fewer iterations denoise:
+    #: one fit each at eps = 1, 200 / 100 / 50 / 20 iterations gave adult 0.059 / 0.058 / 0.058 / 0.056,
+    #: california 0.094 / 0.093 / 0.088 / 0.086.
     em_iterations: int = 20
 
 
