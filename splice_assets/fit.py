@@ -81,7 +81,7 @@ class FitConfig:
     #: Composite-EM iterations on the noisy 1-/2-way histograms that set the starting weights and probabilities
     #: (``product_em``; only with histogram numerics and measured pairs; 0 = the jittered moment start).
     #: Bench medians of 3 seeds, no EM -> EM: 2-way TVD adult 0.063 -> 0.057 at eps = 1, 0.055 -> 0.044 at 3;
-    #: california 0.108 -> 0.093, 0.096 -> 0.069; SW1 lower, fit steps about halved. Fewer iterations denoise:
+    #: california 0.108 -> 0.091, 0.096 -> 0.069; SW1 lower, fit steps about halved. Fewer iterations denoise:
     #: one fit each at eps = 1, 200 / 100 / 50 / 20 iterations gave adult 0.059 / 0.058 / 0.058 / 0.056,
     #: california 0.094 / 0.093 / 0.088 / 0.086.
     em_iterations: int = 20
@@ -196,7 +196,7 @@ def _initial_values(
     seed: int,
     jitter: float,
     marginals: MarginalTargets | None = None,
-    tables: tuple[MarginalTargets | None, PairTargets | None] = (None, None),
+    em_tables: tuple[MarginalTargets | None, PairTargets | None] = (None, None),
     em_iterations: int = 0,
 ) -> dict[str, np.ndarray]:
     mean, cov = _moment_init(noisy, w)
@@ -239,8 +239,8 @@ def _initial_values(
     resid = np.clip(1.0 - (factors**2).sum(1), 0.05, None) if n_cont else np.zeros(0)
     g2 = torch.randn(K, n_cont, R, generator=gen, dtype=torch.float64).numpy() * 0.05
     weights = np.full(K, 1.0 / K)
-    if em_iterations > 0 and tables[1] is not None and not n_cont:
-        weights, probs = _em_start(layout, weights, probs, *tables, em_iterations)
+    if em_iterations > 0 and em_tables[1] is not None and not n_cont:
+        weights, probs = _em_start(layout, weights, probs, *em_tables, em_iterations)
     return {
         "weights": weights,
         "probs": probs,
@@ -294,14 +294,14 @@ def _run_adam(
     device: torch.device,
     loss_marginals: MarginalTargets | None = None,
     loss_pairs: PairTargets | None = None,
-    tables: tuple[MarginalTargets | None, PairTargets | None] = (None, None),
+    em_tables: tuple[MarginalTargets | None, PairTargets | None] = (None, None),
 ) -> tuple[MixtureModule, list[float], bool]:
     bounds = Bounds(sd_min=config.sd_min, tail_sigmas=config.tail_sigmas)
     module = MixtureModule(layout, K, config.R, bounds, device=device)
     module.initialise(
         **_initial_values(
             layout, K, config.R, bounds, noisy.cpu().numpy(), w, config.seed, config.init_jitter, loss_marginals,
-            tables, config.em_iterations,
+            em_tables, config.em_iterations,
         )
     )
     histogram_terms = []
