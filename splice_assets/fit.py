@@ -413,7 +413,9 @@ def fit_mixture(
     if noisy_np.ndim != 2 or noisy_np.shape[1] != directions.shape[0]:
         raise ValueError(f"noisy moments {noisy_np.shape} do not match {directions.shape[0]} directions")
     if config.K < 1 or config.R < 0:
-        raise ValueError("need K >= 1 and R >= 0")
+        raise ValueError(f"need K >= 1 and R >= 0, got K = {config.K!r}, R = {config.R!r}")
+    if config.em_iterations < 0:
+        raise ValueError(f"em_iterations must be >= 0, got {config.em_iterations!r}")
     layout = _model_layout(layout, config, marginals, pairs)
     old_threads = torch.get_num_threads()
     if config.threads:

@@ -120,3 +120,14 @@ def test_fit_starts_from_em_on_the_measured_tables():
 
     with_em, without = start_tvd(50), start_tvd(0)
     assert with_em < 0.05 and without > 0.3, (with_em, without)
+
+
+def test_negative_em_iterations_are_rejected_with_the_value():
+    from splice_assets.encoding import layout_for
+    from splice_assets.fit import FitConfig, fit_mixture
+    from splice_assets.schema import parse_schema
+
+    schema = parse_schema({"name": "t", "version": 1, "n_min": 2,
+                           "columns": [{"name": "b", "kind": "categorical", "categories": ["x", "y"]}]})
+    with pytest.raises(ValueError, match="em_iterations must be >= 0, got -3"):
+        fit_mixture(np.zeros((2, 4)), np.ones((4, 1)), np.ones(4), layout_for(schema), 0.1, FitConfig(em_iterations=-3))
