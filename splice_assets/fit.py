@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .encoding import EncodingLayout, histogram_layout
-from .moments import DEFAULT_NUMERIC_BINS
+from .moments import DEFAULT_NUMERIC_BINS, marginal_sizes, pair_tables
 from .measurement import Measurement
 from .product_em import ProductMixture, composite_em, simplex_projection
 from .model import (
@@ -99,14 +99,8 @@ class MarginalTargets:
     numeric_bins: int
 
     def per_coordinate(self, layout: EncodingLayout) -> list[np.ndarray]:
-        sizes = measured_sizes(layout, self.numeric_bins)
+        sizes = marginal_sizes(layout, self.numeric_bins)
         return list(np.split(np.asarray(self.frequencies, dtype=np.float64), np.cumsum(sizes)[:-1]))
-
-
-def measured_sizes(layout: EncodingLayout, numeric_bins: int) -> list[int]:
-    """Cells of each coordinate's measured histogram: its levels, or ``numeric_bins`` for a numeric coordinate
-    (continuous in the data's layout, binned in the model's)."""
-    return [c.levels if c.is_discrete and not c.is_binned else numeric_bins for c in layout.coordinates]
 
 
 @dataclass(frozen=True)
@@ -260,17 +254,16 @@ def _em_start(
     Only for an all-discrete model layout. EM works on the measured bins; a binned coordinate keeps its start's
     split of each measured bin over its finer model bins (the moments refine it in the fit).
     """
-    measured = measured_sizes(layout, pairs.numeric_bins)
+    measured = marginal_sizes(layout, pairs.numeric_bins)
     K = len(weights)
     start, within = [], []
     for t, (coord, size) in enumerate(zip(layout.coordinates, measured)):
         p = probs[:, t, : coord.levels].reshape(K, size, coord.levels // size)
         start.append(p.sum(axis=2))
         within.append(p / p.sum(axis=2, keepdims=True))
-    sizes_2 = [measured[a] * measured[b] for a, b in pairs.pairs]
     two_way = [
-        simplex_projection(block).reshape(measured[a], measured[b])
-        for (a, b), block in zip(pairs.pairs, np.split(pairs.frequencies, np.cumsum(sizes_2)[:-1]))
+        simplex_projection(table.ravel()).reshape(table.shape)
+        for table in pair_tables(pairs.frequencies, pairs.pairs, measured)
     ]
     one_way = [simplex_projection(h) for h in marginals.per_coordinate(layout)] if marginals is not None else []
     fitted = composite_em(ProductMixture(weights, tuple(start)), one_way, two_way, pairs.pairs, iterations)
@@ -278,7 +271,8 @@ def _em_start(
     for t, coord in enumerate(layout.coordinates):
         p = np.clip((fitted.probs[t][:, :, None] * within[t]).reshape(K, coord.levels), 1e-9, None)
         out[:, t, : coord.levels] = p / p.sum(axis=1, keepdims=True)
-    return np.clip(fitted.weights, 1e-6, None) / np.clip(fitted.weights, 1e-6, None).sum(), out
+    kept = np.clip(fitted.weights, 1e-6, None)
+    return kept / kept.sum(), out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -501,9 +495,7 @@ def pooled_marginals(measurement: Measurement) -> np.ndarray:
     precision1, precision2 = measurement.marginal_noise_std() ** -2, measurement.pair_noise_std() ** -2
     total = [h * precision1 for h in direct]
     weight = [precision1] * len(direct)
-    blocks = np.split(measurement.noisy_pairs, np.cumsum(measurement.pair_sizes)[:-1])
-    for (a, b), block in zip(measurement.pairs, blocks):
-        table = block.reshape(sizes[a], sizes[b])
+    for (a, b), table in zip(measurement.pairs, pair_tables(measurement.noisy_pairs, measurement.pairs, sizes)):
         for axis, this, other in ((1, a, b), (0, b, a)):
             total[this] = total[this] + table.sum(axis) * precision2 / sizes[other]
             weight[this] += precision2 / sizes[other]

@@ -160,10 +160,11 @@ DEFAULT_NUMERIC_BINS = 16
 
 
 def marginal_sizes(layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> tuple[int, ...]:
-    """Number of cells of each coordinate's 1-way histogram: its grid levels, or equal-width public bins."""
+    """Number of cells of each coordinate's 1-way histogram: its grid levels, or ``numeric_bins`` equal-width public
+    bins for a numeric coordinate (continuous in the data's layout, binned in a model's)."""
     if numeric_bins < 1:
         raise ValueError(f"numeric_bins must be >= 1, got {numeric_bins!r}")
-    return tuple(c.levels if c.is_discrete else numeric_bins for c in layout.coordinates)
+    return tuple(c.levels if c.is_discrete and not c.is_binned else numeric_bins for c in layout.coordinates)
 
 
 def marginal_cells(x: np.ndarray, layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> np.ndarray:
@@ -221,6 +222,16 @@ def pair_sizes(
     """Number of cells of each pair's 2-way histogram (a's cells x b's cells, a-major)."""
     sizes = marginal_sizes(layout, numeric_bins)
     return tuple(sizes[a] * sizes[b] for a, b in pairs)
+
+
+def pair_tables(
+    frequencies: np.ndarray, pairs: Sequence[tuple[int, int]], sizes: Sequence[int]
+) -> list[np.ndarray]:
+    """Concatenated 2-way histograms (``pair_counts`` order) as one (cells of a, cells of b) table per pair;
+    ``sizes`` are the coordinates' 1-way cell counts (``marginal_sizes``)."""
+    cuts = np.cumsum([sizes[a] * sizes[b] for a, b in pairs])[:-1]
+    blocks = np.split(np.asarray(frequencies, dtype=np.float64), cuts)
+    return [block.reshape(sizes[a], sizes[b]) for (a, b), block in zip(pairs, blocks)]
 
 
 def pair_counts(

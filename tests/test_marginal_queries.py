@@ -362,3 +362,17 @@ def test_pooled_marginals_are_exact_without_noise_and_less_noisy_with_it():
         direct_err += float(np.sum((h1 - stats.marginals) ** 2))
         pooled_err += float(np.sum((pooled_marginals(measurement(h1, h2)) - stats.marginals) ** 2))
     assert pooled_err < 0.85 * direct_err, pooled_err / direct_err
+
+
+def test_a_model_layout_has_the_measured_cells_and_pair_tables_split_in_counting_order():
+    from splice_assets.encoding import histogram_layout
+    from splice_assets.moments import pair_tables
+
+    assert marginal_sizes(histogram_layout(LAYOUT, 4 * BINS), BINS) == marginal_sizes(LAYOUT, BINS)
+    x = random_rows(np.random.default_rng(11), 300)
+    counts = pair_counts(x, LAYOUT, PAIRS, BINS).counts
+    cells = marginal_cells(x, LAYOUT, BINS)
+    for (a, b), table in zip(PAIRS, pair_tables(counts, PAIRS, marginal_sizes(LAYOUT, BINS))):
+        expected = np.zeros(table.shape)
+        np.add.at(expected, (cells[:, a], cells[:, b]), 1)
+        np.testing.assert_array_equal(table, expected)
