@@ -33,6 +33,8 @@ def main() -> None:
     ap.add_argument("--numeric-model", default=None, help="'histogram' or 'gaussian'; default: the product's")
     ap.add_argument("--pair-loss-weight", type=float, default=None, help="default: the product's")
     ap.add_argument("--em-iterations", type=int, default=None, help="composite-EM start; default: the product's")
+    ap.add_argument("--tilt-chi2", type=float, default=None, help="cell tilt target (0 = none); default: the product's")
+    ap.add_argument("--tilt-max-iterations", type=int, default=None, help="default: the product's")
     ap.add_argument("--out", default=None, help="synthetic CSV (omit to skip writing)")
     ap.add_argument("--stats", required=True)
     args = ap.parse_args()
@@ -66,7 +68,8 @@ def main() -> None:
     del x
     with timer.stage("fit"):
         shape = {"K": args.K, "R": args.R, "numeric_model": args.numeric_model,
-                 "pair_loss_weight": args.pair_loss_weight, "em_iterations": args.em_iterations}
+                 "pair_loss_weight": args.pair_loss_weight, "em_iterations": args.em_iterations,
+                 "tilt_chi2": args.tilt_chi2, "tilt_max_iterations": args.tilt_max_iterations}
         config = FitConfig(seed=args.seed, threads=threads, **{k: v for k, v in shape.items() if v is not None})
         model = fit(measurement, schema, config)
     with timer.stage("sample"):
@@ -82,6 +85,8 @@ def main() -> None:
             "sigma": float(measurement.sigma),
             "fit_final_loss": float(model.final_loss),
             "fit_steps": int(len(model.loss_curve)),
+            "tilt_iterations": None if model.tilt is None else model.tilt.iterations,
+            "tilt_chi2": None if model.tilt is None else [model.tilt.chi2_start, model.tilt.chi2_end],
             "total_in_process_s": round(time.perf_counter() - t_import, 3),
             "threads": threads,
         }

@@ -26,6 +26,7 @@ from .encoding import EncodingLayout, histogram_layout
 from .moments import DEFAULT_NUMERIC_BINS, marginal_sizes, pair_tables
 from .measurement import Measurement
 from .product_em import ProductMixture, composite_em, simplex_projection
+from .tilt import CellTilt
 from .model import (
     Bounds, MarginalEvaluator, MixtureModule, MixtureParameters, MomentEvaluator, PairEvaluator, TorchMixture,
 )
@@ -85,6 +86,11 @@ class FitConfig:
     #: one fit each at eps = 1, 200 / 100 / 50 / 20 iterations gave adult 0.059 / 0.058 / 0.058 / 0.056,
     #: california 0.094 / 0.093 / 0.088 / 0.086.
     em_iterations: int = 20
+    #: Cell tilt (``tilt``; with measured pairs): chi^2 per cell of the noisy 1-/2-way tables at which its fit
+    #: stops (1 = the noise level; 0 = no tilt), pool rows per output row, and its iteration cap.
+    tilt_chi2: float = 1.0
+    tilt_pool_factor: int = 4
+    tilt_max_iterations: int = 300
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,8 @@ class FittedMixture:
     holdout_losses: dict[int, float] = field(default_factory=dict)
     #: The noisy 1-way marginals the fit saw (public mechanism output); sampling can match them exactly.
     marginal_targets: MarginalTargets | None = None
+    #: Potentials that tilt the mixture toward the noisy tables (``tilt``); sampling applies them when matching.
+    tilt: CellTilt | None = None
 
     @property
     def loss_over_noise_floor(self) -> float:

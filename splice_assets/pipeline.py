@@ -7,8 +7,9 @@ commit. Everything after ``measure`` is post-processing of the ``Measurement`` a
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
 import numpy as np
@@ -24,8 +25,12 @@ from .moments import (
     DEFAULT_NUMERIC_BINS, coordinate_pairs, draw_directions, marginal_counts, marginal_sizes, moment_sums,
     pair_counts, pair_sizes,
 )
-from .sampling import sample_table
+from .sampling import TILT_CHUNK_ROWS, integer_coordinates, mixture_draws, sample_table
 from .schema import TableSchema
+from .tilt import CellTilt, fit_tilt, table_cells
+
+# Stream of the public-seed pool the cell tilt is fitted on (distinct from sampling's stream).
+_TAG_TILT_POOL = 0x7117_B001
 
 
 class MomentsOutOfRange(RuntimeError):
@@ -247,8 +252,42 @@ def measure_exact(
 
 
 def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
-    """Post-processing only: the fit sees the measurement and the public schema, never rows."""
-    return fit_measurement(measurement, layout_for(schema), config)
+    """Post-processing only: the fit sees the measurement and the public schema, never rows.
+
+    The mixture is fitted first; with measured 2-way tables and ``config.tilt_chi2 > 0`` a cell tilt toward the
+    noisy tables is then fitted on a pool drawn from it and stopped on a second one (``tilt``).
+    """
+    _check_tilt_config(config)
+    model = fit_measurement(measurement, layout_for(schema), config)
+    if config.tilt_chi2 == 0 or not measurement.pairs or not measurement.marginal_sizes:
+        return model
+    rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))
+    pool_rows = config.tilt_pool_factor * min(measurement.n, TILT_CHUNK_ROWS)
+    pool, holdout = (
+        table_cells(
+            mixture_draws(model, pool_rows, rng, True, integer_coordinates(schema)), layout_for(schema),
+            measurement.numeric_bins, measurement.pairs,
+        )
+        for _ in range(2)
+    )
+    one_way, two_way, chi2_start, chi2_end, iterations = fit_tilt(
+        pool, holdout, measurement.noisy_marginals, measurement.marginal_noise_std(),
+        measurement.noisy_pairs, measurement.pair_noise_std(), config.tilt_chi2, config.tilt_max_iterations,
+    )
+    tilt = CellTilt(
+        measurement.numeric_bins, measurement.pairs, one_way, two_way, config.tilt_pool_factor, chi2_start,
+        chi2_end, iterations,
+    )
+    return replace(model, tilt=tilt)
+
+
+def _check_tilt_config(config: FitConfig) -> None:
+    if not (isinstance(config.tilt_chi2, (int, float)) and math.isfinite(config.tilt_chi2) and config.tilt_chi2 >= 0):
+        raise ValueError(f"tilt_chi2 must be a finite number >= 0, got {config.tilt_chi2!r}")
+    for name in ("tilt_pool_factor", "tilt_max_iterations"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "tilt_pool_factor" else 0):
+            raise ValueError(f"{name} must be an integer >= {1 if name == 'tilt_pool_factor' else 0}, got {value!r}")
 
 
 @dataclass(frozen=True)

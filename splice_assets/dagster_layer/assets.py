@@ -239,6 +239,9 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
             "final_loss": curve[-1] if curve else float("nan"),
             "loss_curve (every 10th step)": dg.MetadataValue.json(curve[::10]),
             "fit_seconds": float(model.seconds),
+            "tilt (chi2 per cell before, after; iterations)": dg.MetadataValue.json(
+                None if model.tilt is None else [model.tilt.chi2_start, model.tilt.chi2_end, model.tilt.iterations]
+            ),
         },
     )
 

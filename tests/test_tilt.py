@@ -1,0 +1,206 @@
+"""Cell tilt (``tilt``): potentials fitted to noisy 1-/2-way tables, importance resampling, and its wiring into
+``pipeline.fit``, sampling and the stored model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from splice_assets import pipeline
+from splice_assets.encoding import layout_for
+from splice_assets.fit import FitConfig
+from splice_assets.measurement import Measurement
+from splice_assets.moments import (
+    coordinate_pairs,
+    marginal_counts,
+    marginal_sizes,
+    pair_counts,
+    pair_tables,
+)
+from splice_assets.schema import parse_schema
+from splice_assets.tilt import fit_tilt, log_weights, systematic_resample, table_cells
+
+SCHEMA = parse_schema({
+    "name": "toy", "version": 1, "n_min": 2,
+    "columns": [
+        {"name": "a", "kind": "continuous", "bounds": [0, 1]},
+        {"name": "b", "kind": "categorical", "categories": ["x", "y", "z"]},
+        {"name": "c", "kind": "ordinal", "categories": [1, 2, 3, 4, 5]},
+    ],
+})
+LAYOUT = layout_for(SCHEMA)
+BINS = 8
+
+
+def _correlated_rows(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Rows whose three coordinates move together (a hidden group), on their public cells."""
+    group = rng.random(n) < 0.5
+    return np.column_stack([
+        np.where(group, rng.uniform(-1, -0.2, n), rng.uniform(0.2, 1, n)),
+        np.where(group, LAYOUT.coordinates[1].grid()[rng.integers(0, 2, n)], LAYOUT.coordinates[1].grid()[2]),
+        np.where(group, LAYOUT.coordinates[2].grid()[rng.integers(0, 2, n)], LAYOUT.coordinates[2].grid()[4]),
+    ])
+
+
+def _independent_rows(rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each column shuffled on its own: the same 1-way tables, no dependence."""
+    return np.column_stack([rng.permutation(col) for col in rows.T])
+
+
+PAIRS = coordinate_pairs(LAYOUT)
+
+
+def _mean_tvd(p: np.ndarray, q: np.ndarray, bins: int) -> float:
+    """Mean TVD over the pairs of two concatenated 2-way frequency vectors."""
+    sizes = marginal_sizes(LAYOUT, bins)
+    return float(np.mean([0.5 * np.abs(x - y).sum() for x, y in zip(pair_tables(p, PAIRS, sizes), pair_tables(q, PAIRS, sizes))]))
+
+
+def _tables(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = len(rows)
+    return (marginal_counts(rows, LAYOUT, BINS).frequencies(n), pair_counts(rows, LAYOUT, PAIRS, BINS).frequencies(n))
+
+
+def test_table_cells_count_like_the_measured_tables():
+    rows = _correlated_rows(np.random.default_rng(0), 500)
+    cells1, cells2 = table_cells(rows, LAYOUT, BINS, PAIRS)
+    one_way, two_way = _tables(rows)
+    assert np.array_equal(np.bincount(cells1.ravel(), minlength=one_way.size) / len(rows), one_way)
+    assert np.array_equal(np.bincount(cells2.ravel(), minlength=two_way.size) / len(rows), two_way)
+
+
+def test_the_tilt_moves_an_independent_pool_onto_correlated_tables():
+    """A pool with the right 1-way but independent columns, tilted to noisy tables of correlated rows (noise std
+    0.002 per cell): the weighted 2-way tables reach within mean TVD 0.05 of the truth (measured 0.008) from
+    about 0.45. The holdout's chi^2 per cell falls from about 660 to 3 (its floor is above 1 here: a 20,000-row
+    pool's own sampling noise is comparable to the 0.002 noise std)."""
+    rng = np.random.default_rng(1)
+    truth = _correlated_rows(rng, 20_000)
+    pool = _independent_rows(truth, rng)
+    one_way, two_way = _tables(truth)
+    std = 0.002
+    noisy1, noisy2 = one_way + rng.normal(0, std, one_way.size), two_way + rng.normal(0, std, two_way.size)
+    cells1, cells2 = table_cells(pool, LAYOUT, BINS, PAIRS)
+    holdout = table_cells(_independent_rows(truth, rng), LAYOUT, BINS, PAIRS)
+    lam1, lam2, start, end, iterations = fit_tilt((cells1, cells2), holdout, noisy1, std, noisy2, std, 1.0, 300)
+    assert start > 100 and end < 5 and iterations > 0, (start, end, iterations)
+    w = np.exp(log_weights(lam1, lam2, cells1, cells2))
+    weighted = np.bincount(cells2.ravel(), np.repeat(w / w.sum(), cells2.shape[1]), two_way.size)
+    before = np.bincount(cells2.ravel(), minlength=two_way.size) / len(pool)
+    assert _mean_tvd(before, two_way, BINS) > 0.3
+    assert _mean_tvd(weighted, two_way, BINS) < 0.05, _mean_tvd(weighted, two_way, BINS)
+
+
+def test_no_tilt_when_the_pool_already_fits_to_the_noise_level():
+    rng = np.random.default_rng(2)
+    truth = _correlated_rows(rng, 20_000)
+    one_way, two_way = _tables(truth)
+    cells = table_cells(truth, LAYOUT, BINS, PAIRS)
+    lam1, lam2, start, end, iterations = fit_tilt(cells, cells, one_way, 0.01, two_way, 0.01, 1.0)
+    assert start == end and start < 1.0 and iterations == 0
+    assert not lam1.any() and not lam2.any()
+
+
+def test_the_iteration_cap_is_kept():
+    rng = np.random.default_rng(3)
+    truth = _correlated_rows(rng, 5_000)
+    one_way, two_way = _tables(truth)
+    pool, holdout = (table_cells(_independent_rows(truth, rng), LAYOUT, BINS, PAIRS) for _ in range(2))
+    *_, start, end, iterations = fit_tilt(pool, holdout, one_way, 1e-4, two_way, 1e-4, 1.0, 7)
+    assert iterations == 7 and end < start
+
+
+def test_the_holdout_stops_the_fit_where_the_pool_would_be_overfitted():
+    """A small pool (300 rows) and near-exact targets (std 1e-5): the pool's own chi^2 keeps falling while the
+    potentials chase its few rows, a fresh holdout pool's does not. The fit must stop on the holdout's patience
+    well before the cap and return the potentials with the best holdout chi^2."""
+    rng = np.random.default_rng(8)
+    truth = _correlated_rows(rng, 5_000)
+    one_way, two_way = _tables(truth)
+    pool, holdout = (table_cells(_independent_rows(truth, rng)[:300], LAYOUT, BINS, PAIRS) for _ in range(2))
+    lam1, lam2, start, end, iterations = fit_tilt(pool, holdout, one_way, 1e-5, two_way, 1e-5, 1.0, 2_000, 10)
+    assert end < start and iterations < 2_000
+    w = np.exp(log_weights(lam1, lam2, *holdout))
+    held = np.concatenate([
+        np.bincount(holdout[0].ravel(), np.repeat(w / w.sum(), holdout[0].shape[1]), one_way.size) - one_way,
+        np.bincount(holdout[1].ravel(), np.repeat(w / w.sum(), holdout[1].shape[1]), two_way.size) - two_way,
+    ])
+    assert np.isclose((held @ held) / 1e-10 / held.size, end)  # the returned potentials are the best ones
+
+
+@pytest.mark.parametrize("bad", [{"std1": 0.0}, {"std2": -1.0}, {"chi2_target": 0.0}])
+def test_fit_tilt_rejects_bad_parameters_quoting_them(bad):
+    cells = (np.zeros((2, 1), dtype=np.int64), np.zeros((2, 0), dtype=np.int64))
+    args = {"pool": cells, "holdout": cells, "targets1": np.ones(1), "std1": 0.1, "targets2": np.zeros(0),
+            "std2": 0.1, "chi2_target": 1.0}
+    args.update(bad)
+    with pytest.raises(ValueError, match=repr(next(iter(bad.values())))):
+        fit_tilt(**args)
+
+
+def test_systematic_resampling_picks_each_row_floor_or_ceil_of_its_share():
+    rng = np.random.default_rng(4)
+    w = rng.dirichlet(np.ones(50) * 0.5)
+    picks = systematic_resample(np.log(w), 1_000, rng)
+    counts = np.bincount(picks, minlength=50)
+    assert counts.sum() == 1_000
+    assert np.all(counts >= np.floor(1_000 * w) - 1e-9) and np.all(counts <= np.ceil(1_000 * w) + 1e-9)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Wiring: pipeline.fit, sampling, storage
+
+
+def _measurement(rows: np.ndarray, epsilon: float = 2.0) -> Measurement:
+    plan, cal = pipeline.make_plan(SCHEMA, len(rows), epsilon, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
+    return pipeline.measure(rows, SCHEMA, plan, cal)
+
+
+def _pair_tvd(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean 2-way TVD between two sets of rows on 16-bin tables."""
+    return _mean_tvd(pair_counts(a, LAYOUT, PAIRS).frequencies(len(a)), pair_counts(b, LAYOUT, PAIRS).frequencies(len(b)), 16)
+
+
+def test_a_one_component_fit_gains_its_dependence_from_the_tilt():
+    """K = 1 is a product of the 1-way marginals; the tilt alone must put the 2-way structure back. Measured
+    mean 2-way TVD against the rows: 0.40 without the tilt, 0.06 with it (n = 4,000, eps = 2); tolerances
+    > 0.3 and < 0.15."""
+    from splice_assets.sampling import sample_cube
+
+    rows = _correlated_rows(np.random.default_rng(5), 4_000)
+    measurement = _measurement(rows)
+    config = FitConfig(K=1, max_steps=60, min_steps=10, em_iterations=0)
+    plain = pipeline.fit(measurement, SCHEMA, dataclasses.replace(config, tilt_chi2=0.0))
+    tilted = pipeline.fit(measurement, SCHEMA, config)
+    assert plain.tilt is None and tilted.tilt is not None
+    assert tilted.tilt.chi2_end < tilted.tilt.chi2_start
+    without, with_tilt = (_pair_tvd(sample_cube(m, 4_000, 0), rows) for m in (plain, tilted))
+    assert without > 0.3 and with_tilt < 0.15, (without, with_tilt)
+
+
+def test_tilted_sampling_is_deterministic_and_survives_save_and_load(tmp_path):
+    from splice_assets.sampling import load_model, sample_cube, save_model
+
+    rows = _correlated_rows(np.random.default_rng(6), 2_000)
+    model = pipeline.fit(_measurement(rows), SCHEMA, FitConfig(K=2, max_steps=30, min_steps=10))
+    assert model.tilt is not None
+    first = sample_cube(model, 700, seed=3)
+    assert np.array_equal(first, sample_cube(model, 700, seed=3))
+    assert not np.array_equal(first, sample_cube(model, 700, seed=4))
+    save_model(model, tmp_path / "m")
+    loaded = load_model(tmp_path / "m")
+    for field in dataclasses.fields(model.tilt):
+        assert np.array_equal(getattr(loaded.tilt, field.name), getattr(model.tilt, field.name)), field.name
+    assert np.array_equal(first, sample_cube(loaded, 700, seed=3))
+
+
+@pytest.mark.parametrize(
+    "field, value", [("tilt_chi2", -1.0), ("tilt_chi2", float("nan")), ("tilt_pool_factor", 0),
+                     ("tilt_max_iterations", -2), ("tilt_pool_factor", 2.5)],
+)
+def test_bad_tilt_settings_are_rejected_before_fitting_quoting_the_value(field, value):
+    rows = _correlated_rows(np.random.default_rng(7), 300)
+    with pytest.raises(ValueError, match=field):
+        pipeline.fit(_measurement(rows), SCHEMA, dataclasses.replace(FitConfig(), **{field: value}))
