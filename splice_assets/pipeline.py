@@ -262,7 +262,8 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     if config.tilt_chi2 == 0 or not measurement.pairs or not measurement.marginal_sizes:
         return model
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))
-    pool_rows = config.tilt_pool_factor * min(measurement.n, TILT_CHUNK_ROWS)
+    # A fit pool and a holdout pool, together as large as one sampling chunk's pool.
+    pool_rows = max(1, config.tilt_pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
     pool, holdout = (
         table_cells(
             mixture_draws(model, pool_rows, rng, True, integer_coordinates(schema)), layout_for(schema),
@@ -270,13 +271,13 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
         )
         for _ in range(2)
     )
-    one_way, two_way, chi2_start, chi2_end, iterations = fit_tilt(
+    potentials, chi2_start, chi2_end, iterations = fit_tilt(
         pool, holdout, measurement.noisy_marginals, measurement.marginal_noise_std(),
         measurement.noisy_pairs, measurement.pair_noise_std(), config.tilt_chi2, config.tilt_max_iterations,
     )
     tilt = CellTilt(
-        measurement.numeric_bins, measurement.pairs, one_way, two_way, config.tilt_pool_factor, chi2_start,
-        chi2_end, iterations,
+        measurement.numeric_bins, measurement.pairs, potentials, config.tilt_pool_factor, chi2_start, chi2_end,
+        iterations,
     )
     return replace(model, tilt=tilt)
 

@@ -71,8 +71,8 @@ def sample_cube(
     for start in range(0, n_rows, TILT_CHUNK_ROWS):
         rows = min(TILT_CHUNK_ROWS, n_rows - start)
         pool = mixture_draws(model, tilt.pool_factor * rows, rng, True, integer_bounds, spread)
-        cells1, cells2 = table_cells(pool, layout, tilt.numeric_bins, tilt.pairs)
-        chunks.append(pool[systematic_resample(log_weights(tilt.one_way, tilt.two_way, cells1, cells2), rows, rng)])
+        log_w = log_weights(tilt.potentials, table_cells(pool, layout, tilt.numeric_bins, tilt.pairs))
+        chunks.append(pool[systematic_resample(log_w, rows, rng)])
     return match_to_marginals(np.concatenate(chunks), layout, model.marginal_targets, rng, integer_bounds)
 
 
@@ -218,7 +218,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
         arrays["marginal_frequencies"] = np.asarray(model.marginal_targets.frequencies, dtype=np.float64)
     tilt = model.tilt
     if tilt is not None:
-        arrays["tilt_one_way"], arrays["tilt_two_way"] = tilt.one_way, tilt.two_way
+        arrays["tilt_potentials"] = tilt.potentials
     np.savez(npz, **arrays)
     meta = {
         "format_version": FORMAT_VERSION,
@@ -271,8 +271,7 @@ def load_model(stem: str | Path) -> FittedMixture:
         tilt = None if tilt_meta is None else CellTilt(
             numeric_bins=int(tilt_meta["numeric_bins"]),
             pairs=tuple((int(a), int(b)) for a, b in tilt_meta["pairs"]),
-            one_way=data["tilt_one_way"],
-            two_way=data["tilt_two_way"],
+            potentials=data["tilt_potentials"],
             pool_factor=int(tilt_meta["pool_factor"]),
             chi2_start=float(tilt_meta["chi2_start"]),
             chi2_end=float(tilt_meta["chi2_end"]),

@@ -28,15 +28,15 @@ from .moments import marginal_cells, marginal_sizes
 
 @dataclass(frozen=True)
 class CellTilt:
-    """Potentials per 1-way cell (``moments.marginal_sizes`` order) and per 2-way cell of ``pairs`` (a-major)."""
+    """Potentials per cell of the 1-way tables (``moments.marginal_sizes`` order), then of the 2-way tables of
+    ``pairs`` (a-major): the order of the measurement's noisy marginals and pairs, concatenated."""
 
     numeric_bins: int
     pairs: tuple[tuple[int, int], ...]
-    one_way: np.ndarray
-    two_way: np.ndarray
-    #: Pool rows drawn per output row when sampling (the fit used the same factor).
+    potentials: np.ndarray
+    #: Pool rows drawn per output row when sampling.
     pool_factor: int
-    #: Diagnostics: chi^2 per cell before and after, and the multiplicative-weights iterations used.
+    #: Diagnostics: holdout chi^2 per cell without and with the potentials, and the iterations used.
     chi2_start: float
     chi2_end: float
     iterations: int
@@ -44,21 +44,23 @@ class CellTilt:
 
 def table_cells(
     cube: np.ndarray, layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Flat cell index of every row in every 1-way table (n, d) and every 2-way table (n, len(pairs))."""
+) -> np.ndarray:
+    """(n, d + len(pairs)) int32: every row's cell in every 1-way table, then in every 2-way table, as indices
+    into the tables concatenated (1-way cells first)."""
     sizes = np.asarray(marginal_sizes(layout, numeric_bins), dtype=np.int64)
-    cells = marginal_cells(cube, layout, numeric_bins)
-    one_way = cells + np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    if not pairs:
-        return one_way, np.zeros((len(cube), 0), dtype=np.int64)
-    a, b = np.asarray(pairs, dtype=np.int64).T
-    pair_offsets = np.concatenate([[0], np.cumsum(sizes[a] * sizes[b])[:-1]])
-    return one_way, cells[:, a] * sizes[b] + cells[:, b] + pair_offsets
+    coordinate_cells = marginal_cells(cube, layout, numeric_bins)
+    out = np.empty((len(cube), layout.d + len(pairs)), dtype=np.int32)
+    out[:, : layout.d] = coordinate_cells + np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    if pairs:
+        a, b = np.asarray(pairs, dtype=np.int64).T
+        offsets = sizes.sum() + np.concatenate([[0], np.cumsum(sizes[a] * sizes[b])[:-1]])
+        out[:, layout.d :] = coordinate_cells[:, a] * sizes[b] + coordinate_cells[:, b] + offsets
+    return out
 
 
-def log_weights(one_way: np.ndarray, two_way: np.ndarray, cells1: np.ndarray, cells2: np.ndarray) -> np.ndarray:
+def log_weights(potentials: np.ndarray, cells: np.ndarray) -> np.ndarray:
     """Unnormalised log tilt weight of every row: minus the sum of its cells' potentials."""
-    return -(one_way[cells1].sum(axis=1) + two_way[cells2].sum(axis=1))
+    return -potentials[cells].sum(axis=1)
 
 
 def _normalised(log_w: np.ndarray) -> np.ndarray:
@@ -66,19 +68,17 @@ def _normalised(log_w: np.ndarray) -> np.ndarray:
     return w / w.sum()
 
 
-def _incidence(cells1: np.ndarray, cells2: np.ndarray, size1: int, size2: int) -> sparse.csr_matrix:
-    """Rows x cells 0/1 matrix with one 1 per row and table: tables = A^T w, row gradients = A r."""
-    per_row = cells1.shape[1] + cells2.shape[1]
-    return sparse.csr_matrix(
-        (np.ones(len(cells1) * per_row), np.hstack([cells1, cells2 + size1]).ravel(),
-         np.arange(0, len(cells1) + 1) * per_row),
-        shape=(len(cells1), size1 + size2),
-    )
+def _incidence(cells: np.ndarray, n_cells: int, ones: np.ndarray) -> sparse.csr_matrix:
+    """Rows x cells 0/1 matrix (one 1 per row and table): tables = A^T w, row gradients = A r. Shares the
+    memory of ``cells`` (indices) and ``ones`` (data)."""
+    rows, per_row = cells.shape
+    indptr = np.arange(0, rows + 1, dtype=np.int32) * per_row
+    return sparse.csr_matrix((ones[: cells.size], cells.reshape(-1), indptr), shape=(rows, n_cells), copy=False)
 
 
 def fit_tilt(
-    pool: tuple[np.ndarray, np.ndarray],
-    holdout: tuple[np.ndarray, np.ndarray],
+    pool: np.ndarray,
+    holdout: np.ndarray,
     targets1: np.ndarray,
     std1: float,
     targets2: np.ndarray,
@@ -88,9 +88,9 @@ def fit_tilt(
     patience: int = 10,
     step: float = 0.05,
     momentum: float = 0.8,
-) -> tuple[np.ndarray, np.ndarray, float, float, int]:
-    """Potentials (1-way, 2-way) fitted on the ``pool`` cells (``table_cells`` of draws from the mixture) that
-    bring a fresh ``holdout`` pool's weighted tables toward the noisy targets.
+) -> tuple[np.ndarray, float, float, int]:
+    """Potentials fitted on the ``pool`` cells (draws from the mixture) that bring a fresh ``holdout`` pool's
+    weighted tables toward the noisy targets.
 
     Multiplicative weights with heavy-ball momentum on the pool rows. The gradient of chi^2 / 2 with respect to
     a row's log weight is g, the sum of its cells' residuals over their noise variances; each iteration adds
@@ -103,15 +103,17 @@ def fit_tilt(
     per cell is <= ``chi2_target`` (1 = the noise level: fitting further fits the noise), or has not improved
     for ``patience`` iterations, and returns the potentials with the best holdout chi^2. Without the holdout,
     potentials of cells that only a few pool rows reach grow until those rows dominate (at eps = 10, 300
-    iterations doubled california's 2-way TVD). Returns the potentials, holdout chi^2 per cell without and
-    with them, and the iterations used.
+    iterations doubled california's 2-way TVD). ``pool`` and ``holdout`` are ``table_cells`` of the two pools.
+    Returns the potentials (``CellTilt`` order), holdout chi^2 per cell without and with them, and the
+    iterations used.
     """
     if not std1 > 0 or not std2 > 0:
         raise ValueError(f"noise stds must be > 0, got {std1!r} and {std2!r}")
     if not chi2_target > 0:
         raise ValueError(f"chi2_target must be > 0, got {chi2_target!r}")
     size1, size2 = targets1.size, targets2.size
-    fit_cells, held_cells = _incidence(*pool, size1, size2), _incidence(*holdout, size1, size2)
+    ones = np.ones(max(pool.size, holdout.size))
+    fit_cells, held_cells = _incidence(pool, size1 + size2, ones), _incidence(holdout, size1 + size2, ones)
     targets = np.concatenate([targets1, targets2])
     inverse_variance = np.concatenate([np.full(size1, std1**-2.0), np.full(size2, std2**-2.0)])
 
@@ -140,7 +142,7 @@ def fit_tilt(
             best, best_chi2, since_best = potentials, held, 0
         else:
             since_best += 1
-    return best[:size1], best[size1:], start, best_chi2, iterations
+    return best, start, best_chi2, iterations
 
 
 def systematic_resample(log_w: np.ndarray, n_rows: int, rng: np.random.Generator) -> np.ndarray:

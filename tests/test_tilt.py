@@ -65,10 +65,15 @@ def _tables(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def test_table_cells_count_like_the_measured_tables():
     rows = _correlated_rows(np.random.default_rng(0), 500)
-    cells1, cells2 = table_cells(rows, LAYOUT, BINS, PAIRS)
-    one_way, two_way = _tables(rows)
-    assert np.array_equal(np.bincount(cells1.ravel(), minlength=one_way.size) / len(rows), one_way)
-    assert np.array_equal(np.bincount(cells2.ravel(), minlength=two_way.size) / len(rows), two_way)
+    cells = table_cells(rows, LAYOUT, BINS, PAIRS)
+    tables = np.concatenate(_tables(rows))
+    assert cells.shape == (500, LAYOUT.d + len(PAIRS))
+    assert np.array_equal(np.bincount(cells.ravel(), minlength=tables.size) / len(rows), tables)
+
+
+def _weighted_tables(potentials: np.ndarray, cells: np.ndarray, n_cells: int) -> np.ndarray:
+    w = np.exp(log_weights(potentials, cells))
+    return np.bincount(cells.ravel(), np.repeat(w / w.sum(), cells.shape[1]), n_cells)
 
 
 def test_the_tilt_moves_an_independent_pool_onto_correlated_tables():
@@ -82,13 +87,13 @@ def test_the_tilt_moves_an_independent_pool_onto_correlated_tables():
     one_way, two_way = _tables(truth)
     std = 0.002
     noisy1, noisy2 = one_way + rng.normal(0, std, one_way.size), two_way + rng.normal(0, std, two_way.size)
-    cells1, cells2 = table_cells(pool, LAYOUT, BINS, PAIRS)
+    cells = table_cells(pool, LAYOUT, BINS, PAIRS)
     holdout = table_cells(_independent_rows(truth, rng), LAYOUT, BINS, PAIRS)
-    lam1, lam2, start, end, iterations = fit_tilt((cells1, cells2), holdout, noisy1, std, noisy2, std, 1.0, 300)
+    potentials, start, end, iterations = fit_tilt(cells, holdout, noisy1, std, noisy2, std, 1.0, 300)
     assert start > 100 and end < 5 and iterations > 0, (start, end, iterations)
-    w = np.exp(log_weights(lam1, lam2, cells1, cells2))
-    weighted = np.bincount(cells2.ravel(), np.repeat(w / w.sum(), cells2.shape[1]), two_way.size)
-    before = np.bincount(cells2.ravel(), minlength=two_way.size) / len(pool)
+    n1, n_cells = one_way.size, one_way.size + two_way.size
+    weighted = _weighted_tables(potentials, cells, n_cells)[n1:]
+    before = _weighted_tables(np.zeros(n_cells), cells, n_cells)[n1:]
     assert _mean_tvd(before, two_way, BINS) > 0.3
     assert _mean_tvd(weighted, two_way, BINS) < 0.05, _mean_tvd(weighted, two_way, BINS)
 
@@ -98,9 +103,9 @@ def test_no_tilt_when_the_pool_already_fits_to_the_noise_level():
     truth = _correlated_rows(rng, 20_000)
     one_way, two_way = _tables(truth)
     cells = table_cells(truth, LAYOUT, BINS, PAIRS)
-    lam1, lam2, start, end, iterations = fit_tilt(cells, cells, one_way, 0.01, two_way, 0.01, 1.0)
+    potentials, start, end, iterations = fit_tilt(cells, cells, one_way, 0.01, two_way, 0.01, 1.0)
     assert start == end and start < 1.0 and iterations == 0
-    assert not lam1.any() and not lam2.any()
+    assert not potentials.any()
 
 
 def test_the_iteration_cap_is_kept():
@@ -120,19 +125,16 @@ def test_the_holdout_stops_the_fit_where_the_pool_would_be_overfitted():
     truth = _correlated_rows(rng, 5_000)
     one_way, two_way = _tables(truth)
     pool, holdout = (table_cells(_independent_rows(truth, rng)[:300], LAYOUT, BINS, PAIRS) for _ in range(2))
-    lam1, lam2, start, end, iterations = fit_tilt(pool, holdout, one_way, 1e-5, two_way, 1e-5, 1.0, 2_000, 10)
+    potentials, start, end, iterations = fit_tilt(pool, holdout, one_way, 1e-5, two_way, 1e-5, 1.0, 2_000, 10)
     assert end < start and iterations < 2_000
-    w = np.exp(log_weights(lam1, lam2, *holdout))
-    held = np.concatenate([
-        np.bincount(holdout[0].ravel(), np.repeat(w / w.sum(), holdout[0].shape[1]), one_way.size) - one_way,
-        np.bincount(holdout[1].ravel(), np.repeat(w / w.sum(), holdout[1].shape[1]), two_way.size) - two_way,
-    ])
+    tables = np.concatenate([one_way, two_way])
+    held = _weighted_tables(potentials, holdout, tables.size) - tables
     assert np.isclose((held @ held) / 1e-10 / held.size, end)  # the returned potentials are the best ones
 
 
 @pytest.mark.parametrize("bad", [{"std1": 0.0}, {"std2": -1.0}, {"chi2_target": 0.0}])
 def test_fit_tilt_rejects_bad_parameters_quoting_them(bad):
-    cells = (np.zeros((2, 1), dtype=np.int64), np.zeros((2, 0), dtype=np.int64))
+    cells = np.zeros((2, 1), dtype=np.int32)
     args = {"pool": cells, "holdout": cells, "targets1": np.ones(1), "std1": 0.1, "targets2": np.zeros(0),
             "std2": 0.1, "chi2_target": 1.0}
     args.update(bad)
