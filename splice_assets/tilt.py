@@ -6,9 +6,10 @@ The mixture q fits the moments and the tables together and cannot hold every 2-w
     p(x)  proportional to  q(x) * exp(-sum_t lambda_t[cell_t(x)])     over the 1-way and 2-way tables t.
 
 The potentials are fitted by multiplicative weights on a pool of draws from q, minimising the Gaussian chi^2 of
-the tables against their noisy values (each cell's residual over its noise std), and stopped when chi^2 per cell
-reaches ``chi2_target`` (1 = the noise level: the discrepancy principle; fitting further fits the noise).
-Sampling draws a pool from q and resamples it by the tilt weights (sampling-importance-resampling).
+the tables against their noisy values (each cell's residual over its noise std). The fit is stopped on a second,
+holdout pool: when its chi^2 per cell reaches ``chi2_target`` (1 = the noise level: the discrepancy principle;
+fitting further fits the noise) or stops improving. Sampling draws a pool from q and resamples it by the tilt
+weights (sampling-importance-resampling).
 
 Privacy: post-processing. The fit reads only the mechanism's noisy tables, their public noise stds and draws from
 q under the public seed; no row enters.
