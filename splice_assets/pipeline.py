@@ -283,12 +283,14 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
 
 
 def _check_tilt_config(config: FitConfig) -> None:
-    if not (isinstance(config.tilt_chi2, (int, float)) and math.isfinite(config.tilt_chi2) and config.tilt_chi2 >= 0):
-        raise ValueError(f"tilt_chi2 must be a finite number >= 0, got {config.tilt_chi2!r}")
-    for name in ("tilt_pool_factor", "tilt_max_iterations"):
+    """The tilt settings, checked before any fitting; messages quote the bad value."""
+    chi2 = config.tilt_chi2
+    if isinstance(chi2, bool) or not isinstance(chi2, (int, float)) or not math.isfinite(chi2) or chi2 < 0:
+        raise ValueError(f"tilt_chi2 must be a finite number >= 0, got {chi2!r}")
+    for name, least in (("tilt_pool_factor", 1), ("tilt_max_iterations", 0)):
         value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "tilt_pool_factor" else 0):
-            raise ValueError(f"{name} must be an integer >= {1 if name == 'tilt_pool_factor' else 0}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
 
 
 @dataclass(frozen=True)

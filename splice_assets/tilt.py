@@ -52,16 +52,20 @@ def table_cells(
     coordinate_cells = marginal_cells(cube, layout, numeric_bins)
     out = np.empty((len(cube), layout.d + len(pairs)), dtype=np.int32)
     out[:, : layout.d] = coordinate_cells + np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    if pairs:
-        a, b = np.asarray(pairs, dtype=np.int64).T
-        offsets = sizes.sum() + np.concatenate([[0], np.cumsum(sizes[a] * sizes[b])[:-1]])
-        out[:, layout.d :] = coordinate_cells[:, a] * sizes[b] + coordinate_cells[:, b] + offsets
+    offset = int(sizes.sum())
+    for column, (a, b) in enumerate(pairs, start=layout.d):  # one pair at a time: no (n, pairs) temporaries
+        out[:, column] = coordinate_cells[:, a] * sizes[b] + coordinate_cells[:, b] + offset
+        offset += int(sizes[a] * sizes[b])
     return out
 
 
 def log_weights(potentials: np.ndarray, cells: np.ndarray) -> np.ndarray:
-    """Unnormalised log tilt weight of every row: minus the sum of its cells' potentials."""
-    return -potentials[cells].sum(axis=1)
+    """Unnormalised log tilt weight of every row: minus the sum of its cells' potentials (one table at a time,
+    so no (rows, tables) temporary)."""
+    log_w = np.zeros(len(cells))
+    for column in cells.T:
+        log_w -= potentials[column]
+    return log_w
 
 
 def _normalised(log_w: np.ndarray) -> np.ndarray:
