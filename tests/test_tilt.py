@@ -12,13 +12,7 @@ from splice_assets import pipeline
 from splice_assets.encoding import layout_for
 from splice_assets.fit import FitConfig
 from splice_assets.measurement import Measurement
-from splice_assets.moments import (
-    coordinate_pairs,
-    marginal_counts,
-    marginal_sizes,
-    pair_counts,
-    pair_tables,
-)
+from splice_assets.moments import coordinate_pairs, marginal_counts, marginal_sizes, pair_counts, pair_tables
 from splice_assets.schema import parse_schema
 from splice_assets.tilt import fit_tilt, log_weights, systematic_resample, table_cells
 
@@ -55,7 +49,8 @@ PAIRS = coordinate_pairs(LAYOUT)
 def _mean_tvd(p: np.ndarray, q: np.ndarray, bins: int) -> float:
     """Mean TVD over the pairs of two concatenated 2-way frequency vectors."""
     sizes = marginal_sizes(LAYOUT, bins)
-    return float(np.mean([0.5 * np.abs(x - y).sum() for x, y in zip(pair_tables(p, PAIRS, sizes), pair_tables(q, PAIRS, sizes))]))
+    tables = zip(pair_tables(p, PAIRS, sizes), pair_tables(q, PAIRS, sizes))
+    return float(np.mean([0.5 * np.abs(x - y).sum() for x, y in tables]))
 
 
 def _tables(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -162,7 +157,8 @@ def _measurement(rows: np.ndarray, epsilon: float = 2.0) -> Measurement:
 
 def _pair_tvd(a: np.ndarray, b: np.ndarray) -> float:
     """Mean 2-way TVD between two sets of rows on 16-bin tables."""
-    return _mean_tvd(pair_counts(a, LAYOUT, PAIRS).frequencies(len(a)), pair_counts(b, LAYOUT, PAIRS).frequencies(len(b)), 16)
+    frequencies = [pair_counts(rows, LAYOUT, PAIRS).frequencies(len(rows)) for rows in (a, b)]
+    return _mean_tvd(*frequencies, 16)
 
 
 def test_a_one_component_fit_gains_its_dependence_from_the_tilt():
