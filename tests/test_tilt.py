@@ -176,8 +176,8 @@ def _pair_tvd(a: np.ndarray, b: np.ndarray) -> float:
 
 def test_a_one_component_fit_gains_its_dependence_from_the_tilt():
     """K = 1 is a product of the 1-way marginals; the tilt alone must put the 2-way structure back. Measured
-    mean 2-way TVD against the rows: 0.50 without the tilt, 0.042 with it (n = 4,000, eps = 2, seeded noise); tolerances
-    > 0.3 and < 0.15."""
+    mean 2-way TVD against the rows: 0.50 without the tilt, 0.042 with it (n = 4,000, eps = 2, seeded noise);
+    tolerances > 0.3 and < 0.15."""
     from splice_assets.sampling import sample_cube
 
     rows = _correlated_rows(np.random.default_rng(5), 4_000)
