@@ -219,36 +219,52 @@ def measure_exact(
         if ledger is not None and entry_id is not None:
             ledger.abort(entry_id)
         raise
-    measurement = Measurement(
-        dataset=plan.dataset,
-        schema_version=plan.schema_version,
-        seed=plan.seed,
-        n_directions=plan.n_directions,
-        k=plan.k,
-        n=plan.n,
-        d=stats.d,
-        scaling=plan.scaling,
-        noisy_moments=noisy_moments,
-        sigma=calibration.sigma,
-        sensitivity=calibration.sensitivity,
-        epsilon=plan.epsilon,
-        delta=plan.delta,
-        relation=RELATION_REPLACE_ONE,
-        ledger_entry_id=entry_id,
-        noisy_marginals=noisy_histograms[: stats.marginals.size],
-        marginal_sizes=plan.marginal_sizes,
-        marginal_weight=plan.marginal_weight,
-        numeric_bins=plan.numeric_bins,
-        noisy_pairs=noisy_histograms[stats.marginals.size :],
-        pairs=plan.pairs,
-        pair_sizes=plan.pair_sizes,
-        pair_weight=plan.pair_weight,
+    measurement = measurement_of(
+        plan, calibration, stats.d, noisy_moments, noisy_histograms[: stats.marginals.size],
+        noisy_histograms[stats.marginals.size :], entry_id,
     )
     if on_noisy is not None:
         on_noisy(measurement)
     if ledger is not None and entry_id is not None:
         ledger.commit(entry_id)
     return measurement
+
+
+def measurement_of(
+    plan: MeasurementPlan,
+    calibration: privacy.Calibration,
+    d: int,
+    moments: np.ndarray,
+    marginals: np.ndarray,
+    pairs: np.ndarray,
+    ledger_entry_id: str | None = None,
+) -> Measurement:
+    """The ``Measurement`` of ``plan`` holding these (already noisy) statistics and the plan's public facts."""
+    return Measurement(
+        dataset=plan.dataset,
+        schema_version=plan.schema_version,
+        seed=plan.seed,
+        n_directions=plan.n_directions,
+        k=plan.k,
+        n=plan.n,
+        d=d,
+        scaling=plan.scaling,
+        noisy_moments=moments,
+        sigma=calibration.sigma,
+        sensitivity=calibration.sensitivity,
+        epsilon=plan.epsilon,
+        delta=plan.delta,
+        relation=RELATION_REPLACE_ONE,
+        ledger_entry_id=ledger_entry_id,
+        noisy_marginals=marginals,
+        marginal_sizes=plan.marginal_sizes,
+        marginal_weight=plan.marginal_weight,
+        numeric_bins=plan.numeric_bins,
+        noisy_pairs=pairs,
+        pairs=plan.pairs,
+        pair_sizes=plan.pair_sizes,
+        pair_weight=plan.pair_weight,
+    )
 
 
 def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
@@ -258,16 +274,18 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     noisy tables is then fitted on a pool drawn from it and stopped on a second one (``tilt``).
     """
     _check_tilt_config(config)
-    model = fit_measurement(measurement, layout_for(schema), config)
+    layout = layout_for(schema)
+    model = fit_measurement(measurement, layout, config)
     if config.tilt_chi2 == 0 or not measurement.pairs or not measurement.marginal_sizes:
         return model
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))
     # A fit pool and a holdout pool, together as large as one sampling chunk's pool.
     pool_rows = max(1, config.tilt_pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
+    integer_bounds = integer_coordinates(schema)
     pool, holdout = (
         table_cells(
-            mixture_draws(model, pool_rows, rng, True, integer_coordinates(schema)), layout_for(schema),
-            measurement.numeric_bins, measurement.pairs,
+            mixture_draws(model, pool_rows, rng, True, integer_bounds), layout, measurement.numeric_bins,
+            measurement.pairs,
         )
         for _ in range(2)
     )

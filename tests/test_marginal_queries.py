@@ -346,12 +346,7 @@ def test_pooled_marginals_are_exact_without_noise_and_less_noisy_with_it():
     stats = pipeline.exact_statistics(x, plan, LAYOUT)
 
     def measurement(h1: np.ndarray, h2: np.ndarray) -> Measurement:
-        return Measurement(
-            "toy", 1, plan.seed, plan.n_directions, plan.k, plan.n, LAYOUT.d, "ball", stats.moments, cal.sigma,
-            cal.sensitivity, 1.0, 1e-6, noisy_marginals=h1, marginal_sizes=plan.marginal_sizes,
-            marginal_weight=plan.marginal_weight, numeric_bins=plan.numeric_bins, noisy_pairs=h2, pairs=plan.pairs,
-            pair_sizes=plan.pair_sizes, pair_weight=plan.pair_weight,
-        )
+        return pipeline.measurement_of(plan, cal, LAYOUT.d, stats.moments, h1, h2)
 
     np.testing.assert_allclose(pooled_marginals(measurement(stats.marginals, stats.pairs)), stats.marginals, atol=1e-12)
     rng = np.random.default_rng(9)

@@ -77,18 +77,10 @@ def test_fit_starts_from_em_on_the_measured_tables():
     from splice_assets import pipeline
     from splice_assets.encoding import layout_for
     from splice_assets.fit import FitConfig, fit_measurement
-    from splice_assets.measurement import Measurement
     from splice_assets.model import PairEvaluator, TorchMixture
-    from splice_assets.schema import parse_schema
+    from toy import TOY_SCHEMA
 
-    schema = parse_schema({
-        "name": "toy", "version": 1, "n_min": 2,
-        "columns": [
-            {"name": "a", "kind": "continuous", "bounds": [0, 1]},
-            {"name": "b", "kind": "categorical", "categories": ["x", "y", "z"]},
-            {"name": "c", "kind": "ordinal", "categories": [1, 2, 3, 4, 5]},
-        ],
-    })
+    schema = TOY_SCHEMA
     layout = layout_for(schema)
     rng = np.random.default_rng(5)
     n = 3000
@@ -100,12 +92,7 @@ def test_fit_starts_from_em_on_the_measured_tables():
     ])
     plan, cal = pipeline.make_plan(schema, n, 1.0, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
     stats = pipeline.exact_statistics(x, plan, layout)
-    exact = Measurement(
-        "toy", 1, plan.seed, plan.n_directions, plan.k, plan.n, layout.d, "ball", stats.moments, cal.sigma,
-        cal.sensitivity, 1.0, 1e-6, noisy_marginals=stats.marginals, marginal_sizes=plan.marginal_sizes,
-        marginal_weight=plan.marginal_weight, numeric_bins=plan.numeric_bins, noisy_pairs=stats.pairs,
-        pair_sizes=plan.pair_sizes, pairs=plan.pairs, pair_weight=plan.pair_weight,
-    )
+    exact = pipeline.measurement_of(plan, cal, layout.d, stats.moments, stats.marginals, stats.pairs)
     blocks = np.cumsum(plan.pair_sizes)[:-1]
 
     def start_tvd(em_iterations: int) -> float:

@@ -13,17 +13,10 @@ from splice_assets.encoding import layout_for
 from splice_assets.fit import FitConfig
 from splice_assets.measurement import Measurement
 from splice_assets.moments import coordinate_pairs, marginal_counts, marginal_sizes, pair_counts, pair_tables
-from splice_assets.schema import parse_schema
 from splice_assets.tilt import fit_tilt, log_weights, systematic_resample, table_cells
+from toy import TOY_SCHEMA
 
-SCHEMA = parse_schema({
-    "name": "toy", "version": 1, "n_min": 2,
-    "columns": [
-        {"name": "a", "kind": "continuous", "bounds": [0, 1]},
-        {"name": "b", "kind": "categorical", "categories": ["x", "y", "z"]},
-        {"name": "c", "kind": "ordinal", "categories": [1, 2, 3, 4, 5]},
-    ],
-})
+SCHEMA = TOY_SCHEMA
 LAYOUT = layout_for(SCHEMA)
 BINS = 8
 
@@ -157,14 +150,11 @@ def _measurement(rows: np.ndarray, epsilon: float = 2.0, seed: int = 0) -> Measu
     stats = pipeline.exact_statistics(rows, plan, LAYOUT)
     rng = np.random.default_rng(seed)
     noise = lambda shape, std: rng.standard_normal(shape) * std  # noqa: E731
-    return Measurement(
-        "toy", 1, plan.seed, plan.n_directions, plan.k, plan.n, LAYOUT.d, "ball",
+    return pipeline.measurement_of(
+        plan, cal, LAYOUT.d,
         stats.moments + noise(stats.moments.shape, cal.sigma * np.sqrt(np.arange(1, plan.k + 1))[:, None]),
-        cal.sigma, cal.sensitivity, epsilon, 1e-6,
-        noisy_marginals=stats.marginals + noise(stats.marginals.shape, cal.sigma / plan.marginal_weight),
-        marginal_sizes=plan.marginal_sizes, marginal_weight=plan.marginal_weight, numeric_bins=plan.numeric_bins,
-        noisy_pairs=stats.pairs + noise(stats.pairs.shape, cal.sigma / plan.pair_weight), pairs=plan.pairs,
-        pair_sizes=plan.pair_sizes, pair_weight=plan.pair_weight,
+        stats.marginals + noise(stats.marginals.shape, cal.sigma / plan.marginal_weight),
+        stats.pairs + noise(stats.pairs.shape, cal.sigma / plan.pair_weight),
     )
 
 
