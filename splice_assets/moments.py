@@ -168,9 +168,12 @@ def marginal_sizes(layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_B
 
 
 def marginal_cells(x: np.ndarray, layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> np.ndarray:
-    """(n, d) cell index of every coordinate: nearest grid level, or the equal-width bin of [-1, 1]."""
-    cells = np.empty(x.shape, dtype=np.int64)
-    clipped = np.clip(np.nan_to_num(x, nan=0.0), -1.0, 1.0)
+    """(n, d) cell index of every coordinate: nearest grid level, or the equal-width bin of [-1, 1].
+
+    Column-major, like the loop that fills it (strided column writes of a row-major array were most of the cost).
+    """
+    cells = np.empty(x.shape, dtype=np.int64, order="F")
+    clipped = np.asfortranarray(np.clip(np.nan_to_num(x, nan=0.0), -1.0, 1.0))
     for i, coord in enumerate(layout.coordinates):
         bins = coord.levels if coord.is_discrete else numeric_bins
         if coord.is_discrete:

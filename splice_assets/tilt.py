@@ -47,10 +47,10 @@ def table_cells(
     cube: np.ndarray, layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]]
 ) -> np.ndarray:
     """(n, d + len(pairs)) int32: every row's cell in every 1-way table, then in every 2-way table, as indices
-    into the tables concatenated (1-way cells first)."""
+    into the tables concatenated (1-way cells first). Column-major: it is built and read one table at a time."""
     sizes = np.asarray(marginal_sizes(layout, numeric_bins), dtype=np.int64)
     coordinate_cells = marginal_cells(cube, layout, numeric_bins)
-    out = np.empty((len(cube), layout.d + len(pairs)), dtype=np.int32)
+    out = np.empty((len(cube), layout.d + len(pairs)), dtype=np.int32, order="F")
     out[:, : layout.d] = coordinate_cells + np.concatenate([[0], np.cumsum(sizes)[:-1]])
     offset = int(sizes.sum())
     for column, (a, b) in enumerate(pairs, start=layout.d):  # one pair at a time: no (n, pairs) temporaries
@@ -75,7 +75,8 @@ def _normalised(log_w: np.ndarray) -> np.ndarray:
 
 def _incidence(cells: np.ndarray, n_cells: int, ones: np.ndarray) -> sparse.csr_matrix:
     """Rows x cells 0/1 matrix (one 1 per row and table): tables = A^T w, row gradients = A r. Shares the
-    memory of ``cells`` (indices) and ``ones`` (data)."""
+    memory of a row-major copy of ``cells`` (indices) and of ``ones`` (data)."""
+    cells = np.ascontiguousarray(cells)
     rows, per_row = cells.shape
     indptr = np.arange(0, rows + 1, dtype=np.int32) * per_row
     return sparse.csr_matrix((ones[: cells.size], cells.reshape(-1), indptr), shape=(rows, n_cells), copy=False)
