@@ -11,7 +11,9 @@ import torch
 from numpy.polynomial import chebyshev as C
 
 from splice_assets.encoding import Coordinate, EncodingLayout
-from splice_assets.model import Bounds, MixtureModule, MixtureParameters, MomentEvaluator, TorchMixture, model_moments
+from splice_assets.model import (
+    Bounds, MixtureModule, MixtureParameters, MomentEvaluator, TorchMixture, chebyshev_taylor_expectations, model_moments,
+)
 from splice_assets.moments import direction_scales, draw_directions
 
 torch.set_num_threads(1)
@@ -190,6 +192,22 @@ def test_one_dimensional_gaussian_matches_gauss_hermite():
         tol = 1e-10 * np.maximum(1.0, np.abs(ref))  # sd = 0.25 puts mass outside [-1, 1]: moments ~1e8
         assert np.all(np.abs(got[:, 0] - ref) < tol)
         assert np.all(np.abs(got[:, 1] - ref * (-1.0) ** np.arange(1, 33)) < tol)
+
+
+@pytest.mark.parametrize("k", [1, 2, 8, 16])
+def test_taylor_expectations_values_and_closed_form_gradient(k):
+    """E[T_j(mu + u)] for u on three atoms matches numpy's Chebyshev values, and its gradient finite differences."""
+    gen = torch.Generator().manual_seed(k)
+    mu = torch.rand(4, 3, dtype=torch.float64, generator=gen) - 0.5
+    atoms = 0.3 * (torch.rand(4, 3, 3, dtype=torch.float64, generator=gen) - 0.5)
+    probs = torch.softmax(torch.randn(4, 3, 3, dtype=torch.float64, generator=gen), -1)
+    central = (probs.unsqueeze(-1) * atoms.unsqueeze(-1) ** torch.arange(k + 1)).sum(-2)  # E[u^p], p = 0..k
+    got = chebyshev_taylor_expectations(mu, central, k).numpy()
+    z = (mu.unsqueeze(-1) + atoms).numpy()
+    ref = np.stack([(probs.numpy() * C.chebval(z, [0] * j + [1])).sum(-1) for j in range(1, k + 1)], -1)
+    assert np.max(np.abs(got - ref)) < 1e-13
+    leaves = (mu.clone().requires_grad_(True), central.clone().requires_grad_(True))
+    assert torch.autograd.gradcheck(lambda m, c: chebyshev_taylor_expectations(m, c, k), leaves, eps=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("max_taylor_error", [math.inf, 0.0], ids=["fast", "stable"])
