@@ -282,11 +282,11 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     # A fit pool and a holdout pool, together as large as one sampling chunk's pool.
     pool_rows = max(1, config.tilt_pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
     integer_bounds = integer_coordinates(schema)
-    pool, holdout = (
-        table_cells(
+    pool, holdout = (  # row-major, as fit_tilt's incidence matrices read them (one copy at a time)
+        np.ascontiguousarray(table_cells(
             mixture_draws(model, pool_rows, rng, True, integer_bounds), layout, measurement.numeric_bins,
             measurement.pairs,
-        )
+        ))
         for _ in range(2)
     )
     potentials, chi2_start, chi2_end, iterations = fit_tilt(

@@ -75,7 +75,7 @@ def _normalised(log_w: np.ndarray) -> np.ndarray:
 
 def _incidence(cells: np.ndarray, n_cells: int, ones: np.ndarray) -> sparse.csr_matrix:
     """Rows x cells 0/1 matrix (one 1 per row and table): tables = A^T w, row gradients = A r. Shares the
-    memory of a row-major copy of ``cells`` (indices) and of ``ones`` (data)."""
+    memory of ``cells`` (indices; copied if not row-major) and of ``ones`` (data)."""
     cells = np.ascontiguousarray(cells)
     rows, per_row = cells.shape
     indptr = np.arange(0, rows + 1, dtype=np.int32) * per_row
