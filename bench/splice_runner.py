@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--em-iterations", type=int, default=None, help="composite-EM start; default: the product's")
     ap.add_argument("--tilt-chi2", type=float, default=None, help="cell tilt target (0 = none); default: the product's")
     ap.add_argument("--tilt-max-iterations", type=int, default=None, help="default: the product's")
+    ap.add_argument("--link-lambda", type=float, default=None, help="linked-coordinate threshold (0 = none); default: the product's")
     ap.add_argument("--out", default=None, help="synthetic CSV (omit to skip writing)")
     ap.add_argument("--stats", required=True)
     args = ap.parse_args()
@@ -46,6 +47,7 @@ def main() -> None:
     with timer.stage("import"):
         from splice_assets.encoding import encode
         from splice_assets.fit import FitConfig
+        from splice_assets.links import describe
         from splice_assets.pipeline import fit, make_plan, measure
         from splice_assets.sampling import sample_table
         from splice_assets.schema import load_schema
@@ -69,7 +71,8 @@ def main() -> None:
     with timer.stage("fit"):
         shape = {"K": args.K, "R": args.R, "numeric_model": args.numeric_model,
                  "pair_loss_weight": args.pair_loss_weight, "em_iterations": args.em_iterations,
-                 "tilt_chi2": args.tilt_chi2, "tilt_max_iterations": args.tilt_max_iterations}
+                 "tilt_chi2": args.tilt_chi2, "tilt_max_iterations": args.tilt_max_iterations,
+                 "link_lambda": args.link_lambda}
         config = FitConfig(seed=args.seed, threads=threads, **{k: v for k, v in shape.items() if v is not None})
         model = fit(measurement, schema, config)
     with timer.stage("sample"):
@@ -87,6 +90,7 @@ def main() -> None:
             "fit_steps": int(len(model.loss_curve)),
             "tilt_iterations": None if model.tilt is None else model.tilt.iterations,
             "tilt_chi2": None if model.tilt is None else [model.tilt.chi2_start, model.tilt.chi2_end],
+            "links": [[l["source"], l["target"], l["lambda"]] for l in describe(model.links, model.layout)],
             "total_in_process_s": round(time.perf_counter() - t_import, 3),
             "threads": threads,
         }

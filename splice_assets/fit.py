@@ -26,6 +26,7 @@ from .encoding import EncodingLayout, histogram_layout
 from .moments import DEFAULT_NUMERIC_BINS, marginal_sizes, pair_tables
 from .measurement import Measurement
 from .product_em import ProductMixture, composite_em, simplex_projection
+from .links import Link
 from .tilt import CellTilt
 from .model import (
     Bounds, MarginalEvaluator, MixtureModule, MixtureParameters, MomentEvaluator, PairEvaluator, TorchMixture,
@@ -91,6 +92,9 @@ class FitConfig:
     tilt_chi2: float = 1.0
     tilt_pool_factor: int = 4
     tilt_max_iterations: int = 300
+    #: Linked coordinates (``links``; with measured pairs): the Goodman-Kruskal lambda of a noisy 2-way table at
+    #: or above which its target coordinate is redrawn from the table given its source when sampling (0 = none).
+    link_lambda: float = 0.6
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,8 @@ class FittedMixture:
     marginal_targets: MarginalTargets | None = None
     #: Potentials that tilt the mixture toward the noisy tables (``tilt``); sampling applies them when matching.
     tilt: CellTilt | None = None
+    #: Near-functional pairs redrawn from the noisy tables' conditionals when sampling is matched (``links``).
+    links: tuple[Link, ...] = ()
 
     @property
     def loss_over_noise_floor(self) -> float:

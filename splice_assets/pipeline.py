@@ -27,6 +27,7 @@ from .moments import (
 )
 from .sampling import TILT_CHUNK_ROWS, integer_coordinates, mixture_draws, sample_table
 from .schema import TableSchema
+from .links import choose_links
 from .tilt import CellTilt, fit_tilt, table_cells
 
 # Stream of the public-seed pool the cell tilt is fitted on (distinct from sampling's stream).
@@ -270,13 +271,19 @@ def measurement_of(
 def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
     """Post-processing only: the fit sees the measurement and the public schema, never rows.
 
-    The mixture is fitted first; with measured 2-way tables and ``config.tilt_chi2 > 0`` a cell tilt toward the
-    noisy tables is then fitted on a pool drawn from it and stopped on a second one (``tilt``).
+    The mixture is fitted first. With measured 2-way tables, near-functional pairs are then read from them
+    (``links``, ``config.link_lambda > 0``), and with ``config.tilt_chi2 > 0`` a cell tilt toward the noisy tables
+    is fitted on a pool drawn from the linked mixture and stopped on a second one (``tilt``).
     """
     _check_tilt_config(config)
     layout = layout_for(schema)
     model = fit_measurement(measurement, layout, config)
-    if config.tilt_chi2 == 0 or not measurement.pairs or not measurement.marginal_sizes:
+    if not measurement.pairs or not measurement.marginal_sizes:
+        return model
+    if config.link_lambda > 0:
+        sizes = marginal_sizes(layout, measurement.numeric_bins)
+        model = replace(model, links=choose_links(measurement.noisy_pairs, measurement.pairs, sizes, config.link_lambda))
+    if config.tilt_chi2 == 0:
         return model
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))
     # A fit pool and a holdout pool, together as large as one sampling chunk's pool.
@@ -301,10 +308,12 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
 
 
 def _check_tilt_config(config: FitConfig) -> None:
-    """The tilt settings, checked before any fitting; messages quote the bad value."""
-    chi2 = config.tilt_chi2
+    """The tilt and link settings, checked before any fitting; messages quote the bad value."""
+    chi2, strength = config.tilt_chi2, config.link_lambda
     if isinstance(chi2, bool) or not isinstance(chi2, (int, float)) or not math.isfinite(chi2) or chi2 < 0:
         raise ValueError(f"tilt_chi2 must be a finite number >= 0, got {chi2!r}")
+    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not 0 <= strength <= 1:
+        raise ValueError(f"link_lambda must be a number in [0, 1] (0 = no links), got {strength!r}")
     for name, least in (("tilt_pool_factor", 1), ("tilt_max_iterations", 0)):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:

@@ -26,6 +26,7 @@ import yaml
 
 from .fit import FittedMixture
 from .ledger import BudgetLedger
+from .links import describe as describe_links
 from .locations import package_version
 from .measurement import Measurement
 from .schema import TableSchema, schema_to_dict
@@ -235,6 +236,8 @@ def write_release(
                 "chi2_end": float(model.tilt.chi2_end),
                 "iterations": int(model.tilt.iterations),
             },
+            # near-functional pairs read from the noisy 2-way tables and redrawn from them (post-processing).
+            "links": describe_links(model.links, model.layout),
         },
         "synthetic_rows": len(synthetic),
         "fidelity_report": (
@@ -355,6 +358,7 @@ def log_to_mlflow(
                     "tilt_chi2_end": float(model.tilt.chi2_end),
                     "tilt_iterations": float(model.tilt.iterations),
                 }),
+                "links": float(len(model.links)),
             }
             mlflow.log_metrics({k: v for k, v in fit_metrics.items() if np.isfinite(v)})
             if report is not None:

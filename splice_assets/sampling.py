@@ -18,6 +18,7 @@ import pandas as pd
 
 from .encoding import Coordinate, EncodingLayout, data_layout, decode, layout_for
 from .fit import FitConfig, FittedMixture, MarginalTargets
+from .links import Link, redraw_linked
 from .model import MixtureParameters
 from .product_em import simplex_projection
 from .schema import TableSchema
@@ -84,7 +85,8 @@ def mixture_draws(
     integer_bounds: Mapping[int, tuple[float, float]] | None = None,
     spread: float = MATCHED_SPREAD,
 ) -> np.ndarray:
-    """``n_rows`` draws from the mixture itself (no tilt), matched onto the 1-way targets if ``matched``."""
+    """``n_rows`` draws from the mixture itself (no tilt); if ``matched``, the model's links redrawn (``links``)
+    and every coordinate matched onto the 1-way targets."""
     layout, p = model.layout, model.params
     scale = spread if matched else 1.0
     counts = rng.multinomial(n_rows, p.weights)
@@ -108,7 +110,11 @@ def mixture_draws(
     out = out[rng.permutation(n_rows)]
     np.clip(out, -1.0, 1.0, out=out)
     if matched and model.marginal_targets is not None and n_rows > 0:
-        out = match_to_marginals(out, data_layout(layout), model.marginal_targets, rng, integer_bounds)
+        targets = model.marginal_targets
+        out = match_to_marginals(out, data_layout(layout), targets, rng, integer_bounds)
+        if model.links:  # sources on their matched cells first; matching again moves few rows
+            out = redraw_linked(out, data_layout(layout), targets.numeric_bins, model.links, rng)
+            out = match_to_marginals(out, data_layout(layout), targets, rng, integer_bounds)
     return out
 
 
@@ -219,6 +225,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
     tilt = model.tilt
     if tilt is not None:
         arrays["tilt_potentials"] = tilt.potentials
+    arrays.update({f"link_conditional_{i}": link.conditional for i, link in enumerate(model.links)})
     np.savez(npz, **arrays)
     meta = {
         "format_version": FORMAT_VERSION,
@@ -241,6 +248,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
             "pool_factor": tilt.pool_factor, "chi2_start": tilt.chi2_start, "chi2_end": tilt.chi2_end,
             "iterations": tilt.iterations,
         },
+        "links": [[link.source, link.target, link.strength] for link in model.links],
     }
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
     return npz, meta_path
@@ -277,6 +285,10 @@ def load_model(stem: str | Path) -> FittedMixture:
             chi2_end=float(tilt_meta["chi2_end"]),
             iterations=int(tilt_meta["iterations"]),
         )
+        links = tuple(
+            Link(int(source), int(target), data[f"link_conditional_{i}"], float(strength))
+            for i, (source, target, strength) in enumerate(meta.get("links", []))
+        )
     params.check(layout)
     cfg = dict(meta["config"])
     cfg["candidate_K"] = tuple(cfg.get("candidate_K", ()))
@@ -296,6 +308,7 @@ def load_model(stem: str | Path) -> FittedMixture:
         holdout_losses={int(k): float(v) for k, v in meta["holdout_losses"].items()},
         marginal_targets=targets,
         tilt=tilt,
+        links=links,
     )
 
 

@@ -172,7 +172,7 @@ def test_a_one_component_fit_gains_its_dependence_from_the_tilt():
 
     rows = _correlated_rows(np.random.default_rng(5), 4_000)
     measurement = _measurement(rows)
-    config = FitConfig(K=1, max_steps=60, min_steps=10, em_iterations=0)
+    config = FitConfig(K=1, max_steps=60, min_steps=10, em_iterations=0, link_lambda=0.0)
     plain = pipeline.fit(measurement, SCHEMA, dataclasses.replace(config, tilt_chi2=0.0))
     tilted = pipeline.fit(measurement, SCHEMA, config)
     assert plain.tilt is None and tilted.tilt is not None

@@ -19,6 +19,7 @@ from ..bounds import BoundsEstimate, auto_columns, estimate_bounds
 from ..datasets import schema_path
 from ..encoding import encode, layout_for
 from ..fit import FitConfig, FittedMixture
+from ..links import describe as describe_links
 from ..measurement import RELATION_REPLACE_ONE, Measurement
 from ..report import build_report
 from ..sampling import sample_table
@@ -242,6 +243,7 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
             "tilt (chi2 per cell before, after; iterations)": dg.MetadataValue.json(
                 None if model.tilt is None else [model.tilt.chi2_start, model.tilt.chi2_end, model.tilt.iterations]
             ),
+            "links (source, target, lambda)": dg.MetadataValue.json(describe_links(model.links, model.layout)),
         },
     )
 

@@ -1,0 +1,154 @@
+"""Linked coordinates (``links``): near-functional pairs chosen from noisy 2-way tables, redrawn from their
+conditionals, and wired into ``pipeline.fit``, sampling, the stored model and the release record."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from splice_assets import pipeline
+from splice_assets.encoding import layout_for
+from splice_assets.fit import FitConfig
+from splice_assets.links import Link, choose_links, describe, redraw_linked
+from splice_assets.moments import coordinate_pairs, marginal_cells, marginal_sizes, pair_counts, pair_tables
+from toy import TOY_SCHEMA
+
+SCHEMA = TOY_SCHEMA
+LAYOUT = layout_for(SCHEMA)  # a: numeric, b: categorical x / y / z, c: ordinal 1..5
+PAIRS = coordinate_pairs(LAYOUT)
+BINS = 16
+SIZES = marginal_sizes(LAYOUT, BINS)
+
+
+def _functional_rows(rng: np.random.Generator, n: int) -> np.ndarray:
+    """c is a function of b (x -> 1, y -> 3, z -> 5); a is independent of both."""
+    b = rng.choice(3, size=n, p=[0.5, 0.3, 0.2])
+    return np.column_stack([
+        rng.uniform(-1, 1, n), LAYOUT.coordinates[1].grid()[b], LAYOUT.coordinates[2].grid()[2 * b],
+    ])
+
+
+def _pair_frequencies(rows: np.ndarray) -> np.ndarray:
+    return pair_counts(rows, LAYOUT, PAIRS, BINS).frequencies(len(rows))
+
+
+def _b_c_tvd(a: np.ndarray, b: np.ndarray) -> float:
+    index = PAIRS.index((1, 2))
+    tables = [pair_tables(_pair_frequencies(rows), PAIRS, SIZES)[index] for rows in (a, b)]
+    return float(0.5 * np.abs(tables[0] - tables[1]).sum())
+
+
+def test_a_functional_pair_is_linked_and_an_independent_one_is_not():
+    rows = _functional_rows(np.random.default_rng(0), 5_000)
+    links = choose_links(_pair_frequencies(rows), PAIRS, SIZES, min_lambda=0.6)
+    assert [(link.source, link.target) for link in links] == [(1, 2)]  # lambda 1 both ways: the lower source first
+    assert links[0].strength == pytest.approx(1.0)
+    assert np.allclose(links[0].conditional[[0, 1, 2], [0, 2, 4]], 1.0)
+    assert np.allclose(links[0].conditional.sum(axis=1), 1.0)
+
+
+def test_the_choice_survives_the_mechanisms_noise():
+    """The tables with Gaussian noise of std 0.004 per cell (about adult's at eps = 1), seeded: still the one link,
+    lambda > 0.9 (measured 0.99); no link touches the independent numeric column."""
+    rng = np.random.default_rng(1)
+    exact = _pair_frequencies(_functional_rows(rng, 5_000))
+    noisy = exact + rng.normal(0.0, 0.004, exact.shape)
+    links = choose_links(noisy, PAIRS, SIZES, min_lambda=0.6)
+    assert [{link.source, link.target} for link in links] == [{1, 2}]  # the direction is noise's choice here
+    assert links[0].strength > 0.9
+
+
+def test_a_target_with_one_dominant_cell_is_skipped():
+    """lambda is unstable when the target's commonest cell holds nearly all the mass; ``min_spread`` skips it."""
+    rng = np.random.default_rng(2)
+    rows = _functional_rows(rng, 4_000)
+    rows[:, 2] = np.where(rng.random(4_000) < 0.9, LAYOUT.coordinates[2].grid()[0], rows[:, 2])
+    targets = {link.target for link in choose_links(_pair_frequencies(rows), PAIRS, SIZES, 0.01, min_spread=0.2)}
+    assert 2 not in targets
+
+
+def test_every_coordinate_is_in_at_most_one_link():
+    rng = np.random.default_rng(3)
+    b = rng.choice(3, size=3_000)
+    rows = np.column_stack([-1 + (2 * b + 1) / 3 + rng.uniform(-0.1, 0.1, 3_000),  # a in one third per level
+                            LAYOUT.coordinates[1].grid()[b], LAYOUT.coordinates[2].grid()[2 * b]])
+    links = choose_links(_pair_frequencies(rows), PAIRS, SIZES, min_lambda=0.6)
+    used = [i for link in links for i in (link.source, link.target)]
+    assert len(links) == 1 and len(used) == len(set(used))
+
+
+def test_redrawn_targets_follow_the_conditional_and_sources_stay():
+    """n = 200,000 draws; every conditional frequency within 0.01 of the table (4.5 s.e. at worst)."""
+    conditional = np.array([[0.7, 0.0, 0.3, 0.0, 0.0], [0.0, 0.0, 0.0, 0.5, 0.5], [0.2, 0.2, 0.2, 0.2, 0.2]])
+    rng = np.random.default_rng(4)
+    rows = np.column_stack([rng.uniform(-1, 1, 200_000), LAYOUT.coordinates[1].grid()[rng.integers(0, 3, 200_000)],
+                            np.zeros(200_000)])
+    out = redraw_linked(rows, LAYOUT, BINS, [Link(1, 2, conditional, 1.0)], np.random.default_rng(5))
+    assert np.array_equal(out[:, :2], rows[:, :2])
+    cells = marginal_cells(out, LAYOUT, BINS)
+    for level in range(3):
+        observed = np.bincount(cells[cells[:, 1] == level, 2], minlength=5) / np.sum(cells[:, 1] == level)
+        assert np.max(np.abs(observed - conditional[level])) < 0.01
+    assert np.isin(out[:, 2], LAYOUT.coordinates[2].grid()).all()
+
+
+def test_a_numeric_target_lands_inside_its_cell():
+    conditional = np.zeros((3, BINS))
+    conditional[:, [2, 9, 15]] = np.eye(3)
+    rows = np.column_stack([np.zeros(3_000), LAYOUT.coordinates[1].grid()[np.arange(3_000) % 3], np.zeros(3_000)])
+    out = redraw_linked(rows, LAYOUT, BINS, [Link(1, 0, conditional, 1.0)], np.random.default_rng(6))
+    assert np.array_equal(marginal_cells(out, LAYOUT, BINS)[:, 0], np.array([2, 9, 15])[np.arange(3_000) % 3])
+    assert np.unique(out[:, 0]).size > 2_000  # uniform inside the bin, not its centre
+
+
+def _measurement(rows: np.ndarray, epsilon: float = 2.0, seed: int = 0):
+    """Exact statistics plus the mechanism's noise at ``epsilon`` from a SEEDED generator (test only)."""
+    plan, cal = pipeline.make_plan(SCHEMA, len(rows), epsilon, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
+    stats = pipeline.exact_statistics(rows, plan, LAYOUT)
+    rng = np.random.default_rng(seed)
+    return pipeline.measurement_of(
+        plan, cal, LAYOUT.d,
+        stats.moments + rng.standard_normal(stats.moments.shape) * cal.sigma * np.sqrt(np.arange(1, plan.k + 1))[:, None],
+        stats.marginals + rng.standard_normal(stats.marginals.shape) * cal.sigma / plan.marginal_weight,
+        stats.pairs + rng.standard_normal(stats.pairs.shape) * cal.sigma / plan.pair_weight,
+    )
+
+
+def test_a_one_component_fit_gets_the_functional_pair_from_the_link():
+    """K = 1 (a product of the marginals) and no tilt: b x c TVD against the rows > 0.4 without the link, < 0.1
+    with it (measured 0.61 / 0.005; n = 4,000, eps = 2, seeded noise)."""
+    from splice_assets.sampling import sample_cube
+
+    rows = _functional_rows(np.random.default_rng(7), 4_000)
+    measurement = _measurement(rows)
+    config = FitConfig(K=1, max_steps=60, min_steps=10, em_iterations=0, tilt_chi2=0.0)
+    plain = pipeline.fit(measurement, SCHEMA, dataclasses.replace(config, link_lambda=0.0))
+    linked = pipeline.fit(measurement, SCHEMA, config)
+    assert plain.links == () and [{link.source, link.target} for link in linked.links] == [{1, 2}]
+    without, with_link = (_b_c_tvd(sample_cube(m, 4_000, 0), rows) for m in (plain, linked))
+    assert without > 0.4 and with_link < 0.1, (without, with_link)
+    [record] = describe(linked.links, linked.layout)
+    assert {record["source"], record["target"]} == {"b", "c"} and record["lambda"] > 0.9
+
+
+def test_links_survive_save_and_load(tmp_path):
+    from splice_assets.sampling import load_model, sample_cube, save_model
+
+    rows = _functional_rows(np.random.default_rng(8), 2_000)
+    model = pipeline.fit(_measurement(rows), SCHEMA, FitConfig(K=2, max_steps=30, min_steps=10))
+    assert model.links and model.tilt is not None
+    save_model(model, tmp_path / "m")
+    loaded = load_model(tmp_path / "m")
+    for saved, restored in zip(model.links, loaded.links, strict=True):
+        assert (saved.source, saved.target, saved.strength) == (restored.source, restored.target, restored.strength)
+        assert np.array_equal(saved.conditional, restored.conditional)
+    assert np.array_equal(sample_cube(model, 500, seed=3), sample_cube(loaded, 500, seed=3))
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, float("nan"), True, "0.6"])
+def test_bad_link_settings_are_rejected_before_fitting_quoting_the_value(value):
+    rows = _functional_rows(np.random.default_rng(9), 300)
+    with pytest.raises(ValueError, match=f"link_lambda .* got {value!r}"):
+        pipeline.fit(_measurement(rows), SCHEMA, dataclasses.replace(FitConfig(), link_lambda=value))
