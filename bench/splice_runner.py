@@ -35,7 +35,8 @@ def main() -> None:
     ap.add_argument("--em-iterations", type=int, default=None, help="composite-EM start; default: the product's")
     ap.add_argument("--tilt-chi2", type=float, default=None, help="cell tilt target (0 = none); default: the product's")
     ap.add_argument("--tilt-max-iterations", type=int, default=None, help="default: the product's")
-    ap.add_argument("--link-lambda", type=float, default=None, help="linked-coordinate threshold (0 = none); default: the product's")
+    ap.add_argument("--link-lambda", type=float, default=None,
+                    help="linked-coordinate threshold (0 = none); default: the product's")
     ap.add_argument("--out", default=None, help="synthetic CSV (omit to skip writing)")
     ap.add_argument("--stats", required=True)
     args = ap.parse_args()

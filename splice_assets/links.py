@@ -10,7 +10,11 @@ the other coordinates, as far as the 2-way tables show it).
 Choice: Goodman-Kruskal lambda of the simplex-projected noisy table, lambda(v | u) = (sum_u max_v p(u, v) - max_v
 p(v)) / (1 - max_v p(v)), the share of the errors in guessing v's cell that knowing u's cell removes. Pairs at or
 above ``min_lambda`` are taken strongest first, every coordinate in at most one link; a target whose commonest
-cell already holds more than ``1 - min_spread`` of the mass is skipped (lambda is unstable there).
+cell already holds more than ``1 - min_spread`` of the mass is skipped (lambda is unstable there). Targets are
+discrete coordinates only: for them the table holds all there is, while a numeric target would lose what the
+mixture holds beyond 16 bins (its detail inside a bin and its dependence on other numeric columns). Measured with
+numeric targets allowed, california linked households <-> total_bedrooms (lambda 0.78-0.80): 2-way TVD unchanged,
+TSTR R^2 0.55 against 0.58 at eps = 1 (bench medians of 3 seeds).
 
 Privacy: post-processing. Only the mechanism's noisy tables are read; the redraws use the sampling generator.
 """
@@ -41,17 +45,19 @@ class Link:
 def choose_links(
     noisy_pairs: np.ndarray,
     pairs: Sequence[tuple[int, int]],
-    sizes: Sequence[int],
+    layout: EncodingLayout,
+    numeric_bins: int,
     min_lambda: float,
     min_spread: float = 0.2,
 ) -> tuple[Link, ...]:
-    """Links from the noisy 2-way tables of ``pairs`` (``sizes`` = the coordinates' 1-way cell counts)."""
+    """Links from the noisy 2-way tables of ``pairs`` (in ``layout``'s cells, numeric columns on ``numeric_bins``)."""
+    sizes = marginal_sizes(layout, numeric_bins)
     candidates = []
     for (a, b), noisy in zip(pairs, pair_tables(noisy_pairs, pairs, sizes)):
         table = simplex_projection(noisy.ravel()).reshape(noisy.shape)
         for source, target, joint in ((a, b, table), (b, a, table.T)):  # joint: rows = source cells
             commonest = float(joint.sum(axis=0).max())
-            if 1.0 - commonest < min_spread:
+            if not layout.coordinates[target].is_discrete or 1.0 - commonest < min_spread:
                 continue
             strength = (float(joint.max(axis=1).sum()) - commonest) / (1.0 - commonest)
             if strength >= min_lambda:
@@ -75,20 +81,14 @@ def _conditional(joint: np.ndarray) -> np.ndarray:
 def redraw_linked(
     cube: np.ndarray, layout: EncodingLayout, numeric_bins: int, links: Sequence[Link], rng: np.random.Generator
 ) -> np.ndarray:
-    """``cube`` (n, d) with every link's target redrawn given its source's cell: a discrete target takes the cell's
-    grid level, a numeric one a uniform value inside the cell's public bin (matching then places integers)."""
+    """``cube`` (n, d) with every link's (discrete) target redrawn on its grid given its source's cell."""
     out = np.array(cube, dtype=np.float64)
-    sizes = marginal_sizes(layout, numeric_bins)
     source_cells = marginal_cells(out, layout, numeric_bins)  # links share no coordinate: no redraw moves a source
     for link in links:
+        grid = layout.coordinates[link.target].grid()
         cdf = np.cumsum(link.conditional, axis=1)[source_cells[:, link.source]]
         u = rng.random((len(out), 1)) * cdf[:, -1:]
-        cells = np.minimum((cdf <= u).sum(axis=1), sizes[link.target] - 1)
-        coord = layout.coordinates[link.target]
-        if coord.is_discrete:
-            out[:, link.target] = coord.grid()[cells]
-        else:
-            out[:, link.target] = -1.0 + (cells + rng.random(len(out))) * (2.0 / numeric_bins)
+        out[:, link.target] = grid[np.minimum((cdf <= u).sum(axis=1), len(grid) - 1)]
     return out
 
 

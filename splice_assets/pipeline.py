@@ -281,8 +281,10 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     if not measurement.pairs or not measurement.marginal_sizes:
         return model
     if config.link_lambda > 0:
-        sizes = marginal_sizes(layout, measurement.numeric_bins)
-        model = replace(model, links=choose_links(measurement.noisy_pairs, measurement.pairs, sizes, config.link_lambda))
+        links = choose_links(
+            measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda
+        )
+        model = replace(model, links=links)
     if config.tilt_chi2 == 0:
         return model
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))

@@ -42,7 +42,7 @@ def _b_c_tvd(a: np.ndarray, b: np.ndarray) -> float:
 
 def test_a_functional_pair_is_linked_and_an_independent_one_is_not():
     rows = _functional_rows(np.random.default_rng(0), 5_000)
-    links = choose_links(_pair_frequencies(rows), PAIRS, SIZES, min_lambda=0.6)
+    links = choose_links(_pair_frequencies(rows), PAIRS, LAYOUT, BINS, min_lambda=0.6)
     assert [(link.source, link.target) for link in links] == [(1, 2)]  # lambda 1 both ways: the lower source first
     assert links[0].strength == pytest.approx(1.0)
     assert np.allclose(links[0].conditional[[0, 1, 2], [0, 2, 4]], 1.0)
@@ -55,7 +55,7 @@ def test_the_choice_survives_the_mechanisms_noise():
     rng = np.random.default_rng(1)
     exact = _pair_frequencies(_functional_rows(rng, 5_000))
     noisy = exact + rng.normal(0.0, 0.004, exact.shape)
-    links = choose_links(noisy, PAIRS, SIZES, min_lambda=0.6)
+    links = choose_links(noisy, PAIRS, LAYOUT, BINS, min_lambda=0.6)
     assert [{link.source, link.target} for link in links] == [{1, 2}]  # the direction is noise's choice here
     assert links[0].strength > 0.9
 
@@ -65,18 +65,23 @@ def test_a_target_with_one_dominant_cell_is_skipped():
     rng = np.random.default_rng(2)
     rows = _functional_rows(rng, 4_000)
     rows[:, 2] = np.where(rng.random(4_000) < 0.9, LAYOUT.coordinates[2].grid()[0], rows[:, 2])
-    targets = {link.target for link in choose_links(_pair_frequencies(rows), PAIRS, SIZES, 0.01, min_spread=0.2)}
+    targets = {link.target for link in choose_links(_pair_frequencies(rows), PAIRS, LAYOUT, BINS, 0.01, min_spread=0.2)}
     assert 2 not in targets
 
 
-def test_every_coordinate_is_in_at_most_one_link():
+def test_every_coordinate_is_in_at_most_one_link_and_targets_are_discrete():
+    """a (numeric) sits in one third of [-1, 1] per level of b, and c is a function of b: all three pairs are
+    functional both ways, but only one link is kept, and a numeric coordinate is never a target."""
     rng = np.random.default_rng(3)
     b = rng.choice(3, size=3_000)
-    rows = np.column_stack([-1 + (2 * b + 1) / 3 + rng.uniform(-0.1, 0.1, 3_000),  # a in one third per level
+    rows = np.column_stack([-1 + (2 * b + 1) / 3 + rng.uniform(-0.1, 0.1, 3_000),
                             LAYOUT.coordinates[1].grid()[b], LAYOUT.coordinates[2].grid()[2 * b]])
-    links = choose_links(_pair_frequencies(rows), PAIRS, SIZES, min_lambda=0.6)
+    links = choose_links(_pair_frequencies(rows), PAIRS, LAYOUT, BINS, min_lambda=0.6)
     used = [i for link in links for i in (link.source, link.target)]
-    assert len(links) == 1 and len(used) == len(set(used))
+    assert len(links) == 1 and len(used) == len(set(used)) and links[0].target != 0
+    frequencies = pair_counts(rows, LAYOUT, [(0, 1)], BINS).frequencies(len(rows))
+    [only] = choose_links(frequencies, [(0, 1)], LAYOUT, BINS, min_lambda=0.6)
+    assert (only.source, only.target) == (0, 1)
 
 
 def test_redrawn_targets_follow_the_conditional_and_sources_stay():
@@ -94,23 +99,15 @@ def test_redrawn_targets_follow_the_conditional_and_sources_stay():
     assert np.isin(out[:, 2], LAYOUT.coordinates[2].grid()).all()
 
 
-def test_a_numeric_target_lands_inside_its_cell():
-    conditional = np.zeros((3, BINS))
-    conditional[:, [2, 9, 15]] = np.eye(3)
-    rows = np.column_stack([np.zeros(3_000), LAYOUT.coordinates[1].grid()[np.arange(3_000) % 3], np.zeros(3_000)])
-    out = redraw_linked(rows, LAYOUT, BINS, [Link(1, 0, conditional, 1.0)], np.random.default_rng(6))
-    assert np.array_equal(marginal_cells(out, LAYOUT, BINS)[:, 0], np.array([2, 9, 15])[np.arange(3_000) % 3])
-    assert np.unique(out[:, 0]).size > 2_000  # uniform inside the bin, not its centre
-
-
 def _measurement(rows: np.ndarray, epsilon: float = 2.0, seed: int = 0):
     """Exact statistics plus the mechanism's noise at ``epsilon`` from a SEEDED generator (test only)."""
     plan, cal = pipeline.make_plan(SCHEMA, len(rows), epsilon, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
     stats = pipeline.exact_statistics(rows, plan, LAYOUT)
     rng = np.random.default_rng(seed)
+    moment_std = cal.sigma * np.sqrt(np.arange(1, plan.k + 1))[:, None]
     return pipeline.measurement_of(
         plan, cal, LAYOUT.d,
-        stats.moments + rng.standard_normal(stats.moments.shape) * cal.sigma * np.sqrt(np.arange(1, plan.k + 1))[:, None],
+        stats.moments + rng.standard_normal(stats.moments.shape) * moment_std,
         stats.marginals + rng.standard_normal(stats.marginals.shape) * cal.sigma / plan.marginal_weight,
         stats.pairs + rng.standard_normal(stats.pairs.shape) * cal.sigma / plan.pair_weight,
     )
