@@ -93,7 +93,9 @@ class FitConfig:
     tilt_pool_factor: int = 4
     tilt_max_iterations: int = 300
     #: Linked coordinates (``links``; with measured pairs): the Goodman-Kruskal lambda of a noisy 2-way table at
-    #: or above which its target coordinate is redrawn from the table given its source when sampling (0 = none).
+    #: or above which its (discrete) target is redrawn from the table given its source when sampling (0 = none).
+    #: Bench medians of 3 seeds, adult 2-way / 3-way TVD without -> with: eps = 1 0.051 / 0.112 -> 0.050 / 0.106,
+    #: eps = 3 0.040 / 0.093 -> 0.037 / 0.085. 0.4 let a spurious link in (native_country -> capital_loss).
     link_lambda: float = 0.6
 
 
