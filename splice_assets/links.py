@@ -1,6 +1,6 @@
 """Linked coordinates: near-functional pairs read from the noisy 2-way tables, redrawn from them when sampling.
 
-A K-component product mixture cannot hold a near-functional dependence such as adult's education -> education_num
+A K-component product mixture cannot hold a near-functional dependence such as adult's education_num -> education
 (a 16-value bijection) or relationship -> marital_status, and a tilt that reweights draws from the mixture cannot
 create it where the draws have no support. So for a few pairs (source u, target v) whose noisy table shows that u's
 cell predicts v's cell, the draws that sampling and the tilt start from redraw v's cell from the table's

@@ -147,6 +147,19 @@ def test_public_bundle_holds_no_private_value(released):
     assert manifest["privacy"]["n"] == json.loads(Path(record["public_dir"], "measurement.json").read_text())["n"]
 
 
+def test_release_lists_the_stored_models_links_by_column(released):
+    """release.json's fit.links are the stored model's links (coordinate indices -> schema columns, lambda)."""
+    public = Path(released["record"]["public_dir"])
+    manifest = json.loads((public / "release.json").read_text())
+    model = json.loads((public / "model.json").read_text())
+    columns = [column for column, _, _ in model["layout"]]
+    assert manifest["fit"]["links"] == [
+        {"source": columns[source], "target": columns[target], "lambda": round(strength, 4)}
+        for source, target, strength in model["links"]
+    ]
+    assert all(0.6 <= link["lambda"] <= 1.0 for link in manifest["fit"]["links"])
+
+
 def test_registered_model_samples_in_a_fresh_process(released):
     tmp, record = released["tmp"], released["record"]
     version = client_for(tmp).get_model_version_by_alias(f"splice-{DEMO_DATASET}", "latest")
