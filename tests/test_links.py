@@ -13,7 +13,7 @@ from splice_assets.encoding import layout_for
 from splice_assets.fit import FitConfig
 from splice_assets.links import Link, choose_links, describe, redraw_linked
 from splice_assets.moments import coordinate_pairs, marginal_cells, marginal_sizes, pair_counts, pair_tables
-from toy import TOY_SCHEMA
+from toy import TOY_SCHEMA, toy_measurement
 
 SCHEMA = TOY_SCHEMA
 LAYOUT = layout_for(SCHEMA)  # a: numeric, b: categorical x / y / z, c: ordinal 1..5
@@ -99,27 +99,13 @@ def test_redrawn_targets_follow_the_conditional_and_sources_stay():
     assert np.isin(out[:, 2], LAYOUT.coordinates[2].grid()).all()
 
 
-def _measurement(rows: np.ndarray, epsilon: float = 2.0, seed: int = 0):
-    """Exact statistics plus the mechanism's noise at ``epsilon`` from a SEEDED generator (test only)."""
-    plan, cal = pipeline.make_plan(SCHEMA, len(rows), epsilon, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
-    stats = pipeline.exact_statistics(rows, plan, LAYOUT)
-    rng = np.random.default_rng(seed)
-    moment_std = cal.sigma * np.sqrt(np.arange(1, plan.k + 1))[:, None]
-    return pipeline.measurement_of(
-        plan, cal, LAYOUT.d,
-        stats.moments + rng.standard_normal(stats.moments.shape) * moment_std,
-        stats.marginals + rng.standard_normal(stats.marginals.shape) * cal.sigma / plan.marginal_weight,
-        stats.pairs + rng.standard_normal(stats.pairs.shape) * cal.sigma / plan.pair_weight,
-    )
-
-
 def test_a_one_component_fit_gets_the_functional_pair_from_the_link():
     """K = 1 (a product of the marginals) and no tilt: b x c TVD against the rows > 0.4 without the link, < 0.1
     with it (measured 0.61 / 0.005; n = 4,000, eps = 2, seeded noise)."""
     from splice_assets.sampling import sample_cube
 
     rows = _functional_rows(np.random.default_rng(7), 4_000)
-    measurement = _measurement(rows)
+    measurement = toy_measurement(rows)
     config = FitConfig(K=1, max_steps=60, min_steps=10, em_iterations=0, tilt_chi2=0.0)
     plain = pipeline.fit(measurement, SCHEMA, dataclasses.replace(config, link_lambda=0.0))
     linked = pipeline.fit(measurement, SCHEMA, config)
@@ -134,7 +120,7 @@ def test_links_survive_save_and_load(tmp_path):
     from splice_assets.sampling import load_model, sample_cube, save_model
 
     rows = _functional_rows(np.random.default_rng(8), 2_000)
-    model = pipeline.fit(_measurement(rows), SCHEMA, FitConfig(K=2, max_steps=30, min_steps=10))
+    model = pipeline.fit(toy_measurement(rows), SCHEMA, FitConfig(K=2, max_steps=30, min_steps=10))
     assert model.links and model.tilt is not None
     save_model(model, tmp_path / "m")
     loaded = load_model(tmp_path / "m")
@@ -148,4 +134,4 @@ def test_links_survive_save_and_load(tmp_path):
 def test_bad_link_settings_are_rejected_before_fitting_quoting_the_value(value):
     rows = _functional_rows(np.random.default_rng(9), 300)
     with pytest.raises(ValueError, match=f"link_lambda .* got {value!r}"):
-        pipeline.fit(_measurement(rows), SCHEMA, dataclasses.replace(FitConfig(), link_lambda=value))
+        pipeline.fit(toy_measurement(rows), SCHEMA, dataclasses.replace(FitConfig(), link_lambda=value))

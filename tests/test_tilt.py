@@ -11,10 +11,9 @@ import pytest
 from splice_assets import pipeline
 from splice_assets.encoding import layout_for
 from splice_assets.fit import FitConfig
-from splice_assets.measurement import Measurement
 from splice_assets.moments import coordinate_pairs, marginal_counts, marginal_sizes, pair_counts, pair_tables
 from splice_assets.tilt import fit_tilt, log_weights, systematic_resample, table_cells
-from toy import TOY_SCHEMA
+from toy import TOY_SCHEMA, toy_measurement
 
 SCHEMA = TOY_SCHEMA
 LAYOUT = layout_for(SCHEMA)
@@ -143,21 +142,6 @@ def test_systematic_resampling_picks_each_row_floor_or_ceil_of_its_share():
 # Wiring: pipeline.fit, sampling, storage
 
 
-def _measurement(rows: np.ndarray, epsilon: float = 2.0, seed: int = 0) -> Measurement:
-    """Exact statistics of ``rows`` plus the mechanism's noise at ``epsilon``, drawn from a SEEDED generator (test
-    only: the product's noise is unseeded OS entropy)."""
-    plan, cal = pipeline.make_plan(SCHEMA, len(rows), epsilon, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
-    stats = pipeline.exact_statistics(rows, plan, LAYOUT)
-    rng = np.random.default_rng(seed)
-    noise = lambda shape, std: rng.standard_normal(shape) * std  # noqa: E731
-    return pipeline.measurement_of(
-        plan, cal, LAYOUT.d,
-        stats.moments + noise(stats.moments.shape, cal.sigma * np.sqrt(np.arange(1, plan.k + 1))[:, None]),
-        stats.marginals + noise(stats.marginals.shape, cal.sigma / plan.marginal_weight),
-        stats.pairs + noise(stats.pairs.shape, cal.sigma / plan.pair_weight),
-    )
-
-
 def _pair_tvd(a: np.ndarray, b: np.ndarray) -> float:
     """Mean 2-way TVD between two sets of rows on 16-bin tables."""
     frequencies = [pair_counts(rows, LAYOUT, PAIRS).frequencies(len(rows)) for rows in (a, b)]
@@ -171,7 +155,7 @@ def test_a_one_component_fit_gains_its_dependence_from_the_tilt():
     from splice_assets.sampling import sample_cube
 
     rows = _correlated_rows(np.random.default_rng(5), 4_000)
-    measurement = _measurement(rows)
+    measurement = toy_measurement(rows)
     config = FitConfig(K=1, max_steps=60, min_steps=10, em_iterations=0, link_lambda=0.0)
     plain = pipeline.fit(measurement, SCHEMA, dataclasses.replace(config, tilt_chi2=0.0))
     tilted = pipeline.fit(measurement, SCHEMA, config)
@@ -185,7 +169,7 @@ def test_tilted_sampling_is_deterministic_and_survives_save_and_load(tmp_path):
     from splice_assets.sampling import load_model, sample_cube, save_model
 
     rows = _correlated_rows(np.random.default_rng(6), 2_000)
-    model = pipeline.fit(_measurement(rows), SCHEMA, FitConfig(K=2, max_steps=30, min_steps=10))
+    model = pipeline.fit(toy_measurement(rows), SCHEMA, FitConfig(K=2, max_steps=30, min_steps=10))
     assert model.tilt is not None
     first = sample_cube(model, 700, seed=3)
     assert np.array_equal(first, sample_cube(model, 700, seed=3))
@@ -204,4 +188,4 @@ def test_tilted_sampling_is_deterministic_and_survives_save_and_load(tmp_path):
 def test_bad_tilt_settings_are_rejected_before_fitting_quoting_the_value(field, value):
     rows = _correlated_rows(np.random.default_rng(7), 300)
     with pytest.raises(ValueError, match=field):
-        pipeline.fit(_measurement(rows), SCHEMA, dataclasses.replace(FitConfig(), **{field: value}))
+        pipeline.fit(toy_measurement(rows), SCHEMA, dataclasses.replace(FitConfig(), **{field: value}))
