@@ -338,6 +338,10 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
 @click.option("--seed", default=None, type=int, help="Public seed (directions, init, sampling, split) [default: 0].")
 @click.option("--holdout", "holdout_fraction", default=None, type=float,
               help="Share of rows held out for the internal report [default: 0.2].")
+@click.option("--tilt-chi2", "tilt_chi2", default=None, type=float,
+              help="Cell tilt's stopping chi^2 per cell, 0 = no tilt [default: 1].")
+@click.option("--link-lambda", "link_lambda", default=None, type=float,
+              help="Linked-coordinate threshold (Goodman-Kruskal lambda), 0 = no links [default: 0.6].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--verbose", is_flag=True, help="Show Dagster's event log.")
 @guarded

@@ -123,6 +123,8 @@ def refit_release(
         "max_steps": int(steps if steps is not None else parent_params.get("max_steps", FitConfig.max_steps)),
         "seed": int(seed if seed is not None else parent_params.get("seed", measurement.seed)),
         "n_synthetic": int(n_rows if n_rows is not None else manifest.get("synthetic_rows") or measurement.n),
+        "tilt_chi2": float(parent_params.get("tilt_chi2", FitConfig.tilt_chi2)),
+        "link_lambda": float(parent_params.get("link_lambda", FitConfig.link_lambda)),
         "refit_of": parent.release_id,
     }
     for key in ("components", "max_steps", "n_synthetic"):
@@ -132,7 +134,8 @@ def refit_release(
         raise ValueError(f"rank must be >= 0, got {settings['rank']}")
     config = FitConfig(
         K=settings["components"], R=settings["rank"], numeric_model=settings["numeric_model"],
-        max_steps=settings["max_steps"], seed=settings["seed"],
+        max_steps=settings["max_steps"], seed=settings["seed"], tilt_chi2=settings["tilt_chi2"],
+        link_lambda=settings["link_lambda"],
     )
     child_id = release_id or uuid.uuid4().hex
 

@@ -102,6 +102,10 @@ def test_invalid_config_quotes_the_value():
         ReleaseConfig(epsilon=-1.0)
     with pytest.raises(Exception, match="2.5"):
         ReleaseConfig(holdout_fraction=2.5)
+    with pytest.raises(Exception, match="link_lambda .* got 1.5"):
+        ReleaseConfig(link_lambda=1.5)
+    with pytest.raises(Exception, match="tilt_chi2 .* got -0.5"):
+        ReleaseConfig(tilt_chi2=-0.5)
 
 
 def test_retry_after_fit_failure_does_not_charge_twice(tmp_path, monkeypatch):

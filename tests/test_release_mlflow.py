@@ -78,7 +78,7 @@ def test_run_logs_every_field(released):
     run = client_for(tmp).get_run(record["mlflow_run_id"])
     params, tags, metrics = run.data.params, run.data.tags, run.data.metrics
     for key in ("dataset", "epsilon", "delta", "k", "n_directions", "components", "rank", "max_steps",
-                "n_synthetic", "seed", "holdout_fraction"):
+                "n_synthetic", "seed", "holdout_fraction", "tilt_chi2", "link_lambda"):
         assert key in params, key
     assert "input_path" not in params and "source_uri" not in params
     for key in ("epsilon", "delta", "sigma", "sensitivity", "relation", "L", "k", "n", "directions_seed",
@@ -198,6 +198,9 @@ def test_refit_costs_zero_and_links_its_parent(released, monkeypatch):
     assert manifest["parent_release_id"] == parent["release_id"] and manifest["kind"] == "refit"
     assert manifest["privacy"]["epsilon_cost"] == 0.0 and manifest["privacy"]["ledger_entry_id"] == entry[0].id
     assert manifest["parameters"]["components"] == 2 and manifest["synthetic_rows"] == 500
+    parent_manifest = json.loads(Path(parent["public_dir"], "release.json").read_text())
+    for key in ("tilt_chi2", "link_lambda"):  # post-processing settings are inherited from the parent
+        assert manifest["parameters"][key] == parent_manifest["parameters"][key]
     assert "no fidelity report" in manifest["fidelity_report"]
     for name in ("measurement.npz", "measurement.json"):  # the very same noisy moments, no new draw
         assert Path(child["public_dir"], name).read_bytes() == Path(parent["public_dir"], name).read_bytes()

@@ -227,7 +227,10 @@ def private_moments(
 def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
     p = private_moments
     s = p.settings
-    config = FitConfig(K=s.components, R=s.rank, numeric_model=s.numeric_model, max_steps=s.max_steps, seed=s.seed)
+    config = FitConfig(
+        K=s.components, R=s.rank, numeric_model=s.numeric_model, max_steps=s.max_steps, seed=s.seed,
+        tilt_chi2=s.tilt_chi2, link_lambda=s.link_lambda,
+    )
     model = pipeline.fit(p.measurement, p.schema, config)
     curve = [float(v) for v in model.loss_curve]
     return dg.Output(

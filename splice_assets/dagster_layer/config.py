@@ -48,6 +48,16 @@ class ReleaseConfig(dg.Config):
         default=DEFAULT_PAIR_SHARE,
         description="Share of Delta^2 given to noisy 2-way marginals of every coordinate pair; 0 = off.",
     )
+    tilt_chi2: float = Field(
+        default=FitConfig.tilt_chi2,
+        description="Cell tilt toward the noisy 1-/2-way tables: chi^2 per cell at which it stops (1 = the noise "
+        "level); 0 = off. Post-processing.",
+    )
+    link_lambda: float = Field(
+        default=FitConfig.link_lambda,
+        description="Linked coordinates: Goodman-Kruskal lambda of a noisy 2-way table at or above which its "
+        "discrete target is redrawn from it; 0 = off. Post-processing.",
+    )
 
     @field_validator("epsilon")
     @classmethod
@@ -89,6 +99,20 @@ class ReleaseConfig(dg.Config):
     def _numeric_model(cls, value: str) -> str:
         if value not in NUMERIC_MODELS:
             raise ValueError(f"numeric_model must be one of {NUMERIC_MODELS}, got {value!r}")
+        return value
+
+    @field_validator("tilt_chi2")
+    @classmethod
+    def _tilt_chi2(cls, value: float) -> float:
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"tilt_chi2 must be a finite number >= 0 (0 = no tilt), got {value!r}")
+        return value
+
+    @field_validator("link_lambda")
+    @classmethod
+    def _link_lambda(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"link_lambda must be in [0, 1] (0 = no links), got {value!r}")
         return value
 
     @field_validator("holdout_fraction")
@@ -133,6 +157,8 @@ class ReleaseSettings:
     match_marginals: bool
     marginal_share: float
     pair_share: float
+    tilt_chi2: float = FitConfig.tilt_chi2
+    link_lambda: float = FitConfig.link_lambda
 
     def resolved_input(self) -> str:
         return self.input_path or str(demo_data_path())
