@@ -275,7 +275,7 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     (``links``, ``config.link_lambda > 0``), and with ``config.tilt_chi2 > 0`` a cell tilt toward the noisy tables
     is fitted on a pool drawn from the linked mixture and stopped on a second one (``tilt``).
     """
-    _check_tilt_config(config)
+    check_post_processing(config)
     layout = layout_for(schema)
     model = fit_measurement(measurement, layout, config)
     if not measurement.pairs or not measurement.marginal_sizes:
@@ -309,8 +309,9 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     return replace(model, tilt=tilt)
 
 
-def _check_tilt_config(config: FitConfig) -> None:
-    """The tilt and link settings, checked before any fitting; messages quote the bad value."""
+def check_post_processing(config: FitConfig) -> None:
+    """The tilt and link settings, checked before any fitting (and where a release config enters); messages quote
+    the bad value."""
     chi2, strength = config.tilt_chi2, config.link_lambda
     if isinstance(chi2, bool) or not isinstance(chi2, (int, float)) or not math.isfinite(chi2) or chi2 < 0:
         raise ValueError(f"tilt_chi2 must be a finite number >= 0, got {chi2!r}")

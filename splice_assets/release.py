@@ -231,11 +231,7 @@ def write_release(
             "final_loss": float(model.final_loss),
             "noise_floor": float(model.noise_floor),
             # chi^2 per cell of the noisy tables against the model before / after the cell tilt (post-processing).
-            "tilt": None if model.tilt is None else {
-                "chi2_start": float(model.tilt.chi2_start),
-                "chi2_end": float(model.tilt.chi2_end),
-                "iterations": int(model.tilt.iterations),
-            },
+            "tilt": None if model.tilt is None else model.tilt.summary(),
             # near-functional pairs read from the noisy 2-way tables and redrawn from them (post-processing).
             "links": describe_links(model.links, model.layout),
         },
@@ -353,11 +349,7 @@ def log_to_mlflow(
                 "fit_noise_floor": float(model.noise_floor),
                 "fit_loss_over_noise_floor": float(model.loss_over_noise_floor),
                 "fit_steps": float(model.steps),
-                **({} if model.tilt is None else {
-                    "tilt_chi2_start": float(model.tilt.chi2_start),
-                    "tilt_chi2_end": float(model.tilt.chi2_end),
-                    "tilt_iterations": float(model.tilt.iterations),
-                }),
+                **({} if model.tilt is None else {f"tilt_{k}": float(v) for k, v in model.tilt.summary().items()}),
                 "links": float(len(model.links)),
             }
             mlflow.log_metrics({k: v for k, v in fit_metrics.items() if np.isfinite(v)})

@@ -110,11 +110,11 @@ def mixture_draws(
     out = out[rng.permutation(n_rows)]
     np.clip(out, -1.0, 1.0, out=out)
     if matched and model.marginal_targets is not None and n_rows > 0:
-        targets = model.marginal_targets
-        out = match_to_marginals(out, data_layout(layout), targets, rng, integer_bounds)
+        targets, cells_layout = model.marginal_targets, data_layout(layout)
+        out = match_to_marginals(out, cells_layout, targets, rng, integer_bounds)
         if model.links:  # sources on their matched cells first; matching again moves few rows
-            out = redraw_linked(out, data_layout(layout), targets.numeric_bins, model.links, rng)
-            out = match_to_marginals(out, data_layout(layout), targets, rng, integer_bounds)
+            out = redraw_linked(out, cells_layout, targets.numeric_bins, model.links, rng)
+            out = match_to_marginals(out, cells_layout, targets, rng, integer_bounds)
     return out
 
 

@@ -42,6 +42,12 @@ class CellTilt:
     chi2_end: float
     iterations: int
 
+    def summary(self) -> dict[str, float | int]:
+        """Public diagnostics for release records: chi^2 of noisy statistics against the model, and iterations."""
+        return {
+            "chi2_start": float(self.chi2_start), "chi2_end": float(self.chi2_end), "iterations": int(self.iterations),
+        }
+
 
 def table_cells(
     cube: np.ndarray, layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]]

@@ -244,7 +244,7 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
             "loss_curve (every 10th step)": dg.MetadataValue.json(curve[::10]),
             "fit_seconds": float(model.seconds),
             "tilt (chi2 per cell before, after; iterations)": dg.MetadataValue.json(
-                None if model.tilt is None else [model.tilt.chi2_start, model.tilt.chi2_end, model.tilt.iterations]
+                None if model.tilt is None else model.tilt.summary()
             ),
             "links (source, target, lambda)": dg.MetadataValue.json(describe_links(model.links, model.layout)),
         },

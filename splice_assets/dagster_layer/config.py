@@ -6,10 +6,11 @@ import math
 from dataclasses import dataclass
 
 import dagster as dg
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..datasets import DEMO_DATASET, demo_data_path
 from ..fit import NUMERIC_MODELS, FitConfig
+from ..pipeline import check_post_processing
 from ..privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
 
 
@@ -101,18 +102,10 @@ class ReleaseConfig(dg.Config):
             raise ValueError(f"numeric_model must be one of {NUMERIC_MODELS}, got {value!r}")
         return value
 
-    @field_validator("tilt_chi2")
+    @field_validator("tilt_chi2", "link_lambda")
     @classmethod
-    def _tilt_chi2(cls, value: float) -> float:
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"tilt_chi2 must be a finite number >= 0 (0 = no tilt), got {value!r}")
-        return value
-
-    @field_validator("link_lambda")
-    @classmethod
-    def _link_lambda(cls, value: float) -> float:
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"link_lambda must be in [0, 1] (0 = no links), got {value!r}")
+    def _post_processing(cls, value: float, info: ValidationInfo) -> float:
+        check_post_processing(FitConfig(**{info.field_name: value}))  # the library's own check
         return value
 
     @field_validator("holdout_fraction")
