@@ -25,7 +25,7 @@ from typing import Sequence
 import numba
 import numpy as np
 
-from .encoding import EncodingLayout, ScalingMode, unit_ball_scale
+from .encoding import Coordinate, EncodingLayout, ScalingMode, unit_ball_scale
 
 DEFAULT_CHUNK_ROWS = 1024  # the (chunk, L) float64 GEMM output stays cache-sized
 FRACTION_BITS = 32
@@ -175,12 +175,16 @@ def marginal_cells(x: np.ndarray, layout: EncodingLayout, numeric_bins: int = DE
     cells = np.empty(x.shape, dtype=np.int64, order="F")
     clipped = np.asfortranarray(np.clip(np.nan_to_num(x, nan=0.0), -1.0, 1.0))
     for i, coord in enumerate(layout.coordinates):
-        bins = coord.levels if coord.is_discrete else numeric_bins
-        if coord.is_discrete:
-            cells[:, i] = np.rint((clipped[:, i] + 1.0) * (bins - 1) / 2.0) if bins > 1 else 0
-        else:
-            cells[:, i] = np.minimum(np.floor((clipped[:, i] + 1.0) * bins / 2.0), bins - 1)
+        cells[:, i] = coordinate_cells(clipped[:, i], coord, numeric_bins)
     return cells
+
+
+def coordinate_cells(z: np.ndarray, coord: Coordinate, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> np.ndarray:
+    """Cell index of one coordinate's values ``z`` in [-1, 1] (see ``marginal_cells``)."""
+    if coord.is_discrete:
+        bins = coord.levels
+        return np.rint((z + 1.0) * (bins - 1) / 2.0).astype(np.int64) if bins > 1 else np.zeros(len(z), np.int64)
+    return np.minimum(np.floor((z + 1.0) * numeric_bins / 2.0), numeric_bins - 1).astype(np.int64)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import asdict
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -20,6 +20,7 @@ from .encoding import Coordinate, EncodingLayout, data_layout, decode, layout_fo
 from .fit import FitConfig, FittedMixture, MarginalTargets
 from .links import Link, redraw_linked
 from .model import MixtureParameters
+from .moments import coordinate_cells
 from .product_em import simplex_projection
 from .schema import TableSchema
 from .tilt import CellTilt, log_weights, systematic_resample, table_cells
@@ -74,7 +75,7 @@ def sample_cube(
         pool = mixture_draws(model, tilt.pool_factor * rows, rng, True, integer_bounds, spread)
         log_w = log_weights(tilt.potentials, table_cells(pool, layout, tilt.numeric_bins, tilt.pairs))
         chunks.append(pool[systematic_resample(log_w, rows, rng)])
-    return match_to_marginals(np.concatenate(chunks), layout, model.marginal_targets, rng, integer_bounds)
+    return match_to_marginals(np.concatenate(chunks), layout, model.marginal_targets, rng, integer_bounds, model.links)
 
 
 def mixture_draws(
@@ -114,7 +115,7 @@ def mixture_draws(
         out = match_to_marginals(out, cells_layout, targets, rng, integer_bounds)
         if model.links:  # sources on their matched cells first; matching again moves few rows
             out = redraw_linked(out, cells_layout, targets.numeric_bins, model.links, rng)
-            out = match_to_marginals(out, cells_layout, targets, rng, integer_bounds)
+            out = match_to_marginals(out, cells_layout, targets, rng, integer_bounds, model.links)
     return out
 
 
@@ -133,6 +134,7 @@ def match_to_marginals(
     targets: MarginalTargets,
     rng: np.random.Generator,
     integer_bounds: Mapping[int, tuple[float, float]] | None = None,
+    links: Sequence[Link] = (),
 ) -> np.ndarray:
     """Re-map every coordinate onto its noisy 1-way marginal, keeping the order of the rows' values.
 
@@ -141,17 +143,28 @@ def match_to_marginals(
     outside is clipped to the cell (so spikes at the public bounds survive). ``integer_bounds`` (coordinate ->
     public bounds of an integer column) makes those values land on an integer inside their cell, so rounding at
     decode time cannot move them to the next cell. Joint structure is kept as far as ranks carry it.
+
+    The two coordinates of a link (``links``) are matched with the fewest moves instead (``fewest_moves``), guided
+    by the link's table: shifting ranks would move rows to neighbouring cells and break the pair.
     """
     out = np.array(cube, dtype=np.float64, order="F")  # column-contiguous: the loop works one column at a time
     n = len(cube)
     integer_bounds = integer_bounds or {}
-    for i, (coord, freq) in enumerate(zip(layout.coordinates, targets.per_coordinate(layout))):
+    frequencies = targets.per_coordinate(layout)
+    partners = _link_partners(links, frequencies)
+    for i, (coord, freq) in enumerate(zip(layout.coordinates, frequencies)):
         counts = target_counts(freq, n)
-        shuffled = rng.permutation(n)
-        order = shuffled[np.argsort(out[shuffled, i], kind="stable")]  # ties broken at random
-        cells = np.repeat(np.arange(len(counts)), counts)
-        assigned = np.empty(n, dtype=np.int64)
-        assigned[order] = cells
+        if i in partners:
+            partner, affinity = partners[i]
+            assigned = fewest_moves(
+                coordinate_cells(out[:, i], coord, targets.numeric_bins), counts, rng, affinity,
+                coordinate_cells(out[:, partner], layout.coordinates[partner], targets.numeric_bins),
+            )
+        else:
+            shuffled = rng.permutation(n)
+            order = shuffled[np.argsort(out[shuffled, i], kind="stable")]  # ties broken at random
+            assigned = np.empty(n, dtype=np.int64)
+            assigned[order] = np.repeat(np.arange(len(counts)), counts)
         if coord.is_discrete:
             out[:, i] = coord.grid()[assigned]
         elif i in integer_bounds:
@@ -164,6 +177,49 @@ def match_to_marginals(
             hi = np.where(assigned == targets.numeric_bins - 1, 1.0, start + (1 - 1e-9) * width)
             out[:, i] = np.clip(out[:, i], lo, hi)
     return np.ascontiguousarray(out)
+
+
+def _link_partners(
+    links: Sequence[Link], frequencies: Sequence[np.ndarray]
+) -> dict[int, tuple[int, np.ndarray]]:
+    """Coordinate -> (its link partner, affinity: partner cell x own cell). The target's affinity is the link's
+    conditional; the source's is its reverse by Bayes' rule with the source's (projected) 1-way target."""
+    partners: dict[int, tuple[int, np.ndarray]] = {}
+    for link in links:
+        joint = link.conditional * simplex_projection(frequencies[link.source])[:, None]
+        partners[link.target] = (link.source, link.conditional)
+        partners[link.source] = (link.target, joint.T / np.maximum(joint.sum(axis=0), 1e-300)[:, None])
+    return partners
+
+
+def fewest_moves(
+    cells: np.ndarray,
+    counts: np.ndarray,
+    rng: np.random.Generator,
+    affinity: np.ndarray,
+    partner_cells: np.ndarray,
+) -> np.ndarray:
+    """``cells`` changed in as few rows as possible (the summed surplus) to hold ``counts`` per cell.
+
+    The rows that leave a cell in surplus are those whose partner cell gives it the least affinity (ties at
+    random); each goes to a short cell drawn in proportion to its partner cell's affinity (by the shortfall if it
+    has none for any short cell).
+    """
+    surplus = np.bincount(cells, minlength=len(counts)) - counts
+    leaving = []
+    for cell in np.flatnonzero(surplus > 0):
+        rows = rng.permutation(np.flatnonzero(cells == cell))
+        rows = rows[np.argsort(affinity[partner_cells[rows], cell], kind="stable")]
+        leaving.append(rows[: surplus[cell]])
+    out = cells.copy()
+    short = np.maximum(-surplus, 0)
+    for row in rng.permutation(np.concatenate(leaving)) if leaving else ():
+        weights = affinity[partner_cells[row]] * (short > 0)
+        if not weights.sum() > 0:
+            weights = short.astype(np.float64)
+        out[row] = rng.choice(len(short), p=weights / weights.sum())
+        short[out[row]] -= 1
+    return out
 
 
 def _integers_in_cells(z: np.ndarray, cells: np.ndarray, bins: int, lo: float, hi: float) -> np.ndarray:
