@@ -202,23 +202,32 @@ def fewest_moves(
     """``cells`` changed in as few rows as possible (the summed surplus) to hold ``counts`` per cell.
 
     The rows that leave a cell in surplus are those whose partner cell gives it the least affinity (ties at
-    random); each goes to a short cell drawn in proportion to its partner cell's affinity (by the shortfall if it
-    has none for any short cell).
+    random). Each draws a cell that is still short in proportion to its partner cell's affinity (by the shortfall
+    if it has none for any short cell); a cell takes draws up to its shortfall, and the rows it turned away draw
+    again. Every round fills at least one place, so the rounds end.
     """
     surplus = np.bincount(cells, minlength=len(counts)) - counts
-    leaving = []
+    leaving = [np.zeros(0, dtype=np.int64)]
     for cell in np.flatnonzero(surplus > 0):
         rows = rng.permutation(np.flatnonzero(cells == cell))
         rows = rows[np.argsort(affinity[partner_cells[rows], cell], kind="stable")]
         leaving.append(rows[: surplus[cell]])
     out = cells.copy()
     short = np.maximum(-surplus, 0)
-    for row in rng.permutation(np.concatenate(leaving)) if leaving else ():
-        weights = affinity[partner_cells[row]] * (short > 0)
-        if not weights.sum() > 0:
-            weights = short.astype(np.float64)
-        out[row] = rng.choice(len(short), p=weights / weights.sum())
-        short[out[row]] -= 1
+    pending = rng.permutation(np.concatenate(leaving))
+    while len(pending):
+        weights = affinity[partner_cells[pending]] * (short > 0)
+        unsupported = ~(weights.sum(axis=1) > 0)
+        weights[unsupported] = short
+        cdf = np.cumsum(weights, axis=1)
+        drawn = np.minimum((cdf <= rng.random((len(pending), 1)) * cdf[:, -1:]).sum(axis=1), len(short) - 1)
+        order = np.argsort(drawn, kind="stable")  # pending is in random order: so is each cell's queue
+        first = np.searchsorted(drawn[order], drawn[order])
+        taken = np.zeros(len(pending), dtype=bool)
+        taken[order] = np.arange(len(pending)) - first < short[drawn[order]]
+        out[pending[taken]] = drawn[taken]
+        short -= np.bincount(drawn[taken], minlength=len(short))
+        pending = pending[~taken]
     return out
 
 

@@ -126,6 +126,22 @@ def test_matching_a_linked_pair_moves_the_fewest_rows_and_keeps_the_function():
     assert kept["linked"] == 1.0 and kept["rank"] < 0.95, kept
 
 
+@pytest.mark.parametrize("favourite", [None, 0])
+def test_fewest_moves_hits_the_counts_moving_only_the_surplus(favourite):
+    """Random cells and counts; affinity uniform, or all of it on cell 0 (short of few rows: most rows are turned
+    away and draw again, and rows with no affinity for any short cell go by the shortfall)."""
+    from splice_assets.sampling import fewest_moves
+
+    rng = np.random.default_rng(12)
+    cells = rng.integers(0, 6, 5_000)
+    counts = rng.multinomial(5_000, [0.1, 0.2, 0.3, 0.1, 0.2, 0.1])
+    affinity = np.ones((4, 6)) if favourite is None else np.eye(6)[[favourite] * 4]
+    out = fewest_moves(cells, counts, rng, affinity, rng.integers(0, 4, 5_000))
+    assert np.array_equal(np.bincount(out, minlength=6), counts)
+    surplus = np.maximum(np.bincount(cells, minlength=6) - counts, 0).sum()
+    assert np.sum(out != cells) == surplus > 0
+
+
 def test_a_one_component_fit_gets_the_functional_pair_from_the_link():
     """K = 1 (a product of the marginals) and no tilt: b x c TVD against the rows > 0.4 without the link, < 0.1
     with it (measured 0.61 / 0.005; n = 4,000, eps = 2, seeded noise)."""
