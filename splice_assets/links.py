@@ -5,7 +5,8 @@ A K-component product mixture cannot hold a near-functional dependence such as a
 create it where the draws have no support. So for a few pairs (source u, target v) whose noisy table shows that u's
 cell predicts v's cell, the draws that sampling and the tilt start from redraw v's cell from the table's
 conditional P(v | u). The tilt is then fitted on such draws and corrects what the redraw lost (v's dependence on
-the other coordinates, as far as the 2-way tables show it).
+the other coordinates, as far as the 2-way tables show it). Matching onto the 1-way targets moves a link's two
+coordinates with the fewest moves, guided by the table (``sampling.fewest_moves``), so it keeps the pair.
 
 Choice: Goodman-Kruskal lambda of the simplex-projected noisy table, lambda(v | u) = (sum_u max_v p(u, v) - max_v
 p(v)) / (1 - max_v p(v)), the share of the errors in guessing v's cell that knowing u's cell removes. Pairs at or

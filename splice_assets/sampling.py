@@ -156,10 +156,14 @@ def match_to_marginals(
         counts = target_counts(freq, n)
         if i in partners:
             partner, affinity = partners[i]
+            current = coordinate_cells(out[:, i], coord, targets.numeric_bins)
             assigned = fewest_moves(
-                coordinate_cells(out[:, i], coord, targets.numeric_bins), counts, rng, affinity,
+                current, counts, rng, affinity,
                 coordinate_cells(out[:, partner], layout.coordinates[partner], targets.numeric_bins),
             )
+            moved = assigned != current
+            if not coord.is_discrete:  # a moved numeric value: uniform inside its new cell, not at its edge
+                out[moved, i] = -1.0 + (assigned[moved] + rng.random(int(moved.sum()))) * 2.0 / targets.numeric_bins
         else:
             shuffled = rng.permutation(n)
             order = shuffled[np.argsort(out[shuffled, i], kind="stable")]  # ties broken at random
