@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .encoding import EncodingLayout
-from .moments import marginal_cells, marginal_sizes, pair_tables
+from .moments import coordinate_cells, marginal_sizes, pair_tables
 from .product_em import simplex_projection
 
 
@@ -82,12 +82,12 @@ def _conditional(joint: np.ndarray) -> np.ndarray:
 def redraw_linked(
     cube: np.ndarray, layout: EncodingLayout, numeric_bins: int, links: Sequence[Link], rng: np.random.Generator
 ) -> np.ndarray:
-    """``cube`` (n, d) with every link's (discrete) target redrawn on its grid given its source's cell."""
+    """``cube`` (n, d) in [-1, 1] with every link's (discrete) target redrawn on its grid given its source's cell."""
     out = np.array(cube, dtype=np.float64)
-    source_cells = marginal_cells(out, layout, numeric_bins)  # links share no coordinate: no redraw moves a source
-    for link in links:
+    for link in links:  # links share no coordinate: no redraw moves another link's source
+        source_cells = coordinate_cells(out[:, link.source], layout.coordinates[link.source], numeric_bins)
         grid = layout.coordinates[link.target].grid()
-        cdf = np.cumsum(link.conditional, axis=1)[source_cells[:, link.source]]
+        cdf = np.cumsum(link.conditional, axis=1)[source_cells]
         u = rng.random((len(out), 1)) * cdf[:, -1:]
         out[:, link.target] = grid[np.minimum((cdf <= u).sum(axis=1), len(grid) - 1)]
     return out

@@ -43,10 +43,8 @@ component's estimate exceeds ``max_taylor_error`` (default 1e-11, so the fast pa
 5. Adding w x: S_{t+1} / rho_{t+1} = alpha S_t / rho_t + (1 - alpha) sign(w) x / max|g| with alpha = rho_t / rho_{t+1},
    and T_j(alpha s + (1 - alpha) y) = sum_ab C_j[a, b](alpha) T_a(s) T_b(y) with |C| <= 4 (its argument stays in
    [-1, 1]), so c'_j = sum_ab C_j[a, b](alpha) c_a nu_b with nu_b = E[T_b(x / max|g|)] = sum_r p_r T_b(g_r / max|g|).
-   (Until 2026-11 nu used T_b(g_r), wrong for binned grids: the paths differed by up to 0.06 where the stable one
-   ran. At k = 16 on the bench datasets it never runs, so fitted models are unchanged.) C_j is a
-   polynomial of degree j in alpha, stored exactly by its Chebyshev coefficients in 2 alpha - 1 (``_merge_table``,
-   extended precision); contracting it with nu per component first leaves one GEMM per part and component:
+   C_j is a polynomial of degree j in alpha, stored exactly by its Chebyshev coefficients in 2 alpha - 1
+   (``_merge_table``, extended precision); contracting it with nu per component first leaves one GEMM per part and component:
    c'_j = sum_{e <= j} T_e(2 alpha_l - 1) [c @ G_c]_{(j, e)}. A negative w flips the parities of c and c'.
 
 Accuracy (tests/test_model_moments.py): vs exact enumeration (discrete atoms x Gauss-Hermite) <= 1e-10 relative to

@@ -55,12 +55,12 @@ def table_cells(
     """(n, d + len(pairs)) int32: every row's cell in every 1-way table, then in every 2-way table, as indices
     into the tables concatenated (1-way cells first). Column-major: it is built and read one table at a time."""
     sizes = np.asarray(marginal_sizes(layout, numeric_bins), dtype=np.int64)
-    coordinate_cells = marginal_cells(cube, layout, numeric_bins)
+    cells = marginal_cells(cube, layout, numeric_bins)
     out = np.empty((len(cube), layout.d + len(pairs)), dtype=np.int32, order="F")
-    out[:, : layout.d] = coordinate_cells + np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    out[:, : layout.d] = cells + np.concatenate([[0], np.cumsum(sizes)[:-1]])
     offset = int(sizes.sum())
     for column, (a, b) in enumerate(pairs, start=layout.d):  # one pair at a time: no (n, pairs) temporaries
-        out[:, column] = coordinate_cells[:, a] * sizes[b] + coordinate_cells[:, b] + offset
+        out[:, column] = cells[:, a] * sizes[b] + cells[:, b] + offset
         offset += int(sizes[a] * sizes[b])
     return out
 
