@@ -84,6 +84,10 @@ class MixtureParameters:
     ``probs[t]`` is the (K, levels) probability table of the t-th discrete coordinate in ``layout.discrete_index``
     order; ``means``/``factors``/``diag`` cover the continuous coordinates in ``layout.continuous_index`` order:
     component c's Gaussian is N(means[c], factors[c] @ factors[c].T + diag(diag[c])).
+
+    ``joint[u]`` is the (K, levels_a, levels_b) table of the joint part ``joint_pairs[u] = (a, b)`` (coordinate
+    indices of two discrete coordinates): within a component a and b follow it instead of being independent.
+    ``probs`` still holds their marginals, so everything that reads one coordinate at a time is unchanged.
     """
 
     weights: np.ndarray
@@ -91,6 +95,8 @@ class MixtureParameters:
     means: np.ndarray
     factors: np.ndarray
     diag: np.ndarray
+    joint_pairs: tuple[tuple[int, int], ...] = ()
+    joint: tuple[np.ndarray, ...] = ()
 
     @property
     def K(self) -> int:
@@ -116,6 +122,28 @@ class MixtureParameters:
             raise ValueError("Gaussian parameters do not match the continuous coordinates of the layout")
         if np.any(self.diag < 0):
             raise ValueError("diagonal variances must be >= 0")
+        position = check_joint_pairs(layout, self.joint_pairs)
+        if len(self.joint) != len(self.joint_pairs):
+            raise ValueError(f"expected {len(self.joint_pairs)} joint tables, got {len(self.joint)}")
+        for (a, b), table in zip(self.joint_pairs, self.joint):
+            ta, tb = position[a], position[b]
+            name = f"{layout.coordinates[a].column!r} x {layout.coordinates[b].column!r}"
+            if table.shape != (K, self.probs[ta].shape[1], self.probs[tb].shape[1]) or np.any(table < 0):
+                raise ValueError(f"joint table of {name} has a bad shape or values")
+            if np.any(np.abs(table.sum(2) - self.probs[ta]) > 1e-6) or np.any(np.abs(table.sum(1) - self.probs[tb]) > 1e-6):
+                raise ValueError(f"joint table of {name} does not sum to its coordinates' probabilities")
+
+
+def check_joint_pairs(layout: EncodingLayout, joint_pairs: Sequence[tuple[int, int]]) -> dict[int, int]:
+    """Raise ``ValueError`` unless the joint pairs are disjoint pairs of discrete coordinates; returns each discrete
+    coordinate's position in ``layout.discrete_index``."""
+    position = {int(i): t for t, i in enumerate(layout.discrete_index)}
+    seen: set[int] = set()
+    for pair in joint_pairs:
+        if len(pair) != 2 or pair[0] == pair[1] or any(i not in position for i in pair) or seen & set(pair):
+            raise ValueError(f"joint pair {tuple(pair)!r} is not a pair of two unused discrete coordinates")
+        seen.update(pair)
+    return position
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,6 +245,8 @@ class TorchMixture:
     means: torch.Tensor
     factors: torch.Tensor
     diag: torch.Tensor
+    joint_pairs: tuple[tuple[int, int], ...] = ()
+    joint: tuple[torch.Tensor, ...] = ()
 
     def to_numpy(self, layout: EncodingLayout) -> MixtureParameters:
         levels = [layout.coordinates[i].levels for i in layout.discrete_index]
@@ -226,12 +256,21 @@ class TorchMixture:
             p = np.clip(probs[:, t, :r], 0.0, None)
             tables.append(p / p.sum(axis=1, keepdims=True))
         w = np.clip(self.weights.detach().cpu().numpy(), 0.0, None)
+        joint = []
+        position = {int(i): t for t, i in enumerate(layout.discrete_index)}
+        for (a, b), table in zip(self.joint_pairs, self.joint):
+            j = np.clip(table.detach().cpu().numpy(), 0.0, None)
+            j = j / j.sum(axis=(1, 2), keepdims=True)
+            tables[position[a]], tables[position[b]] = j.sum(2), j.sum(1)
+            joint.append(j)
         return MixtureParameters(
             weights=w / w.sum(),
             probs=tuple(tables),
             means=self.means.detach().cpu().numpy().copy(),
             factors=self.factors.detach().cpu().numpy().copy(),
             diag=self.diag.detach().cpu().numpy().copy(),
+            joint_pairs=tuple(self.joint_pairs),
+            joint=tuple(joint),
         )
 
     @classmethod
@@ -242,7 +281,10 @@ class TorchMixture:
         for t, (r, p) in enumerate(zip(levels, params.probs)):
             padded[:, t, :r] = p
         as_t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float64), dtype=DTYPE, device=device)  # noqa: E731
-        return cls(as_t(params.weights), as_t(padded), as_t(params.means), as_t(params.factors), as_t(params.diag))
+        return cls(
+            as_t(params.weights), as_t(padded), as_t(params.means), as_t(params.factors), as_t(params.diag),
+            tuple(params.joint_pairs), tuple(as_t(j) for j in params.joint),
+        )
 
 
 def _powers(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -268,6 +310,7 @@ class MomentEvaluator:
         k: int,
         device: str | torch.device = "cpu",
         max_taylor_error: float = 1e-11,
+        joint_pairs: Sequence[tuple[int, int]] = (),
     ) -> None:
         if k < 1:
             raise ValueError(f"moment order k must be >= 1, got {k}")
@@ -279,6 +322,13 @@ class MomentEvaluator:
         self.k = k
         self.device = torch.device(device)
         self.max_taylor_error = float(max_taylor_error)
+        position = check_joint_pairs(layout, joint_pairs)
+        # Parts of the projection besides the Gaussian: separable discrete coordinates, then joint pairs (positions
+        # in the discrete order).
+        self.joint_pairs = tuple((int(a), int(b)) for a, b in joint_pairs)
+        self.joint_positions = [(position[a], position[b]) for a, b in self.joint_pairs]
+        joined = {t for pair in self.joint_positions for t in pair}
+        self.separable = [t for t in range(len(layout.discrete_index)) if t not in joined]
         w_np = directions / scales[:, None]
         w = torch.as_tensor(w_np, dtype=DTYPE, device=self.device)
         disc, cont = layout.discrete_index, layout.continuous_index
@@ -289,20 +339,27 @@ class MomentEvaluator:
         bin_var = np.array([(2.0 / c.levels) ** 2 / 12.0 if c.is_binned else 0.0 for c in layout.coordinates])
         self.jitter_var = torch.as_tensor(w_np**2 @ bin_var, dtype=DTYPE, device=self.device)  # (L,)
         orders = torch.arange(k + 1, dtype=DTYPE, device=self.device)
-        # Fast path. w^m and w^-m per (discrete coordinate, direction): (n_disc, L, k+1). |w| is floored at
+        # Fast path. w^m and w^-m per (separable coordinate, direction): (n_sep, L, k+1). |w| is floored at
         # 10^(-280/k) so that w^-k stays finite; the floor changes central moments by < floor^2 (<= 3e-18 for k <= 32).
         floor = 10.0 ** (-280.0 / k)
-        w_safe = torch.where(self.w_disc.abs() < floor, torch.full_like(self.w_disc, floor), self.w_disc).T
+        w_sep = self.w_disc[:, self.separable]
+        w_safe = torch.where(w_sep.abs() < floor, torch.full_like(w_sep, floor), w_sep).T
         w_pow = w_safe.unsqueeze(-1) ** orders
         w_invpow = w_safe.unsqueeze(-1) ** (-orders)
         # Step 2 as (acc / w_1^q) @ toe_1 * (w_1 / w_2)^m @ toe_2 ... * w_n^m: one scaling per coordinate.
-        self.w_invpow_first = w_invpow[0] if len(disc) else w_invpow
-        self.w_ratio = torch.cat([w_pow[:-1] * w_invpow[1:], w_pow[-1:]]) if len(disc) else w_pow
+        self.w_invpow_first = w_invpow[0] if self.separable else w_invpow
+        self.w_ratio = torch.cat([w_pow[:-1] * w_invpow[1:], w_pow[-1:]]) if self.separable else w_pow
         self.abs_w_invpow_first, self.abs_w_ratio = self.w_invpow_first.abs(), self.w_ratio.abs()
         qi = torch.arange(k + 1, device=self.device)
         diff = qi.unsqueeze(0) - qi.unsqueeze(1)  # [q, m] -> m - q
         self.toe_index = diff.clamp(min=0)
         self.toe_mask = (diff >= 0).to(DTYPE)
+        # A joint part's divided central moments in direction l: sum_s w_a^s w_b^(m-s) M[s, m-s] (step 6), with
+        # shear[l, s, m] = w_a^s w_b^(m-s) for s <= m.
+        self.joint_shear = []
+        for ta, tb in self.joint_positions:
+            wa, wb = self.w_disc[:, ta].unsqueeze(-1) ** orders, self.w_disc[:, tb].unsqueeze(-1) ** orders
+            self.joint_shear.append(wa.unsqueeze(-1) * wb[:, self.toe_index] * self.toe_mask)
         self.half_orders = torch.arange(k // 2 + 1, dtype=DTYPE, device=self.device)
         self.even_index = torch.arange(0, k + 1, 2, device=self.device)
         levels = [layout.coordinates[i].levels for i in disc]
@@ -311,29 +368,35 @@ class MomentEvaluator:
         for t, r in enumerate(levels):
             grid[t, :r] = layout.coordinates[disc[t]].grid()
         self.grid = torch.as_tensor(grid, dtype=DTYPE, device=self.device)
+        self.levels = levels
         self.orders = orders
         self.inv_factorial = torch.as_tensor(
             [1.0 / math.factorial(m) for m in range(k + 1)], dtype=DTYPE, device=self.device
         )
         self.factorial = 1.0 / self.inv_factorial
 
-        # Stable path: the intervals rho_t of the partial sums (step 4 of the module docstring).
+        # Stable path: the intervals rho_t of the partial sums (step 4 of the module docstring), one per part.
         as_t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=DTYPE, device=self.device)
         reach = np.abs(w_np[:, disc]) * np.abs(grid).max(axis=1)  # (L, n_disc): |w| * max |grid|
         cont_reach = np.abs(w_np[:, cont]).sum(axis=1)
         if np.any(reach.sum(axis=1) + cont_reach > 1.0 + 1e-9):
             raise ValueError("scales must give |theta^T x| / s <= 1 on [-1, 1]^d (see moments.direction_scales)")
+        part_reach = np.concatenate(
+            [reach[:, self.separable]] + [reach[:, [ta]] + reach[:, [tb]] for ta, tb in self.joint_positions], axis=1
+        )
         rho0 = np.maximum(1.0 - reach.sum(axis=1), cont_reach)
-        rho = rho0[:, None] + np.cumsum(reach, axis=1)
+        rho = rho0[:, None] + np.cumsum(part_reach, axis=1)
         before = np.concatenate([rho0[:, None], rho[:, :-1]], axis=1)
         alpha = np.divide(before, rho, out=np.ones_like(rho), where=rho > 0)  # 0/0: nothing to add, keep
         self.inv_rho0 = as_t(np.divide(1.0, rho0, out=np.zeros_like(rho0), where=rho0 > 0))
-        self.alpha_cheb = as_t(np.polynomial.chebyshev.chebvander(2.0 * alpha.T - 1.0, k))  # (n_disc, L, k+1)
-        sign = np.where(w_np[:, disc].T < 0, -1.0, 1.0)
-        self.parity = as_t(sign[..., None] ** np.arange(k + 1))  # (n_disc, L, k+1)
+        self.alpha_cheb = as_t(np.polynomial.chebyshev.chebvander(2.0 * alpha.T - 1.0, k))  # (n_parts, L, k+1)
+        sign = np.where(w_np[:, disc][:, self.separable].T < 0, -1.0, 1.0)
+        self.parity = as_t(sign[..., None] ** np.arange(k + 1))  # (n_sep, L, k+1)
         # T_b(g_r / max|g|): a part's values on its own interval [-reach, reach] (binned grids end inside [-1, 1]).
         top = np.abs(grid).max(axis=1, keepdims=True)
         self.cheb_grid = as_t(np.polynomial.chebyshev.chebvander(grid / np.where(top > 0, top, 1.0), k))
+        # A joint part's values w_a g_i + w_b g_j on its own interval [-(reach_a + reach_b), ...], per direction.
+        self.joint_reach = [as_t(reach[:, ta] + reach[:, tb]) for ta, tb in self.joint_positions]
         table, pair_e, pair_j = _merge_table(k)
         self.merge_table = as_t(table.reshape(k + 1, -1))  # [b, (a, p)]
         self.pair_e = torch.as_tensor(pair_e, dtype=torch.long, device=self.device)
@@ -347,6 +410,8 @@ class MomentEvaluator:
 
     def component_moments(self, q: TorchMixture) -> torch.Tensor:
         """E_c[T_j(theta_l^T x / s_l)] for every component c, direction l and j = 1..k: (K, L, k)."""
+        if tuple(q.joint_pairs) != self.joint_pairs:
+            raise ValueError(f"the mixture's joint pairs {q.joint_pairs!r} are not the evaluator's {self.joint_pairs!r}")
         mean, var = self._gaussian_projection(q)
         moments, error = self._taylor_moments(q, mean, var)
         rows = torch.nonzero(error.amax(0) > self.max_taylor_error).squeeze(1)
@@ -383,24 +448,58 @@ class MomentEvaluator:
             gbar = (q.probs * self.grid).sum(-1)  # (K, n_disc)
             mu = mu + gbar @ self.w_disc.T
             dev = self.grid - gbar.unsqueeze(-1)  # (K, n_disc, rmax): centred on the component's own mean
-            dev_powers = _powers(dev, k)
-            central_grid = (q.probs.unsqueeze(-1) * dev_powers).sum(-2) * self.inv_factorial
-            # Toeplitz of each coordinate's divided central moments: toe[c, i, q, m] = M[c, i, m - q] (m >= q).
-            toe = central_grid[..., self.toe_index] * self.toe_mask  # (K, n_disc, k+1, k+1)
-            with torch.no_grad():
-                abs_grid = (q.probs.unsqueeze(-1) * dev_powers.abs()).sum(-2) * self.inv_factorial
-                abs_toe = abs_grid[..., self.toe_index] * self.toe_mask
-            # Multiplying by the part w x_i: sum_q acc_q w^(m-q) M_(m-q) = w^m [(acc / w^q) @ toe]_m, one GEMM.
-            acc, abs_acc = acc * self.w_invpow_first, abs_acc * self.abs_w_invpow_first
-            for t in range(self.w_disc.shape[1]):
-                acc = torch.matmul(acc, toe[:, t]) * self.w_ratio[t]
+            dev_powers = _powers(dev, k) * self.inv_factorial  # (g - gbar)^m / m!
+            if self.separable:
+                sep = self.separable
+                central_grid = (q.probs[:, sep].unsqueeze(-1) * dev_powers[:, sep]).sum(-2)
+                # Toeplitz of each coordinate's divided central moments: toe[c, i, q, m] = M[c, i, m - q] (m >= q).
+                toe = central_grid[..., self.toe_index] * self.toe_mask  # (K, n_sep, k+1, k+1)
                 with torch.no_grad():
-                    abs_acc = torch.matmul(abs_acc, abs_toe[:, t]) * self.abs_w_ratio[t]
+                    abs_grid = (q.probs[:, sep].unsqueeze(-1) * dev_powers[:, sep].abs()).sum(-2)
+                    abs_toe = abs_grid[..., self.toe_index] * self.toe_mask
+                # Multiplying by the part w x_i: sum_q acc_q w^(m-q) M_(m-q) = w^m [(acc / w^q) @ toe]_m, one GEMM.
+                acc, abs_acc = acc * self.w_invpow_first, abs_acc * self.abs_w_invpow_first
+                for t in range(len(sep)):
+                    acc = torch.matmul(acc, toe[:, t]) * self.w_ratio[t]
+                    with torch.no_grad():
+                        abs_acc = torch.matmul(abs_acc, abs_toe[:, t]) * self.abs_w_ratio[t]
+            for (ta, tb), table, shear in zip(self.joint_positions, q.joint, self.joint_shear):
+                da, db = dev_powers[:, ta, : table.shape[1]], dev_powers[:, tb, : table.shape[2]]
+                acc = series_product(acc, self._joint_central(table, da, db, shear))
+                with torch.no_grad():
+                    abs_acc = series_product(abs_acc, self._joint_central(table, da.abs(), db.abs(), shear.abs()))
         moments, last = _taylor_expectations(mu, acc * self.factorial, k)  # central: E[(z - mu)^p], p = 0..k
         # First-order rounding estimate eps * sum_p |P_j[p]| Mbar_p for the two largest orders j = k - 1, k.
         abs_central = (abs_acc * self.factorial).unsqueeze(-2)
         error = torch.finfo(DTYPE).eps * (last.detach().abs() * abs_central).sum(-1).amax(-1)
         return moments, error
+
+    def _joint_central(self, table: torch.Tensor, dev_a: torch.Tensor, dev_b: torch.Tensor,
+                       shear: torch.Tensor) -> torch.Tensor:
+        """Step 6: divided central moments (K, L, k+1) of a joint part w_a x_a + w_b x_b in every direction.
+
+        With M[s, t] = sum_ij p_ij (g_i - gbar_a)^s (g_j - gbar_b)^t / (s! t!) (``dev_*`` hold those powers), the
+        binomial theorem gives sum_{s <= m} w_a^s w_b^(m-s) M[s, m-s]: the sheared M against ``shear``.
+        """
+        mixed = torch.einsum("cij,cis,cjt->cst", table, dev_a, dev_b)
+        sheared = torch.gather(mixed, 2, self.toe_index.expand(mixed.shape[0], -1, -1)) * self.toe_mask
+        return torch.einsum("lsm,csm->clm", shear, sheared)
+
+    def _joint_nu(self, table: torch.Tensor, u: int, rows: torch.Tensor) -> torch.Tensor:
+        """E_c[T_b(y)] (K, rows, k+1) of the u-th joint part's value y = (w_a x_a + w_b x_b) / reach per direction."""
+        ta, tb = self.joint_positions[u]
+        reach = self.joint_reach[u][rows]
+        scale = torch.where(reach > 0, 1.0 / torch.where(reach > 0, reach, 1.0), 0.0)
+        ga, gb = self.grid[ta, : table.shape[1]], self.grid[tb, : table.shape[2]]
+        wa, wb = self.w_disc[rows, ta] * scale, self.w_disc[rows, tb] * scale
+        y = (wa[:, None, None] * ga[:, None] + wb[:, None, None] * gb[None, :]).reshape(len(rows), -1)
+        prev, cur = torch.ones_like(y), y
+        cheb = [prev, cur]
+        for _ in range(1, self.k):
+            prev, cur = cur, 2.0 * y * cur - prev
+            cheb.append(cur)
+        values = torch.stack(cheb, dim=-1)  # (rows, cells, k+1)
+        return torch.einsum("cx,rxb->crb", table.reshape(table.shape[0], -1), values)
 
     def _stable_moments(self, q: TorchMixture, mean: torch.Tensor, var: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Stable path (steps 4-5) for the directions ``rows``; ``mean``/``var`` (K, len(rows)). Returns (K, rows, k)."""
@@ -415,14 +514,20 @@ class MomentEvaluator:
             prev, cur = cur, 2.0 * nodes * cur - prev
             cheb.append(cur @ self.gh_weights)
         c = torch.stack(cheb, dim=-1)  # (K, rows, k+1)
-        n_disc = self.w_disc.shape[1]
-        if n_disc:
-            nu = torch.einsum("ctr,trb->ctb", q.probs, self.cheb_grid)  # E_c[T_b(x_t)]: (K, n_disc, k+1)
-            merge = (nu @ self.merge_table).reshape(nu.shape[0], n_disc, k + 1, -1)  # [c, t, a, (j, e)]
-            for t in range(n_disc):
+        sep, k1 = self.separable, k + 1
+        if sep:
+            nu = torch.einsum("ctr,trb->ctb", q.probs[:, sep], self.cheb_grid[sep])  # E_c[T_b(x_t)]: (K, n_sep, k+1)
+            merge = (nu @ self.merge_table).reshape(nu.shape[0], len(sep), k1, -1)  # [c, t, a, (j, e)]
+            for t in range(len(sep)):
                 parity = self.parity[t, rows]
                 pairs = torch.bmm(c * parity, merge[:, t]) * self.alpha_cheb[t, rows][:, self.pair_e]
                 c = (pairs @ self.segment) * parity
+        table_b = self.merge_table.reshape(k1, k1, -1)  # [b, a, (j, e)]
+        for u, table in enumerate(q.joint):
+            # nu depends on the direction here: contract c with the merge table one b at a time.
+            nu = self._joint_nu(table, u, rows)
+            pairs = sum(nu[..., b : b + 1] * (c @ table_b[b]) for b in range(k1))
+            c = (pairs * self.alpha_cheb[len(sep) + u, rows][:, self.pair_e]) @ self.segment
         return c[..., 1:]
 
 
@@ -435,7 +540,7 @@ def model_moments(
 ) -> np.ndarray:
     """Exact moments m[j-1, l] of a numpy mixture (float64), same convention as ``moments.moment_sums``."""
     params.check(layout)
-    evaluator = MomentEvaluator(layout, directions, scales, k)
+    evaluator = MomentEvaluator(layout, directions, scales, k, joint_pairs=params.joint_pairs)
     with torch.no_grad():
         return evaluator(TorchMixture.from_numpy(params, layout)).cpu().numpy()
 

@@ -94,10 +94,33 @@ def _enumerate(params: MixtureParameters, layout: EncodingLayout, dirs, scales, 
             cov = params.factors[c] @ params.factors[c].T + np.diag(params.diag[c])
             mean = w[:, cont] @ params.means[c]
             sd = np.sqrt(np.einsum("li,ij,lj->l", w[:, cont], cov, w[:, cont]))
+        position = {i: t for t, i in enumerate(disc)}
+        joined = {position[i] for pair in params.joint_pairs for i in pair}
         for atom in itertools.product(*[range(len(g)) for g in grids]):
-            pr = params.weights[c] * np.prod([params.probs[t][c][a] for t, a in enumerate(atom)])
+            pr = params.weights[c] * np.prod([params.probs[t][c][a] for t, a in enumerate(atom) if t not in joined])
+            for (i, j), table in zip(params.joint_pairs, params.joint):
+                pr *= table[c, atom[position[i]], atom[position[j]]]
             z = mean + sum(w[:, i] * grids[t][a] for t, (i, a) in enumerate(zip(disc, atom)))
             out += pr * _cheb(z[:, None] + sd[:, None] * nodes, k) @ gh_w
+    return out
+
+
+def _with_joint(params: MixtureParameters, layout: EncodingLayout, pairs, rng: np.random.Generator,
+                product: bool = False) -> MixtureParameters:
+    """``params`` with joint parts on ``pairs``: random dependent tables (or the product of the current probs)."""
+    position = {i: t for t, i in enumerate(layout.discrete_index)}
+    probs, joint = list(params.probs), []
+    for a, b in pairs:
+        ta, tb = position[a], position[b]
+        if product:
+            table = probs[ta][:, :, None] * probs[tb][:, None, :]
+        else:
+            table = rng.random((params.K, probs[ta].shape[1], probs[tb].shape[1])) ** 3 + 0.01
+            table /= table.sum(axis=(1, 2), keepdims=True)
+        probs[ta], probs[tb] = table.sum(2), table.sum(1)
+        joint.append(table)
+    out = MixtureParameters(params.weights, tuple(probs), params.means, params.factors, params.diag, tuple(pairs), tuple(joint))
+    out.check(layout)
     return out
 
 
@@ -158,6 +181,62 @@ def test_each_path_matches_exact_reference_on_mixed_layout(k, max_taylor_error):
         with torch.no_grad():
             got = ev(TorchMixture.from_numpy(params, MIXED)).numpy()
         assert _rel_err(got, _enumerate(params, MIXED, dirs, scales, k)) <= 1e-10
+
+
+@pytest.mark.parametrize(
+    "k, max_taylor_error",
+    [(16, 1e-11), (32, 1e-11), (16, 0.0), (32, 0.0), (16, math.inf)],
+    ids=["hybrid-16", "hybrid-32", "stable-16", "stable-32", "fast-16"],
+)
+def test_joint_parts_match_exact_reference(k, max_taylor_error):
+    """Dependent joint tables on (a, d) of the mixed layout, and on two pairs of an all-discrete layout, spread
+    and random: each path against exact enumeration over the joint atoms."""
+    rng = np.random.default_rng(100 + k)
+    discrete = EncodingLayout(tuple(Coordinate(f"c{i}", "value", r) for i, r in enumerate([3, 2, 4, 2, 3])))
+    cases = [
+        (MIXED, _with_joint(_random_params(MIXED, K=3, R=1, rng=rng), MIXED, [(0, 4)], rng)),
+        (MIXED, _with_joint(_two_ended(MIXED, 2, rng), MIXED, [(4, 2)], rng)),
+        (discrete, _with_joint(_random_params(discrete, K=2, R=0, rng=rng), discrete, [(1, 3), (4, 0)], rng)),
+        (discrete, _with_joint(_two_ended(discrete, 2, rng), discrete, [(0, 1), (2, 3)], rng)),
+    ]
+    for layout, params in cases:
+        dirs = np.vstack([draw_directions(7, 12, layout.d), np.eye(layout.d), np.ones((1, layout.d)) / np.sqrt(layout.d)])
+        scales = direction_scales(dirs, "ball")
+        ev = MomentEvaluator(layout, dirs, scales, k, max_taylor_error=max_taylor_error, joint_pairs=params.joint_pairs)
+        with torch.no_grad():
+            got = ev(TorchMixture.from_numpy(params, layout)).numpy()
+        assert _rel_err(got, _enumerate(params, layout, dirs, scales, k)) <= 1e-10
+
+
+@pytest.mark.parametrize("max_taylor_error", [1e-11, 0.0])
+def test_product_joint_part_reproduces_the_separable_model(max_taylor_error):
+    """A joint table that is the product of its margins is the separable model: same moments to rounding."""
+    rng = np.random.default_rng(7)
+    separable = _random_params(MIXED, K=3, R=1, rng=rng)
+    joint = _with_joint(separable, MIXED, [(2, 0)], rng, product=True)
+    dirs = draw_directions(3, 24, MIXED.d)
+    scales = direction_scales(dirs, "ball")
+    for k in (16, 32):
+        got = [
+            MomentEvaluator(MIXED, dirs, scales, k, max_taylor_error=max_taylor_error, joint_pairs=p.joint_pairs)(
+                TorchMixture.from_numpy(p, MIXED)).detach().numpy()
+            for p in (separable, joint)
+        ]
+        assert np.max(np.abs(got[0] - got[1])) < 1e-12
+
+
+def test_joint_pairs_are_checked():
+    rng = np.random.default_rng(1)
+    params = _random_params(MIXED, K=2, R=1, rng=rng)
+    for pairs in ([(0, 1)], [(0, 0)], [(0, 2), (2, 4)]):  # a continuous coordinate; twice the same; overlapping
+        with pytest.raises(ValueError, match="joint pair"):
+            MomentEvaluator(MIXED, np.eye(MIXED.d), np.ones(MIXED.d) * 3, 8, joint_pairs=pairs)
+    joint = _with_joint(params, MIXED, [(0, 4)], rng)
+    bad = MixtureParameters(joint.weights, params.probs, joint.means, joint.factors, joint.diag, joint.joint_pairs, joint.joint)
+    with pytest.raises(ValueError, match="does not sum"):
+        bad.check(MIXED)
+    with pytest.raises(ValueError, match="joint pairs"):
+        MomentEvaluator(MIXED, np.eye(MIXED.d), np.ones(MIXED.d) * 3, 8)(TorchMixture.from_numpy(joint, MIXED))
 
 
 @pytest.mark.parametrize("d", [2, 4])
