@@ -25,7 +25,7 @@ import torch
 from .encoding import EncodingLayout, histogram_layout
 from .moments import DEFAULT_NUMERIC_BINS, marginal_sizes, pair_tables
 from .measurement import Measurement
-from .product_em import ProductMixture, composite_em, simplex_projection
+from .product_em import ProductMixture, composite_em, pair_misfit, simplex_projection
 from .links import Link
 from .tilt import CellTilt
 from .model import (
@@ -97,6 +97,12 @@ class FitConfig:
     #: Bench medians of 3 seeds, adult 2-way / 3-way TVD without -> with: eps = 1 0.051 / 0.112 -> 0.050 / 0.106,
     #: eps = 3 0.040 / 0.093 -> 0.037 / 0.085. 0.4 let a spurious link in (native_country -> capital_loss).
     link_lambda: float = 0.6
+    #: Joint parts (``model``): up to this many disjoint measured pairs whose noisy 2-way table the product EM
+    #: start misfits by a mean squared standardised residual of at least ``joint_min_misfit`` (1 = the noise
+    #: level; ``product_em.pair_misfit``) get one joint table per component instead of two independent ones
+    #: (0 = none; only with histogram numerics and measured pairs).
+    joint_pairs: int = 0
+    joint_min_misfit: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -208,7 +214,9 @@ def _initial_values(
     marginals: MarginalTargets | None = None,
     em_tables: tuple[MarginalTargets | None, PairTargets | None] = (None, None),
     em_iterations: int = 0,
-) -> dict[str, np.ndarray]:
+    joint: tuple[int, float, float] = (0, math.inf, 0.0),
+) -> dict:
+    """Starting values; ``joint`` = (most joint parts, least misfit, noise std of a 2-way cell) for the EM start."""
     mean, cov = _moment_init(noisy, w)
     d = layout.d
     gen = torch.Generator().manual_seed(int(seed))
@@ -249,11 +257,14 @@ def _initial_values(
     resid = np.clip(1.0 - (factors**2).sum(1), 0.05, None) if n_cont else np.zeros(0)
     g2 = torch.randn(K, n_cont, R, generator=gen, dtype=torch.float64).numpy() * 0.05
     weights = np.full(K, 1.0 / K)
+    joint_pairs, joint_tables = (), ()
     if em_iterations > 0 and em_tables[1] is not None and not n_cont:
-        weights, probs = _em_start(layout, weights, probs, *em_tables, em_iterations)
+        weights, probs, joint_pairs, joint_tables = _em_start(layout, weights, probs, *em_tables, em_iterations, *joint)
     return {
         "weights": weights,
         "probs": probs,
+        "joint_pairs": joint_pairs,
+        "joint": joint_tables,
         "means": centres[:, cont],
         "sds": np.broadcast_to(sd_c, (K, n_cont)).copy(),
         "corr_factors": factors[None] + g2,
@@ -263,12 +274,14 @@ def _initial_values(
 
 def _em_start(
     layout: EncodingLayout, weights: np.ndarray, probs: np.ndarray, marginals: MarginalTargets | None,
-    pairs: PairTargets, iterations: int,
-) -> tuple[np.ndarray, np.ndarray]:
+    pairs: PairTargets, iterations: int, max_joint: int = 0, min_misfit: float = math.inf, noise_std: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray, tuple[tuple[int, int], ...], tuple[np.ndarray, ...]]:
     """Composite EM (``product_em``) on the simplex-projected noisy 1-/2-way histograms from the jittered start.
 
     Only for an all-discrete model layout. EM works on the measured bins; a binned coordinate keeps its start's
-    split of each measured bin over its finer model bins (the moments refine it in the fit).
+    split of each measured bin over its finer model bins (the moments refine it in the fit). With ``max_joint``,
+    the pairs the product start misfits most (``choose_joint_pairs``) become joint parts and EM runs again from
+    the same start. Returns weights, padded probs, the joint pairs and their (K, levels_a, levels_b) tables.
     """
     measured = marginal_sizes(layout, pairs.numeric_bins)
     K = len(weights)
@@ -277,18 +290,42 @@ def _em_start(
         p = probs[:, t, : coord.levels].reshape(K, size, coord.levels // size)
         start.append(p.sum(axis=2))
         within.append(p / p.sum(axis=2, keepdims=True))
-    two_way = [
-        simplex_projection(table.ravel()).reshape(table.shape)
-        for table in pair_tables(pairs.frequencies, pairs.pairs, measured)
-    ]
+    raw = pair_tables(pairs.frequencies, pairs.pairs, measured)
+    two_way = [simplex_projection(table.ravel()).reshape(table.shape) for table in raw]
     one_way = [simplex_projection(h) for h in marginals.per_coordinate(layout)] if marginals is not None else []
     fitted = composite_em(ProductMixture(weights, tuple(start)), one_way, two_way, pairs.pairs, iterations)
+    if max_joint > 0:
+        chosen = choose_joint_pairs(pair_misfit(fitted, raw, pairs.pairs, noise_std), pairs.pairs, max_joint, min_misfit)
+        if chosen:
+            products = tuple(start[a][:, :, None] * start[b][:, None, :] for a, b in chosen)
+            begin = ProductMixture(weights, tuple(start), chosen, products)
+            fitted = composite_em(begin, one_way, two_way, pairs.pairs, iterations)
     out = np.full_like(probs, 1e-9)
     for t, coord in enumerate(layout.coordinates):
         p = np.clip((fitted.probs[t][:, :, None] * within[t]).reshape(K, coord.levels), 1e-9, None)
         out[:, t, : coord.levels] = p / p.sum(axis=1, keepdims=True)
+    joint = []
+    for (a, b), table in zip(fitted.joint_pairs, fitted.joint):
+        fine = table[:, :, None, :, None] * within[a][:, :, :, None, None] * within[b][:, None, None, :, :]
+        fine = np.clip(fine.reshape(K, layout.coordinates[a].levels, layout.coordinates[b].levels), 1e-12, None)
+        joint.append(fine / fine.sum(axis=(1, 2), keepdims=True))
     kept = np.clip(fitted.weights, 1e-6, None)
-    return kept / kept.sum(), out
+    return kept / kept.sum(), out, fitted.joint_pairs, tuple(joint)
+
+
+def choose_joint_pairs(misfit: np.ndarray, pairs: Sequence[tuple[int, int]], count: int,
+                       min_misfit: float) -> tuple[tuple[int, int], ...]:
+    """Up to ``count`` disjoint pairs, worst misfit first, among those with misfit >= ``min_misfit``."""
+    chosen: list[tuple[int, int]] = []
+    used: set[int] = set()
+    for i in np.argsort(-np.asarray(misfit), kind="stable"):
+        a, b = pairs[i]
+        if len(chosen) == count or not misfit[i] >= min_misfit:
+            break
+        if a not in used and b not in used:
+            chosen.append((int(a), int(b)))
+            used.update((a, b))
+    return tuple(chosen)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -297,29 +334,33 @@ def _em_start(
 def _run_adam(
     layout: EncodingLayout,
     noisy: torch.Tensor,
-    evaluator: MomentEvaluator,
-    w: np.ndarray,
+    directions: np.ndarray,
+    scales: np.ndarray,
     K: int,
     config: FitConfig,
     device: torch.device,
+    sigma: float,
     loss_marginals: MarginalTargets | None = None,
     loss_pairs: PairTargets | None = None,
     em_tables: tuple[MarginalTargets | None, PairTargets | None] = (None, None),
 ) -> tuple[MixtureModule, list[float], bool]:
     bounds = Bounds(sd_min=config.sd_min, tail_sigmas=config.tail_sigmas)
-    module = MixtureModule(layout, K, config.R, bounds, device=device)
-    module.initialise(
-        **_initial_values(
-            layout, K, config.R, bounds, noisy.cpu().numpy(), w, config.seed, config.init_jitter, loss_marginals,
-            em_tables, config.em_iterations,
-        )
+    w = directions / scales[:, None]
+    noise_std = sigma / em_tables[1].weight if em_tables[1] is not None and em_tables[1].weight > 0 else math.inf
+    start = _initial_values(
+        layout, K, config.R, bounds, noisy.cpu().numpy(), w, config.seed, config.init_jitter, loss_marginals,
+        em_tables, config.em_iterations, (config.joint_pairs, config.joint_min_misfit, noise_std),
     )
+    joint_pairs = start.pop("joint_pairs")
+    module = MixtureModule(layout, K, config.R, bounds, device=device, joint_pairs=joint_pairs)
+    module.initialise(**start)
+    evaluator = MomentEvaluator(layout, directions, scales, noisy.shape[0], device, joint_pairs=joint_pairs)
     histogram_terms = []
     if loss_marginals is not None:
         evaluator_1 = MarginalEvaluator(layout, loss_marginals.numeric_bins, device)
         histogram_terms.append(_histogram_term(evaluator_1, loss_marginals, noisy.shape[1], device))
     if loss_pairs is not None:
-        evaluator_2 = PairEvaluator(layout, loss_pairs.numeric_bins, loss_pairs.pairs, device)
+        evaluator_2 = PairEvaluator(layout, loss_pairs.numeric_bins, loss_pairs.pairs, device, joint_pairs)
         histogram_terms.append(_histogram_term(evaluator_2, loss_pairs, noisy.shape[1], device))
 
     k = noisy.shape[0]
@@ -391,8 +432,9 @@ def _weighted_cells(targets: MarginalTargets | PairTargets | None, loss_weight: 
     return 0.0 if targets is None else loss_weight**2 * len(targets.frequencies)
 
 
-def _holdout_loss(module: MixtureModule, evaluator: MomentEvaluator, noisy: torch.Tensor) -> float:
+def _holdout_loss(module: MixtureModule, directions: np.ndarray, scales: np.ndarray, noisy: torch.Tensor) -> float:
     k = noisy.shape[0]
+    evaluator = MomentEvaluator(module.layout, directions, scales, k, noisy.device, joint_pairs=module.joint_pairs)
     inv_j2 = (1.0 / torch.arange(1, k + 1, dtype=noisy.dtype, device=noisy.device) ** 2).unsqueeze(1)
     with torch.no_grad():
         return float(((noisy - evaluator(module())) ** 2 * inv_j2).sum() / noisy.shape[1])
@@ -426,6 +468,10 @@ def fit_mixture(
         raise ValueError(f"need K >= 1 and R >= 0, got K = {config.K!r}, R = {config.R!r}")
     if config.em_iterations < 0:
         raise ValueError(f"em_iterations must be >= 0, got {config.em_iterations!r}")
+    if config.joint_pairs < 0 or not config.joint_min_misfit >= 0:
+        raise ValueError(
+            f"joint_pairs and joint_min_misfit must be >= 0, got {config.joint_pairs!r} and {config.joint_min_misfit!r}"
+        )
     layout = _model_layout(layout, config, marginals, pairs)
     old_threads = torch.get_num_threads()
     if config.threads:
@@ -441,24 +487,19 @@ def fit_mixture(
             perm = torch.randperm(L, generator=torch.Generator().manual_seed(int(config.seed) + 1)).numpy()
             n_hold = max(1, int(round(config.holdout_fraction * L)))
             hold, train = np.sort(perm[:n_hold]), np.sort(perm[n_hold:])
-            ev_train = MomentEvaluator(layout, directions[train], scales[train], k, device)
-            ev_hold = MomentEvaluator(layout, directions[hold], scales[hold], k, device)
             y_train = torch.as_tensor(noisy_np[:, train], device=device)
             y_hold = torch.as_tensor(noisy_np[:, hold], device=device)
-            w_train = directions[train] / scales[train, None]
             for cand in config.candidate_K:
                 module, _, _ = _run_adam(
-                    layout, y_train, ev_train, w_train, cand, config, device, loss_marginals, loss_pairs,
-                    (marginals, pairs),
+                    layout, y_train, directions[train], scales[train], cand, config, device, sigma, loss_marginals,
+                    loss_pairs, (marginals, pairs),
                 )
-                holdout[int(cand)] = _holdout_loss(module, ev_hold, y_hold)
+                holdout[int(cand)] = _holdout_loss(module, directions[hold], scales[hold], y_hold)
             K = min(holdout, key=lambda c: (holdout[c], c))
-        evaluator = MomentEvaluator(layout, directions, scales, k, device)
         y = torch.as_tensor(noisy_np, device=device)
         fit_started = time.perf_counter()
         module, curve, converged = _run_adam(
-            layout, y, evaluator, directions / scales[:, None], K, config, device, loss_marginals, loss_pairs,
-            (marginals, pairs),
+            layout, y, directions, scales, K, config, device, sigma, loss_marginals, loss_pairs, (marginals, pairs),
         )
         fit_seconds = time.perf_counter() - fit_started
         with torch.no_grad():

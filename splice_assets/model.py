@@ -47,6 +47,15 @@ component's estimate exceeds ``max_taylor_error`` (default 1e-11, so the fast pa
    (``_merge_table``, extended precision); contracting it with nu per component first leaves one GEMM per part and component:
    c'_j = sum_{e <= j} T_e(2 alpha_l - 1) [c @ G_c]_{(j, e)}. A negative w flips the parities of c and c'.
 
+Joint parts (``joint_pairs``): two discrete coordinates a, b may share one (levels_a, levels_b) table per component
+instead of two independent vectors. Their sum w_a x_a + w_b x_b is then one part of the projection:
+6. Fast path: its divided central moments are sum_{s <= m} w_a^s w_b^(m-s) M[s, m-s] with the direction-free
+   M[s, t] = sum_ij p_ij (g_i - gbar_a)^s (g_j - gbar_b)^t / (s! t!) (binomial theorem), an einsum against a
+   precomputed (L, k+1, k+1) shear of w_a^s w_b^t; it joins the chain as one batched series product after the
+   separable coordinates (the absolute chain likewise).
+7. Stable path: the part's values on its own interval [-(reach_a + reach_b), ...] depend on the direction, so
+   nu_b = sum_ij p_ij T_b((w_a g_i + w_b g_j) / reach) is computed per flagged direction and merged like step 5.
+
 Accuracy (tests/test_model_moments.py): vs exact enumeration (discrete atoms x Gauss-Hermite) <= 1e-10 relative to
 max(1, |m|) up to k = 32 at d = 2, 3, 4 and on a mixed layout, each path separately (measured: <= 3e-14 where the
 stable path runs, <= 6e-13 where the fast path is kept); vs Gauss-Hermite 1e-10 relative up to k = 32; vs 10^6-draw
@@ -166,6 +175,13 @@ def series_product_all(parts: torch.Tensor) -> torch.Tensor:
         merged = series_product(parts[0 : 2 * half : 2], parts[1 : 2 * half : 2])
         parts = torch.cat([merged, parts[2 * half :]], dim=0) if parts.shape[0] % 2 else merged
     return parts[0]
+
+
+def _times_series(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``series_product`` as batched GEMMs with the Toeplitz windows of b (an unfold view, so no gather)."""
+    k = a.shape[-1] - 1
+    windows = torch.nn.functional.pad(b, (k, 0)).unfold(-1, k + 1, 1)  # [..., w, m] = b[w + m - k]
+    return (a.flip(-1).unsqueeze(-2) @ windows).squeeze(-2)
 
 
 def chebyshev_taylor_expectations(mu: torch.Tensor, central: torch.Tensor, k: int) -> torch.Tensor:
@@ -354,7 +370,7 @@ class MomentEvaluator:
         diff = qi.unsqueeze(0) - qi.unsqueeze(1)  # [q, m] -> m - q
         self.toe_index = diff.clamp(min=0)
         self.toe_mask = (diff >= 0).to(DTYPE)
-        # A joint part's divided central moments in direction l: sum_s w_a^s w_b^(m-s) M[s, m-s] (step 6), with
+        # A joint part's divided central moments in direction l (step 6): sum_s w_a^s w_b^(m-s) M[s, m-s], with
         # shear[l, s, m] = w_a^s w_b^(m-s) for s <= m.
         self.joint_shear = []
         for ta, tb in self.joint_positions:
@@ -465,9 +481,9 @@ class MomentEvaluator:
                         abs_acc = torch.matmul(abs_acc, abs_toe[:, t]) * self.abs_w_ratio[t]
             for (ta, tb), table, shear in zip(self.joint_positions, q.joint, self.joint_shear):
                 da, db = dev_powers[:, ta, : table.shape[1]], dev_powers[:, tb, : table.shape[2]]
-                acc = series_product(acc, self._joint_central(table, da, db, shear))
+                acc = _times_series(acc, self._joint_central(table, da, db, shear))
                 with torch.no_grad():
-                    abs_acc = series_product(abs_acc, self._joint_central(table, da.abs(), db.abs(), shear.abs()))
+                    abs_acc = _times_series(abs_acc, self._joint_central(table, da.abs(), db.abs(), shear.abs()))
         moments, last = _taylor_expectations(mu, acc * self.factorial, k)  # central: E[(z - mu)^p], p = 0..k
         # First-order rounding estimate eps * sum_p |P_j[p]| Mbar_p for the two largest orders j = k - 1, k.
         abs_central = (abs_acc * self.factorial).unsqueeze(-2)
@@ -572,12 +588,16 @@ class Bounds:
 class MixtureModule(torch.nn.Module):
     """Unconstrained raw tensors -> a ``TorchMixture`` inside ``Bounds`` (always a valid mixture)."""
 
-    def __init__(self, layout: EncodingLayout, K: int, R: int, bounds: Bounds = Bounds(), device: str | torch.device = "cpu") -> None:
+    def __init__(self, layout: EncodingLayout, K: int, R: int, bounds: Bounds = Bounds(), device: str | torch.device = "cpu",
+                 joint_pairs: Sequence[tuple[int, int]] = ()) -> None:
         super().__init__()
         if K < 1 or R < 0:
             raise ValueError(f"need K >= 1 and R >= 0, got K={K}, R={R}")
         self.layout = layout
         self.bounds = bounds
+        position = check_joint_pairs(layout, joint_pairs)
+        self.joint_pairs = tuple((int(a), int(b)) for a, b in joint_pairs)
+        self.joint_positions = [(position[a], position[b]) for a, b in self.joint_pairs]
         levels = [layout.coordinates[i].levels for i in layout.discrete_index]
         rmax = max(levels, default=1)
         mask = torch.zeros(len(levels), rmax, dtype=torch.bool)
@@ -592,6 +612,8 @@ class MixtureModule(torch.nn.Module):
         self.sd_raw = z(K, n_cont)
         self.corr_factors = z(K, n_cont, R)
         self.corr_diag_raw = z(K, n_cont)
+        # A joint part's logits over its (levels_a * levels_b) cells; its coordinates' prob_logits go unused.
+        self.joint_logits = torch.nn.ParameterList([z(K, levels[ta] * levels[tb]) for ta, tb in self.joint_positions])
 
     @property
     def K(self) -> int:
@@ -619,13 +641,20 @@ class MixtureModule(torch.nn.Module):
         probs = torch.softmax(logits, dim=-1)
         if probs.shape[1] == 0:
             probs = self.prob_logits * 0.0
+        joint = []
+        for (ta, tb), logits in zip(self.joint_positions, self.joint_logits):
+            table = torch.softmax(logits, dim=-1).reshape(logits.shape[0], -1, int(self.level_mask[tb].sum()))
+            pad = lambda m: torch.nn.functional.pad(m, (0, probs.shape[2] - m.shape[1]))  # noqa: E731
+            margins = torch.stack([pad(table.sum(2)), pad(table.sum(1))], dim=1)
+            probs = probs.index_copy(1, torch.tensor([ta, tb], device=probs.device), margins)
+            joint.append(table)
         means, sd = self.mean_and_sd()
         corr_diag = torch.nn.functional.softplus(self.corr_diag_raw) + 1e-4
         norm2 = (self.corr_factors**2).sum(-1) + corr_diag
         scale = sd / torch.sqrt(norm2)  # marginal variance of every coordinate is exactly sd^2
         factors = self.corr_factors * scale.unsqueeze(-1)
         diag = corr_diag * scale**2
-        return TorchMixture(weights, probs, means, factors, diag)
+        return TorchMixture(weights, probs, means, factors, diag, self.joint_pairs, tuple(joint))
 
     def tail_mass(self) -> torch.Tensor:
         """sum_c pi_c sum_i P_c(|x_i| > 1) over the continuous coordinates (a scalar)."""
@@ -645,8 +674,10 @@ class MixtureModule(torch.nn.Module):
         sds: np.ndarray,
         corr_factors: np.ndarray,
         corr_diag: np.ndarray,
+        joint: Sequence[np.ndarray] = (),
     ) -> None:
-        """Set raw tensors from target natural values (clipped into the bounds)."""
+        """Set raw tensors from target natural values (clipped into the bounds); ``joint`` as (K, r_a, r_b) tables,
+        one per joint pair (default: the product of the pair's ``probs``)."""
         dev = self.weight_logits.device
         t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float64), dtype=DTYPE, device=dev)  # noqa: E731
         self.weight_logits.copy_(t(np.log(np.clip(weights, 1e-6, None))))
@@ -661,6 +692,10 @@ class MixtureModule(torch.nn.Module):
         self.corr_factors.copy_(t(corr_factors))
         d = np.clip(corr_diag - 1e-4, 1e-4, None)
         self.corr_diag_raw.copy_(t(np.log(np.expm1(d))))
+        for u, ((ta, tb), logits) in enumerate(zip(self.joint_positions, self.joint_logits)):
+            ra, rb = int(self.level_mask[ta].sum()), int(self.level_mask[tb].sum())
+            table = joint[u] if len(joint) else probs[:, ta, :ra, None] * probs[:, tb, None, :rb]
+            logits.copy_(t(np.log(np.clip(np.asarray(table).reshape(logits.shape), 1e-12, None))))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -727,11 +762,12 @@ class PairEvaluator:
     """Exact 2-way cell probabilities of q for the given coordinate pairs, in ``moments.pair_counts`` order.
 
     Within a component coordinates are independent, so the (a, b) table is sum_c pi_c p_ca p_cb^T: one weighted
-    Gram matrix of the per-component 1-way cells, read at each pair's block. Cost O(K B^2), independent of n.
+    Gram matrix of the per-component 1-way cells, read at each pair's block. A pair that is one of the mixture's
+    joint parts reads sum_c pi_c P_c(a, b) instead. Cost O(K B^2), independent of n.
     """
 
     def __init__(self, layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]],
-                 device: str | torch.device = "cpu") -> None:
+                 device: str | torch.device = "cpu", joint_pairs: Sequence[tuple[int, int]] = ()) -> None:
         self.cells = MarginalEvaluator(layout, numeric_bins, device)
         sizes = [size for _, _, size in self.cells.blocks]
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -743,8 +779,26 @@ class PairEvaluator:
         self.rows, self.cols = (
             torch.as_tensor(np.concatenate(idx) if idx else np.zeros(0, np.int64), device=device) for idx in (rows, cols)
         )
+        # Joint blocks: (joint part u, transposed?, measured sizes, levels) per pair that is a joint part.
+        self.block_sizes = [sizes[a] * sizes[b] for a, b in pairs]
+        self.joint_blocks = {}
+        for u, pair in enumerate(joint_pairs):
+            for block, (a, b) in enumerate(pairs):
+                if {a, b} == set(pair):
+                    ja, jb = pair
+                    shape = (sizes[ja], layout.coordinates[ja].levels // sizes[ja],
+                             sizes[jb], layout.coordinates[jb].levels // sizes[jb])
+                    self.joint_blocks[block] = (u, a != ja, shape)
 
     def __call__(self, q: TorchMixture) -> torch.Tensor:
         p = self.cells.component_cells(q)
         gram = (p * q.weights.unsqueeze(1)).T @ p
-        return gram[self.rows, self.cols]
+        out = gram[self.rows, self.cols]
+        if not self.joint_blocks:
+            return out
+        blocks = list(out.split(self.block_sizes))
+        for block, (u, transposed, shape) in self.joint_blocks.items():
+            table = q.joint[u].reshape(-1, *shape).sum((2, 4))  # model levels summed into measured bins
+            table = torch.einsum("c,cij->ij", q.weights, table)
+            blocks[block] = (table.T if transposed else table).reshape(-1)
+        return torch.cat(blocks)

@@ -23,10 +23,21 @@ _FLOOR = 1e-12
 
 @dataclass(frozen=True)
 class ProductMixture:
-    """weights (K,) and, per coordinate, a (K, levels) table of probabilities."""
+    """weights (K,) and, per coordinate, a (K, levels) table of probabilities; ``joint[u]`` (K, r_a, r_b) is the
+    table of the joint part ``joint_pairs[u] = (a, b)``, whose margins are ``probs[a]`` and ``probs[b]``."""
 
     weights: np.ndarray
     probs: tuple[np.ndarray, ...]
+    joint_pairs: tuple[tuple[int, int], ...] = ()
+    joint: tuple[np.ndarray, ...] = ()
+
+    def pair_table(self, a: int, b: int) -> np.ndarray:
+        """The mixture's (r_a, r_b) table of coordinates a and b."""
+        for (ja, jb), table in zip(self.joint_pairs, self.joint):
+            if (ja, jb) in ((a, b), (b, a)):
+                out = np.einsum("c,cij->ij", self.weights, table)
+                return out if (ja, jb) == (a, b) else out.T
+        return (self.probs[a] * self.weights[:, None]).T @ self.probs[b]
 
 
 def simplex_projection(values: np.ndarray) -> np.ndarray:
@@ -55,8 +66,7 @@ def composite_log_likelihood(
     for a, table in enumerate(one_way):
         total += float(np.sum(table * np.log(mixture.weights @ mixture.probs[a] + 1e-300)))
     for (a, b), table in zip(pairs, two_way):
-        joint = (mixture.probs[a] * mixture.weights[:, None]).T @ mixture.probs[b]
-        total += float(np.sum(table * np.log(joint + 1e-300)))
+        total += float(np.sum(table * np.log(mixture.pair_table(a, b) + 1e-300)))
     return total
 
 
@@ -67,12 +77,27 @@ def composite_em(
     pairs: Sequence[tuple[int, int]],
     iterations: int,
 ) -> ProductMixture:
-    """``iterations`` EM steps from ``start`` on non-negative tables (``one_way`` may be empty)."""
-    weights, probs = start.weights, start.probs
+    """``iterations`` EM steps from ``start`` on non-negative tables (``one_way`` may be empty).
+
+    A joint part (a, b) of ``start`` takes its own table's expected counts per (component, cell) directly; a table
+    that sees only a (or b) spreads its counts over b by the component's conditional P(b | a), which is the EM
+    step with b unobserved there.
+    """
+    weights, probs, joint = start.weights, start.probs, start.joint
     for _ in range(iterations):
         counts = [np.zeros_like(p) for p in probs]
+        joint_counts = [np.zeros_like(j) for j in joint]
         weight_counts = np.zeros_like(weights)
         for (a, b), table in zip(pairs, two_way):
+            u = next((u for u, pair in enumerate(start.joint_pairs) if set(pair) == {a, b}), None)
+            if u is not None:
+                ja, jb = start.joint_pairs[u]
+                own = table if (ja, jb) == (a, b) else table.T
+                ratio = own / (np.einsum("c,cij->ij", weights, joint[u]) + 1e-300)
+                share = weights[:, None, None] * joint[u] * ratio
+                joint_counts[u] += share
+                weight_counts += share.sum(axis=(1, 2))
+                continue
             weighted_a = probs[a] * weights[:, None]
             ratio = table / (weighted_a.T @ probs[b] + 1e-300)  # t / q per cell
             share_a = weighted_a * (probs[b] @ ratio.T)  # expected mass of (component, level of a)
@@ -85,8 +110,29 @@ def composite_em(
             counts[a] += share_a
             weight_counts += share_a.sum(axis=1)
         weights = weight_counts / weight_counts.sum()
+        new_joint = []
+        for u, (a, b) in enumerate(start.joint_pairs):
+            table = joint[u]
+            joint_counts[u] += counts[a][:, :, None] * table / (probs[a][:, :, None] + 1e-300)
+            joint_counts[u] += counts[b][:, None, :] * table / (probs[b][:, None, :] + 1e-300)
+            total = joint_counts[u] + _FLOOR
+            new_joint.append(total / total.sum(axis=(1, 2), keepdims=True))
         probs = tuple((c + _FLOOR) / (c + _FLOOR).sum(axis=1, keepdims=True) for c in counts)
-    return ProductMixture(weights, probs)
+        if new_joint:
+            probs = list(probs)
+            for (a, b), table in zip(start.joint_pairs, new_joint):
+                probs[a], probs[b] = table.sum(axis=2), table.sum(axis=1)
+            probs, joint = tuple(probs), tuple(new_joint)
+    return ProductMixture(weights, probs, start.joint_pairs, joint)
 
 
-__all__ = ["ProductMixture", "composite_em", "composite_log_likelihood", "simplex_projection"]
+def pair_misfit(mixture: ProductMixture, noisy: Sequence[np.ndarray], pairs: Sequence[tuple[int, int]],
+                noise_std: float) -> np.ndarray:
+    """Per pair, the mean squared standardised residual of the mixture's table against the raw noisy table: about 1
+    where the mixture fits as well as the truth would (post-processing of noisy tables)."""
+    return np.array([
+        float(np.mean(((table - mixture.pair_table(a, b)) / noise_std) ** 2)) for (a, b), table in zip(pairs, noisy)
+    ])
+
+
+__all__ = ["ProductMixture", "composite_em", "composite_log_likelihood", "pair_misfit", "simplex_projection"]

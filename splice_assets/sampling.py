@@ -95,13 +95,18 @@ def mixture_draws(
     out = np.empty((n_rows, layout.d))
     disc, cont = layout.discrete_index, layout.continuous_index
     grids = [layout.coordinates[i].grid() for i in disc]
+    joint = {i: (pair, table) for pair, table in zip(p.joint_pairs, p.joint) for i in pair}
     start = 0
     for c, n_c in enumerate(counts):
         block = out[start : start + n_c]
+        levels: dict[int, np.ndarray] = {}
         for t, i in enumerate(disc):
-            cdf = np.cumsum(p.probs[t][c])
-            idx = np.searchsorted(cdf / cdf[-1], rng.random(n_c), side="right")
-            block[:, i] = grids[t][np.minimum(idx, len(grids[t]) - 1)]
+            if i in joint and i not in levels:  # a joint part: both coordinates from one draw of its table
+                (a, b), table = joint[i]
+                levels[a], levels[b] = np.divmod(_draw_index(table[c].ravel(), n_c, rng), table.shape[2])
+            elif i not in levels:
+                levels[i] = _draw_index(p.probs[t][c], n_c, rng)
+            block[:, i] = grids[t][levels[i]]
             if layout.coordinates[i].is_binned:  # uniform inside the bin
                 block[:, i] += rng.uniform(-1.0, 1.0, n_c) / layout.coordinates[i].levels
         if len(cont):
@@ -118,6 +123,12 @@ def mixture_draws(
             out = redraw_linked(out, cells_layout, targets.numeric_bins, model.links, rng)
             out = match_to_marginals(out, cells_layout, targets, rng, integer_bounds, model.links)
     return out
+
+
+def _draw_index(probabilities: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` draws of an index from a probability vector (inverse CDF)."""
+    cdf = np.cumsum(probabilities)
+    return np.minimum(np.searchsorted(cdf / cdf[-1], rng.random(n), side="right"), len(cdf) - 1)
 
 
 def target_counts(frequencies: np.ndarray, n_rows: int) -> np.ndarray:
@@ -290,6 +301,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
         "loss_curve": model.loss_curve,
     }
     arrays.update({f"probs_{t}": table for t, table in enumerate(p.probs)})
+    arrays.update({f"joint_{u}": table for u, table in enumerate(p.joint)})
     if model.marginal_targets is not None:
         arrays["marginal_frequencies"] = np.asarray(model.marginal_targets.frequencies, dtype=np.float64)
     tilt = model.tilt
@@ -301,6 +313,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
         "format_version": FORMAT_VERSION,
         "layout": [[c.column, c.role, c.levels] for c in model.layout.coordinates],
         "n_probs": len(p.probs),
+        "joint_pairs": [list(pair) for pair in p.joint_pairs],
         "k": model.k,
         "final_loss": model.final_loss,
         "noise_floor": model.noise_floor,
@@ -338,6 +351,8 @@ def load_model(stem: str | Path) -> FittedMixture:
             means=data["means"],
             factors=data["factors"],
             diag=data["diag"],
+            joint_pairs=tuple((int(a), int(b)) for a, b in meta.get("joint_pairs", [])),
+            joint=tuple(data[f"joint_{u}"] for u in range(len(meta.get("joint_pairs", [])))),
         )
         curve = data["loss_curve"]
         targets = None

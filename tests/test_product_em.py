@@ -118,3 +118,58 @@ def test_negative_em_iterations_are_rejected_with_the_value():
                            "columns": [{"name": "b", "kind": "categorical", "categories": ["x", "y"]}]})
     with pytest.raises(ValueError, match="em_iterations must be >= 0, got -3"):
         fit_mixture(np.zeros((2, 4)), np.ones((4, 1)), np.ones(4), layout_for(schema), 0.1, FitConfig(em_iterations=-3))
+
+
+def _with_joint_part(rng: np.random.Generator, K: int, pair: tuple[int, int]) -> ProductMixture:
+    """A mixture whose coordinates ``pair`` are dependent within each component (a deterministic-ish relation)."""
+    base = _random_mixture(rng, K)
+    a, b = pair
+    table = rng.dirichlet(np.full(LEVELS[a] * LEVELS[b], 0.1), size=K).reshape(K, LEVELS[a], LEVELS[b])
+    probs = list(base.probs)
+    probs[a], probs[b] = table.sum(2), table.sum(1)
+    return ProductMixture(base.weights, tuple(probs), (pair,), (table,))
+
+
+def test_em_with_a_joint_part_never_decreases_and_fits_the_dependent_pair():
+    """A truth with a dependent pair inside its components: a product mixture of the same K misfits that pair's
+    table (measured 0.125 / 0.116 TVD for these seeds after 300 iterations), EM with a joint part on it fits it
+    (< 0.01; measured 0.0008 / 0.0018), and the composite likelihood never decreases on the way."""
+    tvd = lambda p, q: 0.5 * np.abs(p - q).sum()  # noqa: E731
+    pair = (1, 3)
+    for seed in (5, 6):
+        rng = np.random.default_rng(seed)
+        truth = _with_joint_part(rng, 2, pair)
+        two_way = [truth.pair_table(a, b) for a, b in PAIRS]
+        one_way = [truth.weights @ p for p in truth.probs]
+        start = _independent_start(one_way, 2, rng)
+        product = composite_em(start, one_way, two_way, PAIRS, 300)
+        m = ProductMixture(start.weights, start.probs, (pair,), (start.probs[1][:, :, None] * start.probs[3][:, None, :],))
+        values = [composite_log_likelihood(m, one_way, two_way, PAIRS)]
+        for _ in range(300):
+            m = composite_em(m, one_way, two_way, PAIRS, 1)
+            values.append(composite_log_likelihood(m, one_way, two_way, PAIRS))
+        assert np.all(np.diff(values) >= -1e-10)
+        np.testing.assert_allclose(m.joint[0].sum(2), m.probs[1], atol=1e-12)
+        np.testing.assert_allclose(m.joint[0].sum(1), m.probs[3], atol=1e-12)
+        index = PAIRS.index(pair)
+        assert tvd(product.pair_table(*pair), two_way[index]) > 0.03
+        assert tvd(m.pair_table(*pair), two_way[index]) < 0.01
+
+
+def test_pair_misfit_and_choice_of_joint_pairs():
+    """Misfit is ~1 at the noise level (exact tables plus N(0, s^2) noise: 10 tables, mean within 0.25 of 1),
+    and the choice takes the worst pairs first, skips pairs that share a coordinate, and stops at the threshold."""
+    from splice_assets.fit import choose_joint_pairs
+    from splice_assets.product_em import pair_misfit
+
+    rng = np.random.default_rng(8)
+    truth = _random_mixture(rng, 3)
+    _, two_way = _tables(truth)
+    s = 0.01
+    noisy = [t + rng.normal(0, s, t.shape) for t in two_way]
+    assert abs(pair_misfit(truth, noisy, PAIRS, s).mean() - 1) < 0.25
+    misfit = np.array([1.0, 9.0, 3.0, 8.0, 2.5])
+    pairs = ((0, 1), (1, 2), (3, 4), (2, 3), (0, 4))
+    assert choose_joint_pairs(misfit, pairs, 5, 2.0) == ((1, 2), (3, 4))  # (2, 3) and (0, 4) share coordinates
+    assert choose_joint_pairs(misfit, pairs, 1, 2.0) == ((1, 2),)
+    assert choose_joint_pairs(misfit, pairs, 5, 10.0) == ()
