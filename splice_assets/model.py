@@ -78,6 +78,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import numba
 import numpy as np
 import torch
 
@@ -114,6 +115,11 @@ class MixtureParameters:
     @property
     def R(self) -> int:
         return int(self.factors.shape[2])
+
+    def describe_joint(self, layout: EncodingLayout) -> list[list[str]]:
+        """Public summary for release records: the (column, role) names of every joint part."""
+        name = lambda c: c.column if c.role in ("value", "binned") else f"{c.column}/{c.role}"  # noqa: E731
+        return [[name(layout.coordinates[a]), name(layout.coordinates[b])] for a, b in self.joint_pairs]
 
     def check(self, layout: EncodingLayout) -> None:
         """Raise ``ValueError`` if the shapes do not match ``layout`` or a value is out of its domain."""
@@ -177,11 +183,53 @@ def series_product_all(parts: torch.Tensor) -> torch.Tensor:
     return parts[0]
 
 
+@numba.njit(cache=True)
+def _series_product_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    for i in range(a.shape[0]):
+        for m in range(a.shape[1]):
+            total = 0.0
+            for q in range(m + 1):
+                total += a[i, q] * b[i, m - q]
+            out[i, m] = total
+
+
+@numba.njit(cache=True)
+def _series_product_rows_grad(g: np.ndarray, a: np.ndarray, b: np.ndarray, ga: np.ndarray, gb: np.ndarray) -> None:
+    for i in range(a.shape[0]):
+        for q in range(a.shape[1]):
+            to_a, to_b = 0.0, 0.0
+            for m in range(q, a.shape[1]):
+                to_a += g[i, m] * b[i, m - q]
+                to_b += g[i, m] * a[i, m - q]
+            ga[i, q], gb[i, q] = to_a, to_b
+
+
+class _SeriesProduct(torch.autograd.Function):
+    """``series_product`` of two (..., k+1) float64 CPU tensors by a fused kernel: the batched torch forms cost
+    5-7x more (many small ops, or thousands of tiny GEMMs) for the (K, L) batches of a joint part."""
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(a, b)
+        rows = [t.detach().reshape(-1, t.shape[-1]).contiguous().numpy() for t in (a, b)]
+        out = np.empty_like(rows[0])
+        _series_product_rows(rows[0], rows[1], out)
+        return torch.from_numpy(out).reshape(a.shape)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        a, b = ctx.saved_tensors
+        rows = [t.detach().reshape(-1, t.shape[-1]).contiguous().numpy() for t in (grad, a, b)]
+        ga, gb = np.empty_like(rows[1]), np.empty_like(rows[2])
+        _series_product_rows_grad(rows[0], rows[1], rows[2], ga, gb)
+        return torch.from_numpy(ga).reshape(a.shape), torch.from_numpy(gb).reshape(b.shape)
+
+
 def _times_series(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``series_product`` as batched GEMMs with the Toeplitz windows of b (an unfold view, so no gather)."""
-    k = a.shape[-1] - 1
-    windows = torch.nn.functional.pad(b, (k, 0)).unfold(-1, k + 1, 1)  # [..., w, m] = b[w + m - k]
-    return (a.flip(-1).unsqueeze(-2) @ windows).squeeze(-2)
+    """``series_product`` of equal-shaped float64 tensors: the fused kernel on CPU, the batched form elsewhere."""
+    if a.device.type == "cpu" and a.shape == b.shape:
+        return _SeriesProduct.apply(a, b)
+    return series_product(a, b)
 
 
 def chebyshev_taylor_expectations(mu: torch.Tensor, central: torch.Tensor, k: int) -> torch.Tensor:

@@ -125,6 +125,8 @@ def refit_release(
         "n_synthetic": int(n_rows if n_rows is not None else manifest.get("synthetic_rows") or measurement.n),
         "tilt_chi2": float(parent_params.get("tilt_chi2", FitConfig.tilt_chi2)),
         "link_lambda": float(parent_params.get("link_lambda", FitConfig.link_lambda)),
+        # a parent released before joint parts existed had none
+        "joint_pairs": int(parent_params.get("joint_pairs", 0)),
         "refit_of": parent.release_id,
     }
     for key in ("components", "max_steps", "n_synthetic"):
@@ -135,7 +137,7 @@ def refit_release(
     config = FitConfig(
         K=settings["components"], R=settings["rank"], numeric_model=settings["numeric_model"],
         max_steps=settings["max_steps"], seed=settings["seed"], tilt_chi2=settings["tilt_chi2"],
-        link_lambda=settings["link_lambda"],
+        link_lambda=settings["link_lambda"], joint_pairs=settings["joint_pairs"],
     )
     child_id = release_id or uuid.uuid4().hex
 

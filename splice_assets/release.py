@@ -234,6 +234,8 @@ def write_release(
             "tilt": None if model.tilt is None else model.tilt.summary(),
             # near-functional pairs read from the noisy 2-way tables and redrawn from them (post-processing).
             "links": describe_links(model.links, model.layout),
+            # column pairs modelled by one joint table per component, chosen from the noisy 2-way tables.
+            "joint_parts": model.params.describe_joint(model.layout),
         },
         "synthetic_rows": len(synthetic),
         "fidelity_report": (
@@ -351,6 +353,7 @@ def log_to_mlflow(
                 "fit_steps": float(model.steps),
                 **({} if model.tilt is None else {f"tilt_{k}": float(v) for k, v in model.tilt.summary().items()}),
                 "links": float(len(model.links)),
+                "joint_parts": float(len(model.params.joint_pairs)),
             }
             mlflow.log_metrics({k: v for k, v in fit_metrics.items() if np.isfinite(v)})
             if report is not None:

@@ -106,6 +106,8 @@ def test_invalid_config_quotes_the_value():
         ReleaseConfig(link_lambda=1.5)
     with pytest.raises(Exception, match="tilt_chi2 .* got -0.5"):
         ReleaseConfig(tilt_chi2=-0.5)
+    with pytest.raises(Exception, match="must be >= 0, got -2"):
+        ReleaseConfig(joint_pairs=-2)
 
 
 def test_retry_after_fit_failure_does_not_charge_twice(tmp_path, monkeypatch):

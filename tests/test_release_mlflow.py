@@ -78,7 +78,7 @@ def test_run_logs_every_field(released):
     run = client_for(tmp).get_run(record["mlflow_run_id"])
     params, tags, metrics = run.data.params, run.data.tags, run.data.metrics
     for key in ("dataset", "epsilon", "delta", "k", "n_directions", "components", "rank", "max_steps",
-                "n_synthetic", "seed", "holdout_fraction", "tilt_chi2", "link_lambda"):
+                "n_synthetic", "seed", "holdout_fraction", "tilt_chi2", "link_lambda", "joint_pairs"):
         assert key in params, key
     assert "input_path" not in params and "source_uri" not in params
     for key in ("epsilon", "delta", "sigma", "sensitivity", "relation", "L", "k", "n", "directions_seed",
@@ -160,6 +160,19 @@ def test_release_lists_the_stored_models_links_by_column(released):
     assert all(0.6 <= link["lambda"] <= 1.0 for link in manifest["fit"]["links"])
 
 
+def test_release_lists_the_stored_models_joint_parts_by_column(released):
+    """release.json's fit.joint_parts are the stored model's joint pairs by column (the demo data has some), at
+    most the configured number, no column twice."""
+    public = Path(released["record"]["public_dir"])
+    manifest = json.loads((public / "release.json").read_text())
+    model = json.loads((public / "model.json").read_text())
+    name = lambda i: model["layout"][i][0] + ("" if model["layout"][i][1] in ("value", "binned") else f"/{model['layout'][i][1]}")  # noqa: E731
+    assert manifest["fit"]["joint_parts"] == [[name(a), name(b)] for a, b in model["joint_pairs"]]
+    assert 1 <= len(model["joint_pairs"]) <= manifest["parameters"]["joint_pairs"]
+    used = [i for pair in model["joint_pairs"] for i in pair]
+    assert len(used) == len(set(used))
+
+
 def test_registered_model_samples_in_a_fresh_process(released):
     tmp, record = released["tmp"], released["record"]
     version = client_for(tmp).get_model_version_by_alias(f"splice-{DEMO_DATASET}", "latest")
@@ -199,7 +212,7 @@ def test_refit_costs_zero_and_links_its_parent(released, monkeypatch):
     assert manifest["privacy"]["epsilon_cost"] == 0.0 and manifest["privacy"]["ledger_entry_id"] == entry[0].id
     assert manifest["parameters"]["components"] == 2 and manifest["synthetic_rows"] == 500
     parent_manifest = json.loads(Path(parent["public_dir"], "release.json").read_text())
-    for key in ("tilt_chi2", "link_lambda"):  # post-processing settings are inherited from the parent
+    for key in ("tilt_chi2", "link_lambda", "joint_pairs"):  # fit settings a refit does not override are inherited
         assert manifest["parameters"][key] == parent_manifest["parameters"][key]
     assert "no fidelity report" in manifest["fidelity_report"]
     for name in ("measurement.npz", "measurement.json"):  # the very same noisy moments, no new draw

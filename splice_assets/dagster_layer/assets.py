@@ -229,7 +229,7 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
     s = p.settings
     config = FitConfig(
         K=s.components, R=s.rank, numeric_model=s.numeric_model, max_steps=s.max_steps, seed=s.seed,
-        tilt_chi2=s.tilt_chi2, link_lambda=s.link_lambda,
+        tilt_chi2=s.tilt_chi2, link_lambda=s.link_lambda, joint_pairs=s.joint_pairs,
     )
     model = pipeline.fit(p.measurement, p.schema, config)
     curve = [float(v) for v in model.loss_curve]
@@ -247,6 +247,7 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
                 None if model.tilt is None else model.tilt.summary()
             ),
             "links (source, target, lambda)": dg.MetadataValue.json(describe_links(model.links, model.layout)),
+            "joint parts (column pairs)": dg.MetadataValue.json(model.params.describe_joint(model.layout)),
         },
     )
 

@@ -59,6 +59,11 @@ class ReleaseConfig(dg.Config):
         description="Linked coordinates: Goodman-Kruskal lambda of a noisy 2-way table at or above which its "
         "discrete target is redrawn from it; 0 = off. Post-processing.",
     )
+    joint_pairs: int = Field(
+        default=FitConfig.joint_pairs,
+        description="Most coordinate pairs modelled by one joint table per component, chosen where the noisy 2-way "
+        "table is misfit by a product start well above the noise; 0 = none.",
+    )
 
     @field_validator("epsilon")
     @classmethod
@@ -81,7 +86,7 @@ class ReleaseConfig(dg.Config):
             raise ValueError(f"must be >= 1, got {value!r}")
         return value
 
-    @field_validator("rank", "n_synthetic")
+    @field_validator("rank", "n_synthetic", "joint_pairs")
     @classmethod
     def _non_negative(cls, value: int) -> int:
         if value < 0:
@@ -152,6 +157,7 @@ class ReleaseSettings:
     pair_share: float
     tilt_chi2: float = FitConfig.tilt_chi2
     link_lambda: float = FitConfig.link_lambda
+    joint_pairs: int = FitConfig.joint_pairs
 
     def resolved_input(self) -> str:
         return self.input_path or str(demo_data_path())
