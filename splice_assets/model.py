@@ -432,7 +432,6 @@ class MomentEvaluator:
         for t, r in enumerate(levels):
             grid[t, :r] = layout.coordinates[disc[t]].grid()
         self.grid = torch.as_tensor(grid, dtype=DTYPE, device=self.device)
-        self.levels = levels
         self.orders = orders
         self.inv_factorial = torch.as_tensor(
             [1.0 / math.factorial(m) for m in range(k + 1)], dtype=DTYPE, device=self.device
