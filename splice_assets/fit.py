@@ -6,7 +6,9 @@ decay. The initialisation uses only the noisy statistics and the public layout: 
 gives the mean vector, on the second moments the second-moment matrix (a diagonal fallback when L < d(d+1)/2);
 components start as jittered copies of that Gaussian drawn from a ``torch.Generator`` seeded with the public seed;
 discrete coordinates as discretised Gaussians. With histogram numerics and measured pairs, a few composite-EM
-iterations on the noisy 1-/2-way histograms (``product_em``) then move the weights and probabilities.
+iterations on the noisy 1-/2-way histograms (``product_em``) then move the weights and probabilities, and the pairs
+that start misfits most become joint parts (``choose_joint_pairs``; one joint table per component) before EM runs
+again.
 
 Expected loss under pure noise (the noise floor): raw moment j carries noise variance j sigma^2, so
 E[(1/L) sum_l sum_j noise^2 / j^2] = sigma^2 H_k.

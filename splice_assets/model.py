@@ -51,8 +51,8 @@ Joint parts (``joint_pairs``): two discrete coordinates a, b may share one (leve
 instead of two independent vectors. Their sum w_a x_a + w_b x_b is then one part of the projection:
 6. Fast path: its divided central moments are sum_{s <= m} w_a^s w_b^(m-s) M[s, m-s] with the direction-free
    M[s, t] = sum_ij p_ij (g_i - gbar_a)^s (g_j - gbar_b)^t / (s! t!) (binomial theorem), an einsum against a
-   precomputed (L, k+1, k+1) shear of w_a^s w_b^t; it joins the chain as one batched series product after the
-   separable coordinates (the absolute chain likewise).
+   precomputed (L, k+1, k+1) shear of w_a^s w_b^t; it joins the chain after the separable coordinates as one series
+   product per (component, direction), a fused numba kernel with its own backward (the absolute chain likewise).
 7. Stable path: the part's values on its own interval [-(reach_a + reach_b), ...] depend on the direction, so
    nu_b = sum_ij p_ij T_b((w_a g_i + w_b g_j) / reach) is computed per flagged direction and merged like step 5.
 
