@@ -331,7 +331,7 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
 @click.option("--delta", required=True, type=float, help="Delta of this release, in (0, 1/n_min).")
 @click.option("--k", "k", default=None, type=int, help=f"Highest Chebyshev order k [default: {DEFAULT_K}].")
 @click.option("--L", "--n-directions", "n_directions", default=None, type=int, help=f"Directions L [default: {DEFAULT_N_DIRECTIONS}].")
-@click.option("--K", "--components", "components", default=None, type=int, help="Mixture components K [default: 16].")
+@click.option("--K", "--components", "components", default=None, type=int, help="Mixture components K [default: 20].")
 @click.option("--R", "--rank", "rank", default=None, type=int, help="Covariance rank R [default: 0, diagonal].")
 @click.option("--steps", "max_steps", default=None, type=int, help="Maximum fitting steps [default: 600].")
 @click.option("--rows", "n_synthetic", default=None, type=int, help="Synthetic rows [default: as many as measured].")

@@ -44,11 +44,10 @@ class FitConfig:
     # 0.016, TSTR AUC 0.862 vs 0.828; california 2-way 0.199 vs 0.240): low-rank factors let the fit put mass on
     # thin curves that rank matching then stretches into false near-deterministic relations. With the 2-way
     # marginals in the loss, K = 20 beat 10 (adult 2-way 0.077 vs 0.095) and K = 30 added little (0.073). With joint
-    # parts (below) K = 16 measured as K = 20 at ~15% less fit time per step (paired, 3 seeds, medians of 2-way / 3-way
-    # TVD: adult eps = 0.5 / 1 / 3 .0642 / .126, .0494 / .101, .0355 / .078 against .0656 / .128, .0491 / .101,
-    # .0355 / .078; california eps = 0.5 / 1 / 3 / 10 .1124 / .223, .0819 / .187, .0635 / .152, .0602 / .145 against
-    # .1119 / .224, .0828 / .186, .0637 / .149, .0588 / .146; TSTR within 0.013 either way).
-    K: int = 16
+    # parts K = 16 matched K = 20 on TVD (paired, 3 seeds) at ~15% less per step, but california lost TSTR R^2
+    # (paired .571 / .505 against .584 / .515 at eps = 1 / 0.5; its bench .514 / .524 against .544 / .581) and had up
+    # to 1.6% duplicate rows.
+    K: int = 20
     #: How a component holds a numeric column: "histogram" (probabilities over public bins that refine the
     #: measured marginals' bins, uniform inside a bin) or "gaussian" (one diagonal/low-rank Gaussian over all
     #: numeric columns). One fit each at eps = 1 (pairs in the loss, K = 20), gaussian -> histogram with 4 model
