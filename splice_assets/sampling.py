@@ -25,7 +25,10 @@ from .product_em import simplex_projection
 from .schema import TableSchema
 from .tilt import CellTilt, log_weights, systematic_resample, table_cells
 
-FORMAT_VERSION = 1
+# Model files: version 2 is written only for a model with joint parts, so that a reader that predates them refuses
+# the file instead of silently sampling the pair independently; every other model stays version 1.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 # Spread of the continuous part around each component's mean when sampling is matched onto the marginals.
 # The fit bounds every sd by (1 - |mean|) / 6 only to keep its closed-form moments bounded; sampling does not
 # need that bound, and matching restores the 1-way marginals, so widening smooths the joint ("lumpy" narrow
@@ -310,7 +313,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
     arrays.update({f"link_conditional_{i}": link.conditional for i, link in enumerate(model.links)})
     np.savez(npz, **arrays)
     meta = {
-        "format_version": FORMAT_VERSION,
+        "format_version": FORMAT_VERSION if p.joint_pairs else 1,
         "layout": [[c.column, c.role, c.levels] for c in model.layout.coordinates],
         "n_probs": len(p.probs),
         "joint_pairs": [list(pair) for pair in p.joint_pairs],
@@ -341,7 +344,7 @@ def load_model(stem: str | Path) -> FittedMixture:
     """Inverse of ``save_model``."""
     stem = Path(stem)
     meta = json.loads(stem.with_suffix(".json").read_text())
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READABLE_VERSIONS:
         raise ValueError(f"model {str(stem)!r} has an unsupported format version")
     layout = EncodingLayout(tuple(Coordinate(col, role, int(levels)) for col, role, levels in meta["layout"]))
     with np.load(stem.with_suffix(".npz")) as data:
