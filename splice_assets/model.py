@@ -137,11 +137,10 @@ class MixtureParameters:
             raise ValueError("Gaussian parameters do not match the continuous coordinates of the layout")
         if np.any(self.diag < 0):
             raise ValueError("diagonal variances must be >= 0")
-        position = check_joint_pairs(layout, self.joint_pairs)
+        positions = joint_positions(layout, self.joint_pairs)
         if len(self.joint) != len(self.joint_pairs):
             raise ValueError(f"expected {len(self.joint_pairs)} joint tables, got {len(self.joint)}")
-        for (a, b), table in zip(self.joint_pairs, self.joint):
-            ta, tb = position[a], position[b]
+        for (a, b), (ta, tb), table in zip(self.joint_pairs, positions, self.joint):
             name = f"{layout.coordinates[a].column!r} x {layout.coordinates[b].column!r}"
             if table.shape != (K, self.probs[ta].shape[1], self.probs[tb].shape[1]) or np.any(table < 0):
                 raise ValueError(f"joint table of {name} has a bad shape or values")
@@ -149,16 +148,16 @@ class MixtureParameters:
                 raise ValueError(f"joint table of {name} does not sum to its coordinates' probabilities")
 
 
-def check_joint_pairs(layout: EncodingLayout, joint_pairs: Sequence[tuple[int, int]]) -> dict[int, int]:
-    """Raise ``ValueError`` unless the joint pairs are disjoint pairs of discrete coordinates; returns each discrete
-    coordinate's position in ``layout.discrete_index``."""
+def joint_positions(layout: EncodingLayout, joint_pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each joint pair's two positions in ``layout.discrete_index`` (the order of ``probs``); raises ``ValueError``
+    unless the pairs are disjoint pairs of discrete coordinates."""
     position = {int(i): t for t, i in enumerate(layout.discrete_index)}
     seen: set[int] = set()
     for pair in joint_pairs:
         if len(pair) != 2 or pair[0] == pair[1] or any(i not in position for i in pair) or seen & set(pair):
             raise ValueError(f"joint pair {tuple(pair)!r} is not a pair of two unused discrete coordinates")
         seen.update(pair)
-    return position
+    return [(position[a], position[b]) for a, b in joint_pairs]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -321,11 +320,10 @@ class TorchMixture:
             tables.append(p / p.sum(axis=1, keepdims=True))
         w = np.clip(self.weights.detach().cpu().numpy(), 0.0, None)
         joint = []
-        position = {int(i): t for t, i in enumerate(layout.discrete_index)}
-        for (a, b), table in zip(self.joint_pairs, self.joint):
+        for (ta, tb), table in zip(joint_positions(layout, self.joint_pairs), self.joint):
             j = np.clip(table.detach().cpu().numpy(), 0.0, None)
             j = j / j.sum(axis=(1, 2), keepdims=True)
-            tables[position[a]], tables[position[b]] = j.sum(2), j.sum(1)
+            tables[ta], tables[tb] = j.sum(2), j.sum(1)
             joint.append(j)
         return MixtureParameters(
             weights=w / w.sum(),
@@ -386,11 +384,10 @@ class MomentEvaluator:
         self.k = k
         self.device = torch.device(device)
         self.max_taylor_error = float(max_taylor_error)
-        position = check_joint_pairs(layout, joint_pairs)
         # Parts of the projection besides the Gaussian: separable discrete coordinates, then joint pairs (positions
         # in the discrete order).
         self.joint_pairs = tuple((int(a), int(b)) for a, b in joint_pairs)
-        self.joint_positions = [(position[a], position[b]) for a, b in self.joint_pairs]
+        self.joint_positions = joint_positions(layout, self.joint_pairs)
         joined = {t for pair in self.joint_positions for t in pair}
         self.separable = [t for t in range(len(layout.discrete_index)) if t not in joined]
         w_np = directions / scales[:, None]
@@ -444,9 +441,9 @@ class MomentEvaluator:
         cont_reach = np.abs(w_np[:, cont]).sum(axis=1)
         if np.any(reach.sum(axis=1) + cont_reach > 1.0 + 1e-9):
             raise ValueError("scales must give |theta^T x| / s <= 1 on [-1, 1]^d (see moments.direction_scales)")
-        part_reach = np.concatenate(
-            [reach[:, self.separable]] + [reach[:, [ta]] + reach[:, [tb]] for ta, tb in self.joint_positions], axis=1
-        )
+        # A joint part's values w_a g_i + w_b g_j lie on [-(reach_a + reach_b), ...], per direction.
+        joint_reach = [reach[:, ta] + reach[:, tb] for ta, tb in self.joint_positions]
+        part_reach = np.column_stack([reach[:, self.separable], *joint_reach])
         rho0 = np.maximum(1.0 - reach.sum(axis=1), cont_reach)
         rho = rho0[:, None] + np.cumsum(part_reach, axis=1)
         before = np.concatenate([rho0[:, None], rho[:, :-1]], axis=1)
@@ -458,8 +455,7 @@ class MomentEvaluator:
         # T_b(g_r / max|g|): a part's values on its own interval [-reach, reach] (binned grids end inside [-1, 1]).
         top = np.abs(grid).max(axis=1, keepdims=True)
         self.cheb_grid = as_t(np.polynomial.chebyshev.chebvander(grid / np.where(top > 0, top, 1.0), k))
-        # A joint part's values w_a g_i + w_b g_j on its own interval [-(reach_a + reach_b), ...], per direction.
-        self.joint_reach = [as_t(reach[:, ta] + reach[:, tb]) for ta, tb in self.joint_positions]
+        self.joint_reach = [as_t(r) for r in joint_reach]
         table, pair_e, pair_j = _merge_table(k)
         self.merge_table = as_t(table.reshape(k + 1, -1))  # [b, (a, p)]
         self.pair_e = torch.as_tensor(pair_e, dtype=torch.long, device=self.device)
@@ -642,9 +638,8 @@ class MixtureModule(torch.nn.Module):
             raise ValueError(f"need K >= 1 and R >= 0, got K={K}, R={R}")
         self.layout = layout
         self.bounds = bounds
-        position = check_joint_pairs(layout, joint_pairs)
         self.joint_pairs = tuple((int(a), int(b)) for a, b in joint_pairs)
-        self.joint_positions = [(position[a], position[b]) for a, b in self.joint_pairs]
+        self.joint_positions = joint_positions(layout, self.joint_pairs)
         levels = [layout.coordinates[i].levels for i in layout.discrete_index]
         rmax = max(levels, default=1)
         mask = torch.zeros(len(levels), rmax, dtype=torch.bool)

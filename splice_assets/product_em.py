@@ -84,15 +84,19 @@ def composite_em(
     step with b unobserved there.
     """
     weights, probs, joint = start.weights, start.probs, start.joint
+    # Which joint part (if any) each table is, and whether it is stored transposed: fixed over the iterations.
+    own_part = [
+        next(((u, (a, b) != pair) for u, pair in enumerate(start.joint_pairs) if set(pair) == {a, b}), None)
+        for a, b in pairs
+    ]
     for _ in range(iterations):
         counts = [np.zeros_like(p) for p in probs]
         joint_counts = [np.zeros_like(j) for j in joint]
         weight_counts = np.zeros_like(weights)
-        for (a, b), table in zip(pairs, two_way):
-            u = next((u for u, pair in enumerate(start.joint_pairs) if set(pair) == {a, b}), None)
-            if u is not None:
-                ja, jb = start.joint_pairs[u]
-                own = table if (ja, jb) == (a, b) else table.T
+        for (a, b), table, part in zip(pairs, two_way, own_part):
+            if part is not None:
+                u, transposed = part
+                own = table.T if transposed else table
                 ratio = own / (np.einsum("c,cij->ij", weights, joint[u]) + 1e-300)
                 share = weights[:, None, None] * joint[u] * ratio
                 joint_counts[u] += share
