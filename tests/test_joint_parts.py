@@ -191,14 +191,15 @@ def test_negative_joint_settings_are_rejected_with_the_value():
         fit_mixture(np.zeros((2, 4)), np.ones((4, 3)) / 3, np.ones(4), layout_for(TOY_SCHEMA), 0.1, FitConfig(joint_pairs=-1))
 
 
-@pytest.mark.parametrize("max_taylor_error", [1e-11, 0.0], ids=["fast", "stable"])
-def test_moment_gradients_through_joint_parts(max_taylor_error):
+@pytest.mark.parametrize("max_taylor_error, fused", [(1e-11, True), (1e-11, False), (0.0, True)],
+                         ids=["fast-kernels", "fast-torch", "stable"])
+def test_moment_gradients_through_joint_parts(max_taylor_error, fused):
     """Analytic gradients of the moments with respect to a joint table, the weights and the other probabilities
-    (the fused series-product kernel's backward on the fast path) agree with finite differences."""
+    (on the fast path the fused kernels' hand-written backward passes) agree with finite differences."""
     params = _params(np.random.default_rng(7), K=3)
     dirs = draw_directions(2, 6, LAYOUT.d)
     ev = MomentEvaluator(LAYOUT, dirs, direction_scales(dirs, "ball"), 6, max_taylor_error=max_taylor_error,
-                         joint_pairs=JOINT)
+                         joint_pairs=JOINT, fused=fused)
     base = TorchMixture.from_numpy(params, LAYOUT)
 
     def moments(weights, table, probs):

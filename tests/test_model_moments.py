@@ -10,6 +10,7 @@ import pytest
 import torch
 from numpy.polynomial import chebyshev as C
 
+from splice_assets import kernels, model
 from splice_assets.encoding import Coordinate, EncodingLayout
 from splice_assets.model import (
     Bounds, MixtureModule, MixtureParameters, MomentEvaluator, TorchMixture, chebyshev_taylor_expectations, model_moments,
@@ -170,14 +171,15 @@ def test_k32_matches_exact_enumeration_for_spread_components(d, spread):
     [(16, 1e-11), (32, 1e-11), (16, 0.0), (32, 0.0), (16, math.inf)],
     ids=["hybrid-16", "hybrid-32", "stable-16", "stable-32", "fast-16"],
 )
-def test_each_path_matches_exact_reference_on_mixed_layout(k, max_taylor_error):
+@pytest.mark.parametrize("fused", [True, False], ids=["kernels", "torch"])
+def test_each_path_matches_exact_reference_on_mixed_layout(k, max_taylor_error, fused):
     """Discrete and Gaussian parts together, also along coordinate axes (zero weights, pure discrete or pure
     Gaussian projections). The fast path alone is not exact at k = 32 (see the estimate test below)."""
     rng = np.random.default_rng(k)
     for params in (_random_params(MIXED, K=3, R=1, rng=rng), _two_ended(MIXED, 2, rng)):
         dirs = np.vstack([draw_directions(7, 12, MIXED.d), np.eye(MIXED.d)])
         scales = direction_scales(dirs, "ball")
-        ev = MomentEvaluator(MIXED, dirs, scales, k, max_taylor_error=max_taylor_error)
+        ev = MomentEvaluator(MIXED, dirs, scales, k, max_taylor_error=max_taylor_error, fused=fused)
         with torch.no_grad():
             got = ev(TorchMixture.from_numpy(params, MIXED)).numpy()
         assert _rel_err(got, _enumerate(params, MIXED, dirs, scales, k)) <= 1e-10
@@ -188,7 +190,8 @@ def test_each_path_matches_exact_reference_on_mixed_layout(k, max_taylor_error):
     [(16, 1e-11), (32, 1e-11), (16, 0.0), (32, 0.0), (16, math.inf)],
     ids=["hybrid-16", "hybrid-32", "stable-16", "stable-32", "fast-16"],
 )
-def test_joint_parts_match_exact_reference(k, max_taylor_error):
+@pytest.mark.parametrize("fused", [True, False], ids=["kernels", "torch"])
+def test_joint_parts_match_exact_reference(k, max_taylor_error, fused):
     """Dependent joint tables on (a, d) of the mixed layout, and on two pairs of an all-discrete layout, spread
     and random: each path against exact enumeration over the joint atoms."""
     rng = np.random.default_rng(100 + k)
@@ -202,7 +205,8 @@ def test_joint_parts_match_exact_reference(k, max_taylor_error):
     for layout, params in cases:
         dirs = np.vstack([draw_directions(7, 12, layout.d), np.eye(layout.d), np.ones((1, layout.d)) / np.sqrt(layout.d)])
         scales = direction_scales(dirs, "ball")
-        ev = MomentEvaluator(layout, dirs, scales, k, max_taylor_error=max_taylor_error, joint_pairs=params.joint_pairs)
+        ev = MomentEvaluator(layout, dirs, scales, k, max_taylor_error=max_taylor_error, joint_pairs=params.joint_pairs,
+                             fused=fused)
         with torch.no_grad():
             got = ev(TorchMixture.from_numpy(params, layout)).numpy()
         assert _rel_err(got, _enumerate(params, layout, dirs, scales, k)) <= 1e-10
@@ -240,13 +244,14 @@ def test_joint_pairs_are_checked():
 
 
 @pytest.mark.parametrize("d", [2, 4])
-def test_fast_path_error_estimate_covers_its_error(d):
+@pytest.mark.parametrize("fused", [True, False], ids=["kernels", "torch"])
+def test_fast_path_error_estimate_covers_its_error(d, fused):
     """The switch relies on the fast path's first-order error estimate: check it against the stable path per
     component and direction wherever the error is measurable (> 1e-13)."""
     rng = np.random.default_rng(3)
     layout = EncodingLayout(tuple(Coordinate(f"c{i}", "value", r) for i, r in enumerate([3, 0, 4, 2][:d])))
     dirs = draw_directions(9, 32, d)
-    ev = MomentEvaluator(layout, dirs, direction_scales(dirs, "l1"), 32)
+    ev = MomentEvaluator(layout, dirs, direction_scales(dirs, "l1"), 32, fused=fused)
     for params in (_random_params(layout, K=2, R=0, rng=rng, sd=0.15), _two_ended(layout, 2, rng)):
         q = TorchMixture.from_numpy(params, layout)
         with torch.no_grad():
@@ -281,19 +286,24 @@ def test_taylor_expectations_values_and_closed_form_gradient(k):
     atoms = 0.3 * (torch.rand(4, 3, 3, dtype=torch.float64, generator=gen) - 0.5)
     probs = torch.softmax(torch.randn(4, 3, 3, dtype=torch.float64, generator=gen), -1)
     central = (probs.unsqueeze(-1) * atoms.unsqueeze(-1) ** torch.arange(k + 1)).sum(-2)  # E[u^p], p = 0..k
-    got = chebyshev_taylor_expectations(mu, central, k).numpy()
     z = (mu.unsqueeze(-1) + atoms).numpy()
     ref = np.stack([(probs.numpy() * C.chebval(z, [0] * j + [1])).sum(-1) for j in range(1, k + 1)], -1)
-    assert np.max(np.abs(got - ref)) < 1e-13
-    leaves = (mu.clone().requires_grad_(True), central.clone().requires_grad_(True))
-    assert torch.autograd.gradcheck(lambda m, c: chebyshev_taylor_expectations(m, c, k), leaves, eps=1e-6, atol=1e-7)
+    kernel = lambda m, c: kernels.TaylorExpectations.apply(m, c)[0]
+    for taylor in (lambda m, c: chebyshev_taylor_expectations(m, c, k), kernel):
+        assert np.max(np.abs(taylor(mu, central).numpy() - ref)) < 1e-13
+        leaves = (mu.clone().requires_grad_(True), central.clone().requires_grad_(True))
+        assert torch.autograd.gradcheck(taylor, leaves, eps=1e-6, atol=1e-7)
+    # The kernel's last two Taylor coefficient vectors are the torch form's.
+    last = kernels.TaylorExpectations.apply(mu, central)[1]
+    assert torch.allclose(last, model._taylor_expectations(mu, central, k)[1], rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("max_taylor_error", [math.inf, 0.0], ids=["fast", "stable"])
-def test_gradcheck_small_model(max_taylor_error):
+@pytest.mark.parametrize("max_taylor_error, fused", [(math.inf, True), (math.inf, False), (0.0, True)],
+                         ids=["fast-kernels", "fast-torch", "stable"])
+def test_gradcheck_small_model(max_taylor_error, fused):
     layout = EncodingLayout((Coordinate("a", "value", 3), Coordinate("b", "value", 0), Coordinate("c", "value", 0), Coordinate("d", "value", 2)))
     dirs = np.vstack([draw_directions(0, 5, layout.d), np.eye(layout.d)[[0, 1]]])  # axes: zero-variance cases
-    ev = MomentEvaluator(layout, dirs, direction_scales(dirs, "ball"), 8, max_taylor_error=max_taylor_error)
+    ev = MomentEvaluator(layout, dirs, direction_scales(dirs, "ball"), 8, max_taylor_error=max_taylor_error, fused=fused)
     module = MixtureModule(layout, K=2, R=1)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
