@@ -198,8 +198,9 @@ class JointCentral(torch.autograd.Function):
 # ---------------------------------------------------------------------------------------------------------------
 # The chain of parts: acc_(t+1)[c, l] = acc_t[c, l] * b_t[c, l] as truncated series, where a separable coordinate's
 # series is b[m] = w^m M[c, t, m] and a joint pair's is b[m] = sum_(s <= m) w_a^s w_b^(m-s) J[c, u, s, m - s].
-# Arrays put the direction axis last so the innermost loops run over contiguous directions (SIMD); the direction
-# constants per part are (k+1, L) powers, small enough to stay in cache across components.
+# Arrays put the direction axis last, and the innermost loops run over 1-d row views of contiguous directions
+# (2-2.5x faster than 2-d indexing: they vectorise). The direction constants per part are (k+1, L) powers, small
+# enough to stay in cache across components.
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -216,10 +217,11 @@ def _part_series(c: int, t: int, central: np.ndarray, wpow: np.ndarray, mixed: n
     u = t - T
     b[:] = 0.0
     for s in range(n):
+        wa = joint_pow[u, 0, s]
         for r in range(n - s):
-            coefficient = mixed[c, u, s, r]
+            coefficient, wb, out = mixed[c, u, s, r], joint_pow[u, 1, r], b[s + r]
             for l in range(L):
-                b[s + r, l] += joint_pow[u, 0, s, l] * joint_pow[u, 1, r, l] * coefficient
+                out[l] += wa[l] * wb[l] * coefficient
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -236,10 +238,12 @@ def _chain_forward(acc0: np.ndarray, central: np.ndarray, wpow: np.ndarray, mixe
             _part_series(c, t, central, wpow, mixed, joint_pow, b)
             acc = steps[t, c]
             product[:] = 0.0
-            for m in range(n):
-                for q in range(m + 1):
+            for q in range(n):
+                a = acc[q]
+                for s in range(n - q):
+                    part, out = b[s], product[q + s]
                     for l in range(L):
-                        product[m, l] += acc[q, l] * b[m - q, l]
+                        out[l] += a[l] * part[l]
             steps[t + 1, c] = product
 
 
@@ -259,10 +263,17 @@ def _chain_backward(grad: np.ndarray, central: np.ndarray, wpow: np.ndarray, mix
             g_prev[:] = 0.0
             g_b[:] = 0.0
             for q in range(n):
+                to_acc = g_prev[q]
                 for m in range(q, n):
+                    gm, part = g[m], b[m - q]
                     for l in range(L):
-                        g_prev[q, l] += g[m, l] * b[m - q, l]
-                        g_b[q, l] += g[m, l] * acc[m - q, l]
+                        to_acc[l] += gm[l] * part[l]
+            for q in range(n):
+                to_b = g_b[q]
+                for m in range(q, n):
+                    gm, before = g[m], acc[m - q]
+                    for l in range(L):
+                        to_b[l] += gm[l] * before[l]
             if t < T:
                 for s in range(n):
                     total = 0.0
@@ -273,10 +284,12 @@ def _chain_backward(grad: np.ndarray, central: np.ndarray, wpow: np.ndarray, mix
                 u = t - T
                 g_mixed[c, u] = 0.0
                 for s in range(n):
+                    wa = joint_pow[u, 0, s]
                     for r in range(n - s):
+                        wb, gm = joint_pow[u, 1, r], g_b[s + r]
                         total = 0.0
                         for l in range(L):
-                            total += g_b[s + r, l] * joint_pow[u, 0, s, l] * joint_pow[u, 1, r, l]
+                            total += gm[l] * wa[l] * wb[l]
                         g_mixed[c, u, s, r] = total
             g[:] = g_prev
         g_acc0[c] = g

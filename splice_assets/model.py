@@ -699,12 +699,12 @@ class MixtureModule(torch.nn.Module):
 
     def tail_mass(self) -> torch.Tensor:
         """sum_c pi_c sum_i P_c(|x_i| > 1) over the continuous coordinates (a scalar)."""
-        q = self.forward()
-        if q.means.shape[1] == 0:
-            return q.weights.sum() * 0.0
-        sd = self.marginal_sd()
-        out = torch.special.ndtr((-1.0 - q.means) / sd) + torch.special.ndtr((q.means - 1.0) / sd)
-        return (q.weights * out.sum(-1)).sum()
+        weights = torch.softmax(self.weight_logits, dim=0)
+        means, sd = self.mean_and_sd()
+        if means.shape[1] == 0:
+            return weights.sum() * 0.0
+        out = torch.special.ndtr((-1.0 - means) / sd) + torch.special.ndtr((means - 1.0) / sd)
+        return (weights * out.sum(-1)).sum()
 
     @torch.no_grad()
     def initialise(
