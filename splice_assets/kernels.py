@@ -4,6 +4,8 @@ The fast path works on (components x directions) batches of short power series (
 each step of it is a few small ops on (K, L, k+1) tensors, and a training step ran ~190 of them plus their
 backward (~70 ms on california at K = 20, L = 256, k = 16). These kernels do the same arithmetic in one pass
 per batch row:
+  * ``DiscreteCentral`` / ``JointCentral``: each part's direction-free divided central moments
+    M_m = sum_r p_r (g_r - gbar)^m / m! (a joint pair's mixed M[s, t]), with their absolute twins;
   * ``SeriesChain``: the Gaussian part's series times every other part's, one after another, as truncated power
     series (c_m = sum_q a_q b_(m-q)): a separable coordinate's w_(t,l)^m M_(c,t,m), a joint pair's
     sum_s w_a^s w_b^(m-s) J_(c,s,m-s);
@@ -11,6 +13,7 @@ per batch row:
     of T_j at mu (the Chebyshev recurrence P_(j+1) = 2 (mu + u) P_j - P_(j-1)).
 All take and return float64 CPU tensors; ``model.MomentEvaluator`` keeps the batched torch forms for other devices,
 and the tests check both against each other and by gradcheck. No privacy role: these evaluate the model.
+The innermost loops run over a contiguous axis of 1-d row views: numba vectorises those, not 2-d indexing.
 """
 
 from __future__ import annotations
@@ -357,11 +360,13 @@ class SeriesChain(torch.autograd.Function):
 def _taylor_step(j: int, mu: np.ndarray, prev: np.ndarray, cur: np.ndarray, nxt: np.ndarray) -> None:
     """P_(j+1)[p] = 2 P_j[p - 1] + 2 mu P_j[p] - P_(j-1)[p], p <= j + 1 (entries above a degree stay 0)."""
     N = mu.shape[0]
+    out, here, before = nxt[0], cur[0], prev[0]
     for i in range(N):
-        nxt[0, i] = 2.0 * mu[i] * cur[0, i] - prev[0, i]
+        out[i] = 2.0 * mu[i] * here[i] - before[i]
     for p in range(1, j + 2):
+        out, lower, here, before = nxt[p], cur[p - 1], cur[p], prev[p]
         for i in range(N):
-            nxt[p, i] = 2.0 * cur[p - 1, i] + 2.0 * mu[i] * cur[p, i] - prev[p, i]
+            out[i] = 2.0 * lower[i] + 2.0 * mu[i] * here[i] - before[i]
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -372,15 +377,18 @@ def _taylor_forward(mu: np.ndarray, central: np.ndarray, moments: np.ndarray, la
     P[0, 0] = 1.0
     P[1, 0] = mu
     P[1, 1] = 1.0
+    first = moments[0]
     for i in range(N):
-        moments[0, i] = mu[i] * central[0, i] + central[1, i]
+        first[i] = mu[i] * central[0, i] + central[1, i]
     for j in range(1, n - 1):
         nxt = P[(j + 1) % 3]
         _taylor_step(j, mu, P[(j - 1) % 3], P[j % 3], nxt)
-        moments[j] = 0.0
+        out = moments[j]
+        out[:] = 0.0
         for p in range(j + 2):
+            coefficient, moment = nxt[p], central[p]
             for i in range(N):
-                moments[j, i] += nxt[p, i] * central[p, i]
+                out[i] += coefficient[i] * moment[i]
     last[0] = P[(n - 2) % 3]
     last[1] = P[(n - 1) % 3]
 
@@ -395,19 +403,23 @@ def _taylor_backward(grad: np.ndarray, mu: np.ndarray, central: np.ndarray, g_mu
     P[1, 0] = mu
     P[1, 1] = 1.0
     g_central[:] = 0.0
+    g = grad[0]
     for i in range(N):
-        g_central[0, i] = grad[0, i] * mu[i]
-        g_central[1, i] = grad[0, i]
-        g_mu[i] = grad[0, i] * central[0, i]
+        g_central[0, i] = g[i] * mu[i]
+        g_central[1, i] = g[i]
+        g_mu[i] = g[i] * central[0, i]
     for j in range(1, n - 1):
         nxt = P[(j + 1) % 3]
         _taylor_step(j, mu, P[(j - 1) % 3], P[j % 3], nxt)
+        g = grad[j]
         for p in range(j + 2):
+            to_central, coefficient = g_central[p], nxt[p]
             for i in range(N):
-                g_central[p, i] += grad[j, i] * nxt[p, i]
+                to_central[i] += g[i] * coefficient[i]
         for p in range(j + 1):
+            moment, higher, order = central[p], nxt[p + 1], p + 1.0
             for i in range(N):
-                g_mu[i] += grad[j, i] * central[p, i] * (p + 1) * nxt[p + 1, i]
+                g_mu[i] += order * g[i] * moment[i] * higher[i]
 
 
 def _rows_last(t: torch.Tensor) -> np.ndarray:

@@ -170,6 +170,13 @@ def test_pair_misfit_and_choice_of_joint_pairs():
     assert abs(pair_misfit(truth, noisy, PAIRS, s).mean() - 1) < 0.25
     misfit = np.array([1.0, 9.0, 3.0, 8.0, 2.5])
     pairs = ((0, 1), (1, 2), (3, 4), (2, 3), (0, 4))
-    assert choose_joint_pairs(misfit, pairs, 5, 2.0) == ((1, 2), (3, 4))  # (2, 3) and (0, 4) share coordinates
-    assert choose_joint_pairs(misfit, pairs, 1, 2.0) == ((1, 2),)
-    assert choose_joint_pairs(misfit, pairs, 5, 10.0) == ()
+    cells = [4] * 5
+    assert choose_joint_pairs(misfit, cells, pairs, 5, 2.0) == ((1, 2), (3, 4))  # (2, 3) and (0, 4) share coordinates
+    assert choose_joint_pairs(misfit, cells, pairs, 1, 2.0) == ((1, 2),)
+    assert choose_joint_pairs(misfit, cells, pairs, 5, 10.0) == ()
+    # Ranked by chi^2 excess (misfit - 1) * cells: (3, 4) at misfit 3 over 40 cells (80) goes before (1, 2) at 9
+    # over 4 cells (32); (2, 3) shares a coordinate with both.
+    cells = [4, 4, 40, 4, 4]
+    assert choose_joint_pairs(misfit, cells, pairs, 5, 2.0) == ((3, 4), (1, 2))
+    # A large table below the misfit threshold is never taken, whatever its excess.
+    assert choose_joint_pairs(np.array([1.9, 3.0]), [1000, 4], ((0, 1), (2, 3)), 5, 2.0) == ((2, 3),)
