@@ -106,7 +106,7 @@ class FitConfig:
     #: start misfits by a mean squared standardised residual of at least ``joint_min_misfit`` (1 = the noise
     #: level; ``product_em.pair_misfit``), largest chi^2 excess first, get one joint table per component instead
     #: of two independent ones (0 = none; only with histogram numerics and measured pairs). Ranking by excess
-    #: rather than misfit: california 3-way TVD eps = 1 .1856 -> .1758, eps = 10 .1457 -> .1395, adult eps = 1
+    #: rather than misfit: california 3-way TVD eps = 1 .1856 -> .1758, eps = 10 .1457 -> .1383, adult eps = 1
     #: .1014 -> .1026 (paired, medians of 3 seeds). Paired A/B, medians of 3 seeds, 0 -> 6 pairs
     #: (2-way / 3-way TVD): adult eps = 0.5 .0675 / .135 -> .0656 / .128, eps = 1 .0521 / .110 -> .0491 / .101,
     #: eps = 3 .0369 / .083 -> .0355 / .078 (TSTR AUC .868 / .877 / .890 -> .876 / .887 / .900); california

@@ -121,28 +121,15 @@ def _divided_deviations(table: np.ndarray, grid_a: np.ndarray, grid_b: np.ndarra
 @numba.njit(cache=True, fastmath=True)
 def _mixed_forward(table: np.ndarray, grid_a: np.ndarray, grid_b: np.ndarray, inv_factorial: np.ndarray,
                    mixed: np.ndarray, abs_mixed: np.ndarray) -> None:
-    """table (K, r_a, r_b): mixed[c, s, t] = sum_ij p_ij (g_i - gbar_a)^s (g_j - gbar_b)^t / (s! t!)."""
+    """table (K, r_a, r_b): mixed[c] = da^T p db, i.e. sum_ij p_ij (g_i - gbar_a)^s (g_j - gbar_b)^t / (s! t!)."""
     K, ra, rb = table.shape
     n = inv_factorial.shape[0]
     da, db = np.empty((ra, n)), np.empty((rb, n))
-    inner, abs_inner = np.empty((ra, n)), np.empty((ra, n))
     for c in range(K):
         _divided_deviations(table[c], grid_a, grid_b, inv_factorial, da, db)
-        inner[:] = 0.0
-        abs_inner[:] = 0.0
-        for i in range(ra):
-            for j in range(rb):
-                p = table[c, i, j]
-                for t in range(n):
-                    inner[i, t] += p * db[j, t]
-                    abs_inner[i, t] += p * abs(db[j, t])
-        mixed[c] = 0.0
-        abs_mixed[c] = 0.0
-        for i in range(ra):
-            for s in range(n):
-                for t in range(n):
-                    mixed[c, s, t] += da[i, s] * inner[i, t]
-                    abs_mixed[c, s, t] += abs(da[i, s]) * abs_inner[i, t]
+        p = np.ascontiguousarray(table[c])
+        mixed[c] = np.dot(np.ascontiguousarray(da.T), np.dot(p, db))
+        abs_mixed[c] = np.dot(np.ascontiguousarray(np.abs(da).T), np.dot(p, np.abs(db)))
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -151,27 +138,16 @@ def _mixed_backward(grad: np.ndarray, table: np.ndarray, grid_a: np.ndarray, gri
     """dM[s, t] / dp_ij = da[i, s] db[j, t] - g_i M[s - 1, t] - g_j M[s, t - 1]."""
     K, ra, rb = table.shape
     n = inv_factorial.shape[0]
-    da, db, outer = np.empty((ra, n)), np.empty((rb, n)), np.empty((ra, n))
+    da, db = np.empty((ra, n)), np.empty((rb, n))
     for c in range(K):
         _divided_deviations(table[c], grid_a, grid_b, inv_factorial, da, db)
-        through_a, through_b = 0.0, 0.0
-        for s in range(n):
-            for t in range(n):
-                if s >= 1:
-                    through_a += grad[c, s, t] * mixed[c, s - 1, t]
-                if t >= 1:
-                    through_b += grad[c, s, t] * mixed[c, s, t - 1]
-        outer[:] = 0.0
-        for i in range(ra):
-            for s in range(n):
-                for t in range(n):
-                    outer[i, t] += da[i, s] * grad[c, s, t]
+        g = np.ascontiguousarray(grad[c])
+        through_a = np.sum(g[1:, :] * mixed[c, :-1, :])
+        through_b = np.sum(g[:, 1:] * mixed[c, :, :-1])
+        direct = np.dot(np.dot(da, g), np.ascontiguousarray(db.T))
         for i in range(ra):
             for j in range(rb):
-                total = 0.0
-                for t in range(n):
-                    total += outer[i, t] * db[j, t]
-                g_table[c, i, j] = total - grid_a[i] * through_a - grid_b[j] * through_b
+                g_table[c, i, j] = direct[i, j] - grid_a[i] * through_a - grid_b[j] * through_b
 
 
 class JointCentral(torch.autograd.Function):

@@ -21,7 +21,7 @@ Fast path (centred Taylor, O(k^2) per part and direction):
    direction; the Gaussian's are ``(var/2)^h / h!`` at m = 2h.
 2. Divided moments of independent parts multiply as truncated power series. On CPU the whole chain (and steps 1,
    3 and 6) runs in fused numba kernels with hand-written backward passes (``kernels``: one pass per batch instead
-   of ~190 small torch ops, 1.9-2x faster per Adam step); elsewhere multiplying by part i is one batched GEMM per
+   of ~190 small torch ops: 2.3-2.6x faster per Adam step); elsewhere multiplying by part i is one batched GEMM per
    component, ``w^m [(acc / w^q) @ Toeplitz(M_{c,i})]_m`` (|w| floored at 10^(-280/k), which changes moments by
    < 3e-18). Both forms are tested against each other and against exact enumeration.
 3. E[T_j(mu + u)] = sum_p P_j[p] E[u^p], P_j the Taylor coefficients of T_j at mu from the Chebyshev recurrence
@@ -468,13 +468,13 @@ class MomentEvaluator:
             gbar = (q.probs * self.grid).sum(-1)  # (K, n_disc)
             mu = mu + gbar @ self.w_disc.T
             if self.fused:
-                central, abs_central = kernels.DiscreteCentral.apply(q.probs[:, self.separable], *self.sep_grid)
+                separable, abs_separable = kernels.DiscreteCentral.apply(q.probs[:, self.separable], *self.sep_grid)
                 mixed, abs_mixed = self._fused_joint_moments(q)
-                acc = kernels.SeriesChain.apply(acc, central, mixed, *self.chain_powers)
-                abs_acc = kernels.series_chain_values(abs_acc, abs_central, abs_mixed, *self.abs_chain_powers)
+                acc = kernels.SeriesChain.apply(acc, separable, mixed, *self.chain_powers)
+                abs_acc = kernels.series_chain_values(abs_acc, abs_separable, abs_mixed, *self.abs_chain_powers)
             else:
-                central, abs_central, mixed, abs_mixed = self._part_moments(q, gbar)
-                acc, abs_acc = self._gemm_chain(acc, abs_acc, central, abs_central, mixed, abs_mixed)
+                separable, abs_separable, mixed, abs_mixed = self._part_moments(q, gbar)
+                acc, abs_acc = self._gemm_chain(acc, abs_acc, separable, abs_separable, mixed, abs_mixed)
         central = acc * self.factorial  # E[(z - mu)^p], p = 0..k
         if self.fused:
             moments, last = kernels.TaylorExpectations.apply(mu, central)
