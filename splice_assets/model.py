@@ -673,9 +673,6 @@ class MixtureModule(torch.nn.Module):
         cap = torch.clamp(cap, min=lo)
         return means, lo + (cap - lo) * torch.sigmoid(self.sd_raw)
 
-    def marginal_sd(self) -> torch.Tensor:
-        return self.mean_and_sd()[1]
-
     def forward(self) -> TorchMixture:
         weights = torch.softmax(self.weight_logits, dim=0)
         logits = self.prob_logits.masked_fill(~self.level_mask, -torch.inf)

@@ -76,3 +76,12 @@ def test_series_chain_matches_repeated_series_products(separable, joint):
     assert torch.all(absolute >= got.abs() - 1e-13)  # the absolute chain bounds every term the chain sums
     leaves = tuple(t.clone().requires_grad_(True) for t in (acc0, central, mixed))
     assert torch.autograd.gradcheck(lambda a, c, m: kernels.SeriesChain.apply(a, c, m, *powers), leaves)
+
+
+def test_fused_kernels_are_refused_off_cpu_naming_the_device():
+    from splice_assets.encoding import Coordinate, EncodingLayout
+    from splice_assets.model import MomentEvaluator
+
+    layout = EncodingLayout((Coordinate("a", "value", 3), Coordinate("b", "value", 2)))
+    with pytest.raises(ValueError, match="meta"):
+        MomentEvaluator(layout, np.eye(2), np.full(2, 3.0), 4, device="meta", fused=True)
