@@ -111,8 +111,8 @@ class FitConfig:
     #: (2-way / 3-way TVD): adult eps = 0.5 .0675 / .135 -> .0656 / .128, eps = 1 .0521 / .110 -> .0491 / .101,
     #: eps = 3 .0369 / .083 -> .0355 / .078 (TSTR AUC .868 / .877 / .890 -> .876 / .887 / .900); california
     #: .1146 / .230 -> .1119 / .224, .0845 / .188 -> .0828 / .186, .0644 / .159 -> .0637 / .149. Cost: fit steps
-    #: about 20% dearer (california eps = 1: 52 -> 61 ms). At most 3 pairs (misfit >= 5) kept most of adult's gain
-    #: but little of california's.
+    #: about 20% dearer (california eps = 1: 52 -> 61 ms with the torch fast path; 37 ms with ``kernels``). At
+    #: most 3 pairs (misfit >= 5) kept most of adult's gain but little of california's.
     joint_pairs: int = 6
     joint_min_misfit: float = 2.0
 
