@@ -23,7 +23,7 @@ from .model import MixtureParameters
 from .moments import coordinate_cells
 from .product_em import simplex_projection
 from .schema import TableSchema
-from .tilt import CellTilt, log_weights, systematic_resample, table_cells
+from .tilt import CellTilt, pool_log_weights, systematic_resample
 
 # Model files: version 2 is written only for a model with joint parts, so that a reader that predates them refuses
 # the file instead of silently sampling the pair independently; every other model stays version 1.
@@ -77,7 +77,7 @@ def sample_cube(
     for start in range(0, n_rows, TILT_CHUNK_ROWS):
         rows = min(TILT_CHUNK_ROWS, n_rows - start)
         pool = mixture_draws(model, tilt.pool_factor * rows, rng, True, integer_bounds, spread)
-        log_w = log_weights(tilt.potentials, table_cells(pool, layout, tilt.numeric_bins, tilt.pairs))
+        log_w = pool_log_weights(tilt.potentials, pool, layout, tilt.numeric_bins, tilt.pairs)
         chunks.append(pool[systematic_resample(log_w, rows, rng)])
     return match_to_marginals(np.concatenate(chunks), layout, model.marginal_targets, rng, integer_bounds, model.links)
 
@@ -181,7 +181,7 @@ def match_to_marginals(
                 out[moved, i] = -1.0 + (assigned[moved] + rng.random(int(moved.sum()))) * 2.0 / targets.numeric_bins
         else:
             shuffled = rng.permutation(n)
-            order = shuffled[np.argsort(out[shuffled, i], kind="stable")]  # ties broken at random
+            order = shuffled[_rank_order(out[shuffled, i], coord)]  # ties broken at random by the shuffle
             assigned = np.empty(n, dtype=np.int64)
             assigned[order] = np.repeat(np.arange(len(counts)), counts)
         if coord.is_discrete:
@@ -196,6 +196,18 @@ def match_to_marginals(
             hi = np.where(assigned == targets.numeric_bins - 1, 1.0, start + (1 - 1e-9) * width)
             out[:, i] = np.clip(out[:, i], lo, hi)
     return np.ascontiguousarray(out)
+
+
+def _rank_order(values: np.ndarray, coord: Coordinate) -> np.ndarray:
+    """Indices that sort ``values`` (rows already in random order, so whichever way the sort orders tied values,
+    tied rows end in random order).
+
+    A coordinate on a grid of few levels is sorted by its cell codes as 16-bit integers (numpy's stable radix sort),
+    other values by numpy's quicksort (vectorised); both are 6-10x faster than a stable sort of floats.
+    """
+    if coord.is_discrete and not coord.is_binned and coord.levels <= np.iinfo(np.int16).max:
+        return np.argsort(coordinate_cells(values, coord).astype(np.int16), kind="stable")
+    return np.argsort(values, kind="quicksort")
 
 
 def _link_partners(

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 from scipy import sparse
 
@@ -72,6 +73,36 @@ def log_weights(potentials: np.ndarray, cells: np.ndarray) -> np.ndarray:
     for column in cells.T:
         log_w -= potentials[column]
     return log_w
+
+
+def pool_log_weights(
+    potentials: np.ndarray, cube: np.ndarray, layout: EncodingLayout, numeric_bins: int,
+    pairs: Sequence[tuple[int, int]],
+) -> np.ndarray:
+    """``log_weights(potentials, table_cells(cube, ...))`` in one pass over the rows, without the (rows, tables)
+    cell matrix: what sampling needs for every pool (at 400,000 x 24 the matrix was a third of sampling's time)."""
+    sizes = np.asarray(marginal_sizes(layout, numeric_bins), dtype=np.int64)
+    cell_sizes = np.array([sizes[a] * sizes[b] for a, b in pairs], dtype=np.int64)
+    return _pool_log_weights(
+        np.asarray(potentials, dtype=np.float64), marginal_cells(cube, layout, numeric_bins),
+        np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
+        np.asarray(pairs, dtype=np.int64).reshape(-1, 2), sizes,
+        int(sizes.sum()) + np.concatenate([[0], np.cumsum(cell_sizes)[:-1]]).astype(np.int64),
+    )
+
+
+@numba.njit(cache=True)  # no fastmath: the sums keep log_weights' order, so the weights are the same bits
+def _pool_log_weights(potentials, cells, offsets, pairs, sizes, pair_offsets):  # pragma: no cover - numba
+    out = np.zeros(cells.shape[0])
+    for r in range(cells.shape[0]):
+        total = 0.0
+        for i in range(cells.shape[1]):
+            total -= potentials[cells[r, i] + offsets[i]]
+        for p in range(pairs.shape[0]):
+            a, b = pairs[p, 0], pairs[p, 1]
+            total -= potentials[cells[r, a] * sizes[b] + cells[r, b] + pair_offsets[p]]
+        out[r] = total
+    return out
 
 
 def _normalised(log_w: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ from splice_assets import pipeline
 from splice_assets.encoding import layout_for
 from splice_assets.fit import FitConfig
 from splice_assets.moments import coordinate_pairs, marginal_counts, marginal_sizes, pair_counts, pair_tables
-from splice_assets.tilt import fit_tilt, log_weights, systematic_resample, table_cells
+from splice_assets.tilt import fit_tilt, log_weights, pool_log_weights, systematic_resample, table_cells
 from toy import TOY_SCHEMA, toy_measurement
 
 SCHEMA = TOY_SCHEMA
@@ -56,6 +56,17 @@ def test_table_cells_count_like_the_measured_tables():
     tables = np.concatenate(_tables(rows))
     assert cells.shape == (500, LAYOUT.d + len(PAIRS))
     assert np.array_equal(np.bincount(cells.ravel(), minlength=tables.size) / len(rows), tables)
+
+
+def test_pool_log_weights_equal_the_cell_matrix_form():
+    """Sampling's one-pass weights are log_weights over table_cells, to the bit (same summation order)."""
+    rng = np.random.default_rng(5)
+    rows = _correlated_rows(rng, 700)
+    sizes = marginal_sizes(LAYOUT, BINS)
+    potentials = rng.normal(0, 1, sum(sizes) + sum(sizes[a] * sizes[b] for a, b in PAIRS))
+    for pairs in (PAIRS, ()):  # with the 2-way tables, and 1-way only
+        expected = log_weights(potentials, table_cells(rows, LAYOUT, BINS, pairs))
+        np.testing.assert_array_equal(pool_log_weights(potentials, rows, LAYOUT, BINS, pairs), expected)
 
 
 def _weighted_tables(potentials: np.ndarray, cells: np.ndarray, n_cells: int) -> np.ndarray:
