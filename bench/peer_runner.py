@@ -12,6 +12,13 @@ Fairness choices (see /work/shared/docs/peers.md):
   smartnoise's default ``sample()`` whose grouped rounding sampler in mbi 1.1.0 makes sibling columns move
   together (78-83% duplicate rows on adult). Post-processing, no privacy cost.
 * Decoding: bin code -> bin midpoint (integer columns rounded), category code -> category, missing -> empty.
+* Neighbouring relation: smartnoise calibrates AIM and MST for add/remove-one neighbours (a count query has
+  sensitivity 1), SPLICE for replace-one (one row leaves a cell and enters another: sqrt 2). ``--relation
+  replace_one`` gives the peer the epsilon at which it is (epsilon, delta)-DP under replace-one, like SPLICE: in
+  zCDP a replaced row doubles the rho of a Gaussian count measurement (sensitivity 1 -> sqrt 2) and quadruples that
+  of an exponential-mechanism selection (score sensitivity 1 -> 2). AIM spends 90% of each round's rho on
+  measurements and 10% on selection, so replace-one rho = 2.2 x its add/remove rho; MST spends thirds (1-way
+  measurements, selection, 2-way measurements): 8/3 x. The peer runs at rho(epsilon, delta) / that factor.
 
     python bench/peer_runner.py --method aim --train T.csv --domain D.json --epsilon 1 --delta 1e-9 \
         --seed 0 --out synth.csv --stats stats.json
@@ -28,6 +35,25 @@ import time
 from pathlib import Path
 
 BINS = 16
+#: Replace-one rho / add/remove rho of each peer's mechanism (see the module docstring).
+REPLACE_ONE_FACTOR = {"aim": 0.9 * 2 + 0.1 * 4, "mst": (2 + 4 + 2) / 3}
+
+
+def replace_one_epsilon(method: str, epsilon: float, delta: float) -> tuple[float, float]:
+    """The add/remove epsilon to give smartnoise so that the peer is (epsilon, delta)-DP under replace-one, and the
+    rho it then spends: the largest eps' (bisection, 40 steps, lower end kept) with cdp_rho(eps', delta) <=
+    cdp_rho(epsilon, delta) / REPLACE_ONE_FACTOR[method], using smartnoise's own conversion."""
+    from snsynth.utils import cdp_rho
+
+    target = cdp_rho(epsilon, delta) / REPLACE_ONE_FACTOR[method]
+    lo, hi = 0.0, epsilon
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if cdp_rho(mid, delta) <= target:
+            lo = mid
+        else:
+            hi = mid
+    return lo, cdp_rho(lo, delta)
 
 
 def encode_codes(df, domain):
@@ -114,6 +140,8 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, required=True)
     ap.add_argument("--delta", type=float, default=1e-9)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--relation", choices=["add_remove", "replace_one"], default="add_remove",
+                    help="the neighbouring relation --epsilon is meant under (smartnoise's own: add_remove)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--stats", required=True)
     args = ap.parse_args()
@@ -151,7 +179,16 @@ def main() -> None:
     dump({"status": "fitting"})
 
     t = time.perf_counter()
-    synth = Synthesizer.create(args.method, epsilon=args.epsilon, delta=args.delta)
+    epsilon = args.epsilon
+    relation = {"relation": args.relation}
+    if args.relation == "replace_one":
+        epsilon, rho = replace_one_epsilon(args.method, args.epsilon, args.delta)
+        relation.update(epsilon_add_remove=epsilon, rho=rho, replace_one_factor=REPLACE_ONE_FACTOR[args.method])
+    seconds["relation"] = time.perf_counter() - t
+    dump({"status": "fitting", **relation})
+
+    t = time.perf_counter()
+    synth = Synthesizer.create(args.method, epsilon=epsilon, delta=args.delta)
     synth.fit(codes, transformer=public_transformer(domain), preprocessor_eps=0.0)
     seconds["fit"] = time.perf_counter() - t
     eps_left = float(synth.epsilon)
@@ -166,6 +203,7 @@ def main() -> None:
     seconds["write"] = time.perf_counter() - t
     dump({
         "status": "ok",
+        **relation,
         "epsilon_training": eps_left,
         "versions": {"smartnoise-synth": getattr(snsynth, "__version__", "1.0.8"), "python": sys.version.split()[0]},
     })

@@ -10,7 +10,7 @@ import pandas as pd
 from bench.common import machine_info
 
 QUALITY = ["tvd1", "tvd2", "tvd3", "sw1", "mmd", "tstr", "det_auc_lr", "det_auc_xgb", "dup_rows"]
-METHOD_ORDER = ["splice", "splice_paper", "mst", "aim", "ref_independent", "ref_real_train"]
+METHOD_ORDER = ["splice", "splice_paper", "mst", "aim", "mst_replace", "aim_replace", "ref_independent", "ref_real_train"]
 
 
 def _fmt(v, digits: int = 3) -> str:

@@ -34,6 +34,9 @@ from bench.common import (
 )  # fmt: skip
 
 METHODS = ("splice", "splice_paper", "aim", "mst")
+#: The peers again at the epsilon that makes them (epsilon, delta)-DP under replace-one neighbours, SPLICE's relation
+#: (smartnoise's own is add/remove; see bench/peer_runner.py). Opt-in: ``--methods splice,aim_replace,mst_replace``.
+MATCHED_PEERS = ("aim_replace", "mst_replace")
 # Our methods: the product defaults, and the paper's configuration (moments only, L = 1024, K = 5, R = 2).
 SPLICE_ARGS = {
     "splice": [],
@@ -50,7 +53,7 @@ COLUMNS = [
     "t_import", "t_validate", "t_encode", "t_measure", "t_fit", "t_sample",
     "tvd1", "tvd2", "tvd3", "sw1", "mmd", "assoc_err", "tstr", "tstr_metric", "tstr_acc",
     "det_auc_lr", "det_auc_xgb", "dcr_closer_train", "dup_rows", "n_train", "n_test", "threads", "concurrent",
-    "preprocess_eps", "timeout_s", "score_s", "load1_start", "code_version", "notes",
+    "preprocess_eps", "peer_epsilon_add_remove", "timeout_s", "score_s", "load1_start", "code_version", "notes",
 ]  # fmt: skip
 
 
@@ -158,12 +161,14 @@ def run_method(p: Prepared, method: str, eps: float, seed: int, threads: int, ai
         ]  # fmt: skip
         timeout = None
     else:
+        peer = method.removesuffix("_replace")
         cmd = [
-            str(PEERS_PY), str(BENCH_DIR / "peer_runner.py"), "--method", method, "--train", str(p.train_csv),
+            str(PEERS_PY), str(BENCH_DIR / "peer_runner.py"), "--method", peer, "--train", str(p.train_csv),
             "--domain", str(p.domain_json), "--epsilon", str(eps), "--delta", str(DELTA), "--seed", str(seed),
             "--out", str(synth_csv), "--stats", str(stats_json),
+            "--relation", "replace_one" if method in MATCHED_PEERS else "add_remove",
         ]  # fmt: skip
-        timeout = aim_timeout if method == "aim" else None
+        timeout = aim_timeout if peer == "aim" else None
     print(f"[bench] {p.name} {tag}: running", flush=True)
     load1 = os.getloadavg()[0]  # the machine may be shared: record how busy it was when the run started
     info = run_timed(cmd, log, timeout, thread_env(threads))
@@ -184,7 +189,11 @@ def run_method(p: Prepared, method: str, eps: float, seed: int, threads: int, ai
         notes.append(" ".join(SPLICE_ARGS[method]) or "product defaults")
     else:
         row["preprocess_eps"] = 0.0
+        row["peer_epsilon_add_remove"] = stats.get("epsilon_add_remove", eps if method not in MATCHED_PEERS else None)
         notes.append("16 equal-width bins over public bounds; iid sampler; measure inside fit")
+        if method in MATCHED_PEERS:
+            notes.append(f"replace-one: smartnoise given eps {stats.get('epsilon_add_remove', float('nan')):.4g} "
+                         f"(rho / {stats.get('replace_one_factor', float('nan')):.3g})")
     if info["status"] == "timeout":
         notes.append(f"timeout after {timeout:g}s (peak RSS up to the kill)")
     elif info["status"] == "error":
@@ -275,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--datasets", nargs="+", default=None, help="default: every folder in /work/shared/datasets")
     ap.add_argument("--epsilons", nargs="+", type=float, default=[0.5, 1, 3, 10])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    ap.add_argument("--methods", default=",".join(METHODS), help="comma list of " + ",".join(METHODS))
+    ap.add_argument("--methods", default=",".join(METHODS), help="comma list of " + ",".join(METHODS + MATCHED_PEERS))
     ap.add_argument("--aim-timeout", type=float, default=1200.0, help="seconds; a timeout is recorded, not a crash")
     ap.add_argument("--threads", type=int, default=1, help="BLAS/torch threads of every method process")
     ap.add_argument("--aim-background", action="store_true",
@@ -286,11 +295,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.epsilons, args.seeds, args.aim_timeout = [1.0], [0], min(args.aim_timeout, 900.0)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = set(methods) - set(METHODS)
+    unknown = set(methods) - set(METHODS + MATCHED_PEERS)
     if unknown:
         ap.error(f"unknown methods {sorted(unknown)}")
     ensure_time_binary()
-    if {"aim", "mst"} & set(methods):
+    if {"aim", "mst", *MATCHED_PEERS} & set(methods):
         print(f"[bench] peers venv: smartnoise-synth, mbi, torch, pandas = {ensure_peers_venv()}", flush=True)
     found = sorted(d.name for d in DATASETS_DIR.iterdir() if d.is_dir()) if DATASETS_DIR.is_dir() else []
     prepared = [p for p in (prepare(n) for n in (args.datasets or found)) if p is not None]
@@ -302,8 +311,8 @@ def main(argv: list[str] | None = None) -> None:
             save_rows(reference_rows(p))
 
     jobs = [(p, m, e, s) for p in prepared for e in args.epsilons for s in args.seeds for m in methods]
-    main_jobs = [j for j in jobs if j[1] != "aim"]
-    aim_jobs = [j for j in jobs if j[1] == "aim"]  # AIM is slowest: last, or in its own lane
+    main_jobs = [j for j in jobs if not j[1].startswith("aim")]
+    aim_jobs = [j for j in jobs if j[1].startswith("aim")]  # AIM is slowest: last, or in its own lane
     concurrent = args.aim_background and bool(aim_jobs) and bool(main_jobs)
 
     def do(job) -> None:
