@@ -39,21 +39,22 @@ BINS = 16
 REPLACE_ONE_FACTOR = {"aim": 0.9 * 2 + 0.1 * 4, "mst": (2 + 4 + 2) / 3}
 
 
-def replace_one_epsilon(method: str, epsilon: float, delta: float) -> tuple[float, float]:
+def replace_one_epsilon(method: str, epsilon: float, delta: float, to_rho=None) -> tuple[float, float]:
     """The add/remove epsilon to give smartnoise so that the peer is (epsilon, delta)-DP under replace-one, and the
-    rho it then spends: the largest eps' (bisection, 40 steps, lower end kept) with cdp_rho(eps', delta) <=
-    cdp_rho(epsilon, delta) / REPLACE_ONE_FACTOR[method], using smartnoise's own conversion."""
-    from snsynth.utils import cdp_rho
+    rho it then spends: the largest eps' (bisection, 40 steps, lower end kept) with to_rho(eps', delta) <=
+    to_rho(epsilon, delta) / REPLACE_ONE_FACTOR[method]. ``to_rho`` is smartnoise's own conversion, ``cdp_rho``."""
+    if to_rho is None:
+        from snsynth.utils import cdp_rho as to_rho
 
-    target = cdp_rho(epsilon, delta) / REPLACE_ONE_FACTOR[method]
+    target = to_rho(epsilon, delta) / REPLACE_ONE_FACTOR[method]
     lo, hi = 0.0, epsilon
     for _ in range(40):
         mid = 0.5 * (lo + hi)
-        if cdp_rho(mid, delta) <= target:
+        if to_rho(mid, delta) <= target:
             lo = mid
         else:
             hi = mid
-    return lo, cdp_rho(lo, delta)
+    return lo, to_rho(lo, delta)
 
 
 def encode_codes(df, domain):
