@@ -177,7 +177,6 @@ def main() -> None:
     train = pd.read_csv(args.train, dtype=str, keep_default_na=False, na_values=[""])
     codes = encode_codes(train, domain)
     seconds["discretise"] = time.perf_counter() - t
-    dump({"status": "fitting"})
 
     t = time.perf_counter()
     epsilon = args.epsilon

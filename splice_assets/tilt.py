@@ -50,19 +50,28 @@ class CellTilt:
         }
 
 
+def _table_offsets(
+    layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each coordinate's 1-way cell count, and where each 1-way and each 2-way table starts in the concatenated
+    cells (the ``CellTilt`` order)."""
+    sizes = np.asarray(marginal_sizes(layout, numeric_bins), dtype=np.int64)
+    pair_cells = np.array([sizes[a] * sizes[b] for a, b in pairs], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(np.concatenate([sizes, pair_cells]))[:-1]]).astype(np.int64)
+    return sizes, starts[: layout.d], starts[layout.d :]
+
+
 def table_cells(
     cube: np.ndarray, layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]]
 ) -> np.ndarray:
     """(n, d + len(pairs)) int32: every row's cell in every 1-way table, then in every 2-way table, as indices
     into the tables concatenated (1-way cells first). Column-major: it is built and read one table at a time."""
-    sizes = np.asarray(marginal_sizes(layout, numeric_bins), dtype=np.int64)
+    sizes, starts, pair_starts = _table_offsets(layout, numeric_bins, pairs)
     cells = marginal_cells(cube, layout, numeric_bins)
     out = np.empty((len(cube), layout.d + len(pairs)), dtype=np.int32, order="F")
-    out[:, : layout.d] = cells + np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    offset = int(sizes.sum())
-    for column, (a, b) in enumerate(pairs, start=layout.d):  # one pair at a time: no (n, pairs) temporaries
-        out[:, column] = cells[:, a] * sizes[b] + cells[:, b] + offset
-        offset += int(sizes[a] * sizes[b])
+    out[:, : layout.d] = cells + starts
+    for column, ((a, b), start) in enumerate(zip(pairs, pair_starts), start=layout.d):  # no (n, pairs) temporaries
+        out[:, column] = cells[:, a] * sizes[b] + cells[:, b] + start
     return out
 
 
@@ -81,13 +90,10 @@ def pool_log_weights(
 ) -> np.ndarray:
     """``log_weights(potentials, table_cells(cube, ...))`` in one pass over the rows, without the (rows, tables)
     cell matrix: what sampling needs for every pool (at 400,000 x 24 the matrix was a third of sampling's time)."""
-    sizes = np.asarray(marginal_sizes(layout, numeric_bins), dtype=np.int64)
-    cell_sizes = np.array([sizes[a] * sizes[b] for a, b in pairs], dtype=np.int64)
+    sizes, starts, pair_starts = _table_offsets(layout, numeric_bins, pairs)
     return _pool_log_weights(
-        np.asarray(potentials, dtype=np.float64), marginal_cells(cube, layout, numeric_bins),
-        np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
-        np.asarray(pairs, dtype=np.int64).reshape(-1, 2), sizes,
-        int(sizes.sum()) + np.concatenate([[0], np.cumsum(cell_sizes)[:-1]]).astype(np.int64),
+        np.asarray(potentials, dtype=np.float64), marginal_cells(cube, layout, numeric_bins), starts,
+        np.asarray(pairs, dtype=np.int64).reshape(-1, 2), sizes, pair_starts,
     )
 
 
