@@ -33,13 +33,15 @@ from bench.common import (
     run_timed, split_train_test, thread_env,
 )  # fmt: skip
 
-METHODS = ("splice", "splice_paper", "aim", "mst")
+METHODS = ("splice", "splice_add_remove", "splice_paper", "aim", "mst")
 #: The peers again at the epsilon that makes them (epsilon, delta)-DP under replace-one neighbours, SPLICE's relation
 #: (smartnoise's own is add/remove; see bench/peer_runner.py). Opt-in: ``--methods splice,aim_replace,mst_replace``.
 MATCHED_PEERS = ("aim_replace", "mst_replace")
-# Our methods: the product defaults, and the paper's configuration (moments only, L = 1024, K = 5, R = 2).
+# Our methods: the product defaults (replace-one, and add-remove: the peers' relation, so comparable with aim / mst
+# at the same epsilon), and the paper's configuration (moments only, L = 1024, K = 5, R = 2).
 SPLICE_ARGS = {
     "splice": [],
+    "splice_add_remove": ["--relation", "add-remove"],
     "splice_paper": ["--marginal-share", "0", "--pair-share", "0", "--n-directions", "1024", "--K", "5", "--R", "2",
                      "--numeric-model", "gaussian"],
 }

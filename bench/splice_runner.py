@@ -24,6 +24,8 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, required=True)
     ap.add_argument("--delta", type=float, default=1e-9)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--relation", default="replace-one", choices=["replace-one", "add-remove"],
+                    help="neighbouring relation of the guarantee (add-remove: n private, as AIM / MST)")
     ap.add_argument("--marginal-share", type=float, default=None, help="default: the product's")
     ap.add_argument("--pair-share", type=float, default=None, help="default: the product's")
     ap.add_argument("--n-directions", type=int, default=None, help="default: the product's")
@@ -65,7 +67,8 @@ def main() -> None:
         chosen = {"n_directions": args.n_directions, "k": args.k, "marginal_share": args.marginal_share,
                   "pair_share": args.pair_share}
         plan, calibration = make_plan(
-            schema, len(table), args.epsilon, args.delta, seed=args.seed, **{k: v for k, v in chosen.items() if v is not None}
+            schema, len(table), args.epsilon, args.delta, seed=args.seed, relation=args.relation,
+            **{k: v for k, v in chosen.items() if v is not None},
         )
         measurement = measure(x, schema, plan, calibration)
     del x
@@ -77,7 +80,7 @@ def main() -> None:
         config = FitConfig(seed=args.seed, threads=threads, **{k: v for k, v in shape.items() if v is not None})
         model = fit(measurement, schema, config)
     with timer.stage("sample"):
-        synthetic = sample_table(model, schema, len(table), args.seed)
+        synthetic = sample_table(model, schema, measurement.n, args.seed)  # the noisy n under add-remove
     if args.out:
         with timer.stage("write"):
             synthetic.to_csv(args.out, index=False)
@@ -85,6 +88,8 @@ def main() -> None:
     stats.update(
         {
             "n": len(table),
+            "n_measured": int(measurement.n),
+            "relation": args.relation,
             "d": int(measurement.d),
             "sigma": float(measurement.sigma),
             "fit_final_loss": float(model.final_loss),

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from .measurement import RELATION_REPLACE_ONE
 from .schema import ColumnSpec, TableSchema
 
 #: Public candidate grid: 0 and +-10^e for e in [-3, 9], 20 per decade. Data-independent and fine on purpose:
@@ -48,24 +49,27 @@ def auto_columns(schema: TableSchema) -> list[ColumnSpec]:
     return [c for c in schema.columns if c.is_numeric and c.bounds_auto]
 
 
-def private_quantile(values: np.ndarray, alpha: float, epsilon: float) -> float:
+def private_quantile(values: np.ndarray, alpha: float, epsilon: float, relation: str = RELATION_REPLACE_ONE) -> float:
     """One epsilon-DP quantile of ``values`` over the public candidate grid (OpenDP, OS-entropy noise).
 
-    Sensitivity: under replace-one neighbours (n public) the input vectors differ in one element, i.e. symmetric
-    distance 2; the noise scale is searched so that OpenDP's privacy map at d_in = 2 is <= epsilon.
+    Sensitivity: under replace-one neighbours (n public, a sized domain) the input vectors differ in one element,
+    i.e. symmetric distance 2; under add-remove (n private, an unsized domain) by one added or removed element,
+    symmetric distance 1. The noise scale is searched so that OpenDP's privacy map at that d_in is <= epsilon.
     """
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
-    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=len(values))
+    replace_one = relation == RELATION_REPLACE_ONE
+    d_in = 2 if replace_one else 1
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=len(values) if replace_one else None)
 
     def make(scale: float):
         return dp.m.make_private_quantile(domain, dp.symmetric_distance(), dp.max_divergence(), list(CANDIDATES),
                                           alpha, scale)
 
-    scale = dp.binary_search_param(make, d_in=2, d_out=epsilon, T=float)
+    scale = dp.binary_search_param(make, d_in=d_in, d_out=epsilon, T=float)
     measurement = make(scale)
-    assert measurement.map(2) <= epsilon
+    assert measurement.map(d_in) <= epsilon
     return float(measurement(np.asarray(values, dtype=np.float64).tolist()))
 
 
@@ -107,8 +111,8 @@ def estimate_bounds(
         for spec in columns:
             values = parse_numbers(raw[spec.name].reset_index(drop=True))
             values = np.nan_to_num(values, nan=0.0, posinf=CANDIDATES[-1], neginf=CANDIDATES[0])
-            lo = private_quantile(values, lower_quantile, per_quantile)
-            hi = private_quantile(values, upper_quantile, per_quantile)
+            lo = private_quantile(values, lower_quantile, per_quantile, relation)
+            hi = private_quantile(values, upper_quantile, per_quantile, relation)
             lo, hi = min(lo, hi), max(lo, hi)
             if hi <= lo:  # a degenerate estimate: widen to the next candidate (public rule)
                 hi = next((c for c in CANDIDATES if c > lo), lo + 1.0)

@@ -26,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from .ledger import BudgetLedger, LedgerError, budgets_table, default_ledger_url
 from .locations import artifact_dir, dagster_home
+from .measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE, RELATIONS
 from .refit import ReleaseLocation, find_release, iter_releases
 from .privacy import (
     DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE, PrivacyParameterError,
@@ -89,7 +90,11 @@ def main() -> None:
 
 @main.command()
 @click.option("--schema", "schema_path", required=True, type=click.Path(dir_okay=False), help="Public schema YAML.")
-@click.option("--n", "n", required=True, type=int, help="Public number of rows n (replace-one neighbours).")
+@click.option("--n", "n", required=True, type=int,
+              help="Number of rows n: public under replace-one; under add-remove only used to show the noise on "
+              "frequencies (n is private there and does not shape the noise).")
+@click.option("--relation", type=click.Choice(RELATIONS), default=RELATION_REPLACE_ONE, show_default=True,
+              help="Neighbouring relation of the guarantee.")
 @click.option("--epsilon", required=True, type=float, help="Per-release epsilon.")
 @click.option("--delta", required=True, type=float, help="Per-release delta, in (0, 1/n_min).")
 @click.option("--L", "--n-directions", "n_directions", default=DEFAULT_N_DIRECTIONS, show_default=True, type=int,
@@ -111,6 +116,7 @@ def plan(
     k: int,
     marginal_share: float,
     pair_share: float,
+    relation: str,
     ledger_url: str | None,
     as_json: bool,
 ) -> None:
@@ -121,7 +127,8 @@ def plan(
         schema = load_schema(schema_path)
         validate_parameters(epsilon, delta, k, n_directions, schema.n_min, n=n)
         _, cal = make_plan(
-            schema, n, epsilon, delta, n_directions, k, marginal_share=marginal_share, pair_share=pair_share
+            schema, n, epsilon, delta, n_directions, k, marginal_share=marginal_share, pair_share=pair_share,
+            relation=relation,
         )
     except (SchemaError, PrivacyParameterError, ValueError) as exc:
         raise fail(exc) from None
@@ -130,7 +137,9 @@ def plan(
         budget = budget_status(url, schema.name, cal.noise_multiplier)
     except (LedgerError, SQLAlchemyError, ValueError) as exc:
         raise fail(f"cannot read the budget ledger: {_one_line(exc)}") from None
-    stds = [float(s) for s in cal.noise_std_per_order()]
+    # Under add-remove sigma is on sums and counts; divided by n it is the noise on frequencies, as replace-one's.
+    per_row = 1.0 if relation == RELATION_REPLACE_ONE else 1.0 / n
+    stds = [float(s) * per_row for s in cal.noise_std_per_order()]
     result: dict[str, Any] = {
         "dataset": schema.name,
         "schema_version": schema.version,
@@ -146,10 +155,11 @@ def plan(
         "noise_multiplier": cal.noise_multiplier,
         "noise_std_per_order": stds,
         "marginal_share": marginal_share,
-        "marginal_noise_std": None if cal.marginal_weight == 0 else cal.marginal_noise_std(),
+        "marginal_noise_std": None if cal.marginal_weight == 0 else cal.marginal_noise_std() * per_row,
         "pair_share": pair_share,
         "pairs": cal.pair_count,
-        "pair_noise_std": None if cal.pair_weight == 0 else cal.pair_noise_std(),
+        "pair_noise_std": None if cal.pair_weight == 0 else cal.pair_noise_std() * per_row,
+        "count_noise_std": None if cal.count_weight == 0 else cal.count_noise_std(),
         "budget_remaining": None if budget is None else budget["epsilon_remaining"],
         "budget": budget,
     }
@@ -159,18 +169,24 @@ def plan(
     click.echo(f"dataset            {schema.name} (schema v{schema.version}), relation {cal.relation}")
     click.echo(f"n, L, k            {n}, {n_directions}, {k}")
     click.echo(f"epsilon, delta     {cal.epsilon:g}, {cal.delta:g}")
+    formula = (
+        "sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n" if relation == RELATION_REPLACE_ONE
+        else "sqrt(L H_k + w^2 C + w2^2 P + wn^2), on sums and counts"
+    )
     click.echo(
-        f"sensitivity Delta  {cal.sensitivity:.6g}  (sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n with marginal share "
+        f"sensitivity Delta  {cal.sensitivity:.6g}  ({formula} with marginal share "
         f"{marginal_share:g}, pair share {pair_share:g} over {cal.pair_count} pairs, float slack {cal.slack:.1e})"
     )
     click.echo(f"sigma              {cal.sigma:.6g}  (sigma/Delta = {cal.noise_multiplier:.4f})")
-    click.echo("noise std of raw moment order j (sigma sqrt(j)):")
+    if cal.count_weight > 0:
+        click.echo(f"noise std of the row count: {cal.count_noise_std():.6g} (pooled with the histograms' totals)")
+    click.echo("noise std of raw moment order j (sigma sqrt(j)" + ("" if per_row == 1.0 else f" / n at n = {n}") + "):")
     for j, s in enumerate(stds, start=1):
         click.echo(f"  j={j:<3d} {s:.6g}")
     if cal.marginal_weight > 0:
-        click.echo(f"noise std of a 1-way marginal frequency: {cal.marginal_noise_std():.6g}")
+        click.echo(f"noise std of a 1-way marginal frequency: {cal.marginal_noise_std() * per_row:.6g}")
     if cal.pair_weight > 0:
-        click.echo(f"noise std of a 2-way marginal frequency: {cal.pair_noise_std():.6g}")
+        click.echo(f"noise std of a 2-way marginal frequency: {cal.pair_noise_std() * per_row:.6g}")
     if budget is None:
         click.echo(f"budget             none set for {schema.name!r} in {_redact(url)}")
     else:
@@ -328,6 +344,9 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
 @click.option("--input", "input_path", default=None, type=click.Path(dir_okay=False),
               help="CSV (optionally .gz) or Parquet input; optional only for the bundled demo dataset.")
 @click.option("--epsilon", required=True, type=float, help="Epsilon of this release's measurement.")
+@click.option("--relation", type=click.Choice(RELATIONS), default=None,
+              help=f"Neighbouring relation: {RELATION_REPLACE_ONE} (n public) or {RELATION_ADD_REMOVE} (n private, as "
+              f"AIM / MST) [default: {RELATION_REPLACE_ONE}].")
 @click.option("--delta", required=True, type=float, help="Delta of this release, in (0, 1/n_min).")
 @click.option("--k", "k", default=None, type=int, help=f"Highest Chebyshev order k [default: {DEFAULT_K}].")
 @click.option("--L", "--n-directions", "n_directions", default=None, type=int, help=f"Directions L [default: {DEFAULT_N_DIRECTIONS}].")

@@ -1,8 +1,8 @@
 """The measurement artifact: noisy sliced moments plus the public facts needed to re-fit them.
 
-Everything in a ``Measurement`` is either public (seed, L, k, n, scaling, relation, (epsilon, delta)) or the
-output of the Gaussian mechanism (noisy moments, sigma), so it can be stored, shipped and re-fitted any
-number of times at zero privacy cost. Saved as ``<stem>.npz`` (the moments) + ``<stem>.json`` (the rest).
+Everything in a ``Measurement`` is either public (seed, L, k, scaling, relation, (epsilon, delta), and n under
+replace-one) or the output of the Gaussian mechanism (noisy moments and histograms, sigma, and the noisy n under
+add-remove), so it can be stored, shipped and re-fitted any number of times at zero privacy cost. Saved as ``<stem>.npz`` (the moments) + ``<stem>.json`` (the rest).
 """
 
 from __future__ import annotations
@@ -17,15 +17,46 @@ import numpy as np
 from .encoding import ScalingMode
 from .moments import direction_scales, draw_directions
 
+#: Neighbouring tables differ by replacing one row; n is public and every statistic is a frequency.
 RELATION_REPLACE_ONE = "replace-one"
+#: Neighbouring tables differ by adding or removing one row; n is private, so the mechanism releases noisy sums and a
+#: noisy count, and frequencies are their post-processing (``from_noisy_counts``).
+RELATION_ADD_REMOVE = "add-remove"
+RELATIONS = (RELATION_REPLACE_ONE, RELATION_ADD_REMOVE)
 FORMAT_VERSION = 1
+
+
+def pooled_row_count(
+    noisy_count: float,
+    count_std: float,
+    marginals: np.ndarray,
+    marginal_sizes: tuple[int, ...],
+    marginal_std: float,
+    pairs: np.ndarray,
+    pair_sizes: tuple[int, ...],
+    pair_std: float,
+) -> float:
+    """The add-remove estimate of n (post-processing, >= 1): the noisy count pooled by inverse variance with the totals
+    of the noisy histograms. Every row falls in exactly one cell of each histogram, so a histogram of s cells with
+    noise std t per cell totals n + N(0, s t^2), independently of the count and of the other histograms."""
+    estimates, precisions = [noisy_count], [count_std**-2]
+    for cells, sizes, std in ((marginals, marginal_sizes, marginal_std), (pairs, pair_sizes, pair_std)):
+        for block in np.split(np.asarray(cells, dtype=np.float64), np.cumsum(sizes)[:-1]) if sizes else ():
+            estimates.append(float(block.sum()))
+            precisions.append(1.0 / (block.size * std**2))
+    return max(1.0, float(np.dot(estimates, precisions) / np.sum(precisions)))
 
 
 @dataclass(frozen=True)
 class Measurement:
     """Noisy moments ``noisy_moments[j-1, l]`` ~ m_{j,l} + N(0, j * sigma^2), optional noisy 1-way marginal
     frequencies (+ N(0, (sigma/w)^2) per cell) and 2-way frequencies of coordinate ``pairs`` (+ N(0, (sigma/w2)^2)),
-    and their public context."""
+    and their public context.
+
+    ``sigma`` is always on the frequency scale the fit reads. Under replace-one it is the mechanism's sigma and ``n``
+    the public row count; under add-remove the mechanism noised sums, ``n`` is the noisy row count they were divided
+    by and ``sigma`` the mechanism's sigma over it. ``noise_multiplier`` (sigma/Delta of the mechanism) is the privacy
+    cost either way."""
 
     dataset: str
     schema_version: int
@@ -50,6 +81,7 @@ class Measurement:
     pairs: tuple[tuple[int, int], ...] = ()
     pair_sizes: tuple[int, ...] = ()
     pair_weight: float = 0.0
+    noise_multiplier: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "marginal_sizes", tuple(int(v) for v in self.marginal_sizes))
@@ -59,6 +91,11 @@ class Measurement:
             raise ValueError("noisy marginals do not match the marginal sizes")
         if len(self.pair_sizes) != len(self.pairs) or int(np.sum(self.pair_sizes)) != self.noisy_pairs.size:
             raise ValueError("noisy 2-way marginals do not match the pairs and their sizes")
+        if self.relation not in RELATIONS:
+            raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
+        if self.noise_multiplier == 0.0 and self.relation == RELATION_REPLACE_ONE and self.sensitivity > 0:
+            # Stored before the field existed: under replace-one sigma and Delta share the frequency scale.
+            object.__setattr__(self, "noise_multiplier", self.sigma / self.sensitivity)
 
     def marginals(self) -> list[np.ndarray]:
         """The noisy 1-way frequencies split per coordinate (empty list without marginal queries)."""

@@ -80,7 +80,8 @@ class MomentSums:
         return MomentSums(self.sums + other.sums, self.rows + other.rows)
 
     def moments(self, n: int) -> np.ndarray:
-        """Divide by the *public* n (replace-one neighbours), giving m[j-1, l] in [-1, 1]."""
+        """Divide by the *public* n (replace-one neighbours), giving m[j-1, l] in [-1, 1]; n = 1 gives the sums
+        (add-remove, where n is private)."""
         return self.sums / (_FIXED_ONE * n)
 
 
@@ -200,7 +201,7 @@ class MarginalCounts:
         return MarginalCounts(self.counts + other.counts, self.rows + other.rows)
 
     def frequencies(self, n: int) -> np.ndarray:
-        """Divide by the *public* n: each coordinate's block sums to 1."""
+        """Divide by the *public* n: each coordinate's block sums to 1 (n = 1: the counts, for add-remove)."""
         return self.counts / n
 
 

@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 
 from . import privacy
-from .privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
+from .privacy import DEFAULT_COUNT_SHARE, DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
 from .encoding import EncodingLayout, ScalingMode, encode, layout_for
 from .fit import FitConfig, FittedMixture, fit_measurement
 from .ledger import params_hash
-from .measurement import RELATION_REPLACE_ONE, Measurement
+from .measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE, Measurement, pooled_row_count
 from .moments import (
     DEFAULT_NUMERIC_BINS, coordinate_pairs, draw_directions, marginal_counts, marginal_sizes, moment_sums,
     pair_counts, pair_sizes,
@@ -40,11 +40,11 @@ class MomentsOutOfRange(RuntimeError):
 
 @dataclass(frozen=True)
 class MeasurementPlan:
-    """Public parameters of one measurement (validated where it is built)."""
+    """Public parameters of one measurement (validated where it is built); ``n`` is None under add-remove."""
 
     dataset: str
     schema_version: int
-    n: int
+    n: int | None
     epsilon: float
     delta: float
     n_directions: int = DEFAULT_N_DIRECTIONS
@@ -59,6 +59,8 @@ class MeasurementPlan:
     pairs: tuple[tuple[int, int], ...] = ()
     pair_sizes: tuple[int, ...] = ()
     pair_weight: float = 0.0
+    relation: str = RELATION_REPLACE_ONE
+    count_weight: float = 0.0
 
     @property
     def mechanism(self) -> str:
@@ -76,7 +78,7 @@ class MeasurementPlan:
             "k": self.k,
             "seed": self.seed,
             "scaling": self.scaling,
-            "relation": RELATION_REPLACE_ONE,
+            "relation": self.relation,
             "marginal_share": self.marginal_share,
             "numeric_bins": self.numeric_bins,
             "pair_share": self.pair_share,
@@ -85,7 +87,7 @@ class MeasurementPlan:
 
 def make_plan(
     schema: TableSchema,
-    n: int,
+    n: int | None,
     epsilon: float,
     delta: float,
     n_directions: int = DEFAULT_N_DIRECTIONS,
@@ -95,13 +97,20 @@ def make_plan(
     marginal_share: float = DEFAULT_MARGINAL_SHARE,
     numeric_bins: int = DEFAULT_NUMERIC_BINS,
     pair_share: float = DEFAULT_PAIR_SHARE,
+    relation: str = RELATION_REPLACE_ONE,
 ) -> tuple[MeasurementPlan, privacy.Calibration]:
     """Validate the parameters against the schema's public n_min and calibrate the one Gaussian mechanism.
 
     ``marginal_share`` of Delta^2 goes to every coordinate's 1-way histogram, ``pair_share`` to the 2-way
-    histograms of every pair of coordinates from different columns (both 0 = the paper's moments only).
+    histograms of every pair of coordinates from different columns (both 0 = the paper's moments only). The row
+    count ``n`` enters the plan under replace-one only; under add-remove it is private, so it is not read, and
+    ``DEFAULT_COUNT_SHARE`` of Delta^2 buys a noisy count instead.
     """
     privacy.validate_parameters(epsilon, delta, k, n_directions, schema.n_min)
+    if relation not in privacy.RELATIONS:
+        raise privacy.PrivacyParameterError(f"relation must be one of {privacy.RELATIONS}, got {relation!r}")
+    public_n = n if relation == RELATION_REPLACE_ONE else None
+    count_share = DEFAULT_COUNT_SHARE if relation == RELATION_ADD_REMOVE else 0.0
     if scaling != "ball":
         # The model's tail control relies on |theta^T x| / sqrt(d) <= max_i |x_i|; see model.py.
         raise ValueError(f"scaling mode {scaling!r} is not supported for releases yet; use 'ball'")
@@ -109,15 +118,17 @@ def make_plan(
     sizes = marginal_sizes(layout, numeric_bins) if marginal_share > 0 else ()
     pairs = coordinate_pairs(layout) if pair_share > 0 else ()
     cells = pair_sizes(layout, pairs, numeric_bins)
-    weight, pair_weight = privacy.query_weights(marginal_share, pair_share, n_directions, k, len(sizes), len(pairs))
+    weight, pair_weight, count_weight = privacy.query_weights(
+        marginal_share, pair_share, n_directions, k, len(sizes), len(pairs), relation, count_share
+    )
     plan = MeasurementPlan(
-        schema.name, schema.version, n, epsilon, delta, n_directions, k, seed, scaling,
-        marginal_share, numeric_bins, sizes, weight, pair_share, pairs, cells, pair_weight,
+        schema.name, schema.version, public_n, epsilon, delta, n_directions, k, seed, scaling,
+        marginal_share, numeric_bins, sizes, weight, pair_share, pairs, cells, pair_weight, relation, count_weight,
     )
     calibration = privacy.calibrate(
-        epsilon, delta, n, n_directions, k,
+        epsilon, delta, public_n, n_directions, k, relation,
         marginal_coordinates=len(sizes), marginal_cells=int(sum(sizes)), marginal_weight=weight,
-        pair_count=len(pairs), pair_cells=int(sum(cells)), pair_weight=pair_weight,
+        pair_count=len(pairs), pair_cells=int(sum(cells)), pair_weight=pair_weight, count_weight=count_weight,
     )
     return plan, calibration
 
@@ -134,34 +145,42 @@ class SpendRecorder(Protocol):
 
 @dataclass(frozen=True)
 class ExactStatistics:
-    """PRIVATE exact statistics of the measured rows; never store, log or return them past ``measure``."""
+    """PRIVATE exact statistics of the measured rows; never store, log or return them past ``measure``.
+
+    Frequencies under replace-one; under add-remove sums and counts, with the row ``count``."""
 
     moments: np.ndarray
     marginals: np.ndarray
     d: int
     pairs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    count: int | None = None
 
 
 def exact_statistics(x: np.ndarray, plan: MeasurementPlan, layout: EncodingLayout) -> ExactStatistics:
-    """Exact moments (k, L) and, if planned, 1-way and 2-way histogram frequencies of cube-encoded rows."""
-    if x.shape[0] != plan.n:
+    """Exact moments (k, L) and, if planned, 1-way and 2-way histograms of cube-encoded rows: divided by the public n
+    under replace-one, left as sums and counts (with the row count) under add-remove."""
+    if plan.relation == RELATION_REPLACE_ONE and x.shape[0] != plan.n:
         raise ValueError(f"the plan says n={plan.n} rows but the table has a different row count")
+    divisor = plan.n if plan.relation == RELATION_REPLACE_ONE else 1
     directions = draw_directions(plan.seed, plan.n_directions, x.shape[1])
-    moments = moment_sums(x, directions, plan.k, plan.scaling).moments(plan.n)
+    moments = moment_sums(x, directions, plan.k, plan.scaling).moments(divisor)
     marginals = (
-        marginal_counts(x, layout, plan.numeric_bins).frequencies(plan.n) if plan.marginal_sizes else np.zeros(0)
+        marginal_counts(x, layout, plan.numeric_bins).frequencies(divisor) if plan.marginal_sizes else np.zeros(0)
     )
     pairs = (
-        pair_counts(x, layout, plan.pairs, plan.numeric_bins).frequencies(plan.n) if plan.pairs else np.zeros(0)
+        pair_counts(x, layout, plan.pairs, plan.numeric_bins).frequencies(divisor) if plan.pairs else np.zeros(0)
     )
-    return ExactStatistics(moments, marginals, x.shape[1], pairs)
+    count = x.shape[0] if plan.relation == RELATION_ADD_REMOVE else None
+    return ExactStatistics(moments, marginals, x.shape[1], pairs, count)
 
 
 def statistics_in_range(stats: ExactStatistics) -> bool:
-    """Moments finite in [-1, 1], histogram frequencies finite in [0, 1]: the pre-noise sanity check."""
-    moments_ok = bool(np.all(np.isfinite(stats.moments)) and np.max(np.abs(stats.moments), initial=0.0) <= 1.0)
-    freq = np.concatenate([stats.marginals, stats.pairs])
-    return moments_ok and bool(np.all(np.isfinite(freq)) and np.all((freq >= 0.0) & (freq <= 1.0)))
+    """Moments finite in [-N, N], histogram cells finite in [0, N] (N = 1 for frequencies, the row count for sums):
+    the pre-noise sanity check."""
+    bound = 1.0 if stats.count is None else float(stats.count)
+    moments_ok = bool(np.all(np.isfinite(stats.moments)) and np.max(np.abs(stats.moments), initial=0.0) <= bound)
+    cells = np.concatenate([stats.marginals, stats.pairs])
+    return moments_ok and bool(np.all(np.isfinite(cells)) and np.all((cells >= 0.0) & (cells <= bound)))
 
 
 def measure(
@@ -190,8 +209,10 @@ def measure_exact(
 
     Sensitivity: each row adds T_j(z)/n with |T_j| <= 1 to moment (j, l) and 1/n to one cell of each coordinate's
     histogram and of each pair's; replacing one row moves [m_j/sqrt(j), w * h1, w2 * h2] by at most
-    sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n, which is calibration.sensitivity (float slack included). A failure
-    before the noise is drawn aborts the reservation; after it, the spend stays counted.
+    sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n. Under add-remove the vector is [S_j/sqrt(j), w * c1, w2 * c2, wn * n] of
+    sums and counts, and one row moves it by at most sqrt(L H_k + w^2 C + w2^2 P + wn^2). Either is
+    calibration.sensitivity (float slack included). A failure before the noise is drawn aborts the reservation;
+    after it, the spend stays counted.
     """
     if not statistics_in_range(stats):
         raise MomentsOutOfRange("exact statistics are not finite or out of range; nothing was charged")
@@ -206,24 +227,37 @@ def measure_exact(
             sensitivity=calibration.sensitivity,
             epsilon=plan.epsilon,
             delta=plan.delta,
-            relation=RELATION_REPLACE_ONE,
+            relation=plan.relation,
             params_hash=params_hash(plan.public_params()),
         )
     try:
+        counted = [] if stats.count is None else [float(stats.count)]
         cell_weights = np.concatenate([
-            np.full(stats.marginals.size, plan.marginal_weight), np.full(stats.pairs.size, plan.pair_weight)
+            np.full(stats.marginals.size, plan.marginal_weight), np.full(stats.pairs.size, plan.pair_weight),
+            np.full(len(counted), plan.count_weight),
         ])
-        noisy_moments, noisy_histograms = privacy.add_noise_joint(
-            stats.moments, np.concatenate([stats.marginals, stats.pairs]), cell_weights, calibration.sigma
+        noisy_moments, noisy_cells = privacy.add_noise_joint(
+            stats.moments, np.concatenate([stats.marginals, stats.pairs, counted]), cell_weights, calibration.sigma
         )
     except BaseException:
         if ledger is not None and entry_id is not None:
             ledger.abort(entry_id)
         raise
-    measurement = measurement_of(
-        plan, calibration, stats.d, noisy_moments, noisy_histograms[: stats.marginals.size],
-        noisy_histograms[stats.marginals.size :], entry_id,
-    )
+    d = stats.d
+    marginals, rest = np.split(noisy_cells, [int(sum(plan.marginal_sizes))])
+    pairs, noisy_count = np.split(rest, [int(sum(plan.pair_sizes))])
+    if plan.relation == RELATION_REPLACE_ONE:
+        measurement = measurement_of(plan, calibration, d, noisy_moments, marginals, pairs, entry_id)
+    else:
+        # Post-processing: pool the noisy count with the histograms' totals, then divide every sum by that n.
+        n_hat = pooled_row_count(
+            float(noisy_count[0]), calibration.count_noise_std(), marginals, plan.marginal_sizes,
+            calibration.marginal_noise_std(), pairs, plan.pair_sizes, calibration.pair_noise_std(),
+        )
+        measurement = measurement_of(
+            plan, calibration, d, noisy_moments / n_hat, marginals / n_hat, pairs / n_hat, entry_id,
+            n=max(1, round(n_hat)), sigma=calibration.sigma / n_hat,
+        )
     if on_noisy is not None:
         on_noisy(measurement)
     if ledger is not None and entry_id is not None:
@@ -239,23 +273,28 @@ def measurement_of(
     marginals: np.ndarray,
     pairs: np.ndarray,
     ledger_entry_id: str | None = None,
+    n: int | None = None,
+    sigma: float | None = None,
 ) -> Measurement:
-    """The ``Measurement`` of ``plan`` holding these (already noisy) statistics and the plan's public facts."""
+    """The ``Measurement`` of ``plan`` holding these (already noisy) frequencies and the plan's public facts.
+
+    ``n`` and ``sigma`` default to the plan's public n and the mechanism's sigma (replace-one); under add-remove
+    they are the noisy n and sigma over it."""
     return Measurement(
         dataset=plan.dataset,
         schema_version=plan.schema_version,
         seed=plan.seed,
         n_directions=plan.n_directions,
         k=plan.k,
-        n=plan.n,
+        n=plan.n if n is None else int(n),
         d=d,
         scaling=plan.scaling,
         noisy_moments=moments,
-        sigma=calibration.sigma,
+        sigma=calibration.sigma if sigma is None else float(sigma),
         sensitivity=calibration.sensitivity,
         epsilon=plan.epsilon,
         delta=plan.delta,
-        relation=RELATION_REPLACE_ONE,
+        relation=plan.relation,
         ledger_entry_id=ledger_entry_id,
         noisy_marginals=marginals,
         marginal_sizes=plan.marginal_sizes,
@@ -265,6 +304,7 @@ def measurement_of(
         pairs=plan.pairs,
         pair_sizes=plan.pair_sizes,
         pair_weight=plan.pair_weight,
+        noise_multiplier=calibration.noise_multiplier,
     )
 
 
@@ -345,15 +385,18 @@ def synthesize(
     release_id: str = "adhoc",
     marginal_share: float = DEFAULT_MARGINAL_SHARE,
     pair_share: float = DEFAULT_PAIR_SHARE,
+    relation: str = RELATION_REPLACE_ONE,
 ) -> SynthesisResult:
-    """encode -> measure -> fit -> sample, for a table already passed through ``validation.validate``."""
+    """encode -> measure -> fit -> sample, for a table already passed through ``validation.validate``.
+
+    ``n_rows`` defaults to the measurement's n: the table's under replace-one, the noisy one under add-remove."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     x = encode(table, schema)
     seconds["encode"] = time.perf_counter() - start
     plan, calibration = make_plan(
         schema, len(table), epsilon, delta, n_directions, k, seed, marginal_share=marginal_share,
-        pair_share=pair_share,
+        pair_share=pair_share, relation=relation,
     )
     start = time.perf_counter()
     measurement = measure(x, schema, plan, calibration, ledger, release_id)
@@ -362,6 +405,6 @@ def synthesize(
     model = fit(measurement, schema, fit_config or FitConfig(seed=seed))
     seconds["fit"] = time.perf_counter() - start
     start = time.perf_counter()
-    synthetic = sample_table(model, schema, n_rows or len(table), seed)
+    synthetic = sample_table(model, schema, n_rows or measurement.n, seed)
     seconds["sample"] = time.perf_counter() - start
     return SynthesisResult(measurement, model, synthetic, seconds)

@@ -1,8 +1,10 @@
 """Privacy calculus of SPLICE: parameter checks, sensitivity, calibration, noise and composition.
 
 The released statistic is the (k, L) matrix of sliced Chebyshev moments m[j-1, l] (``moments.py``), with
-moment order j scaled by 1/sqrt(j). Neighbouring tables differ by **replacing one row, n public**
-(``RELATION_REPLACE_ONE``). The Gaussian mechanism adds N(0, sigma^2) to every scaled coordinate, i.e.
+moment order j scaled by 1/sqrt(j), plus weighted 1-way and 2-way histograms. Two neighbouring relations:
+**replace one row, n public** (``RELATION_REPLACE_ONE``, the default: frequencies are released) and **add or remove
+one row, n private** (``RELATION_ADD_REMOVE``: sums, counts and a weighted row count are released, and frequencies
+are their post-processing). The Gaussian mechanism adds N(0, sigma^2) to every scaled coordinate, i.e.
 N(0, j sigma^2) to raw moment j. Calibration uses the exact analytic Gaussian mechanism (Balle & Wang 2018,
 via ``dp_accounting``); noise comes from OpenDP's float-safe sampler fed by OS entropy; composition across
 releases uses a PLD accountant at one fixed total delta.
@@ -24,8 +26,8 @@ from dp_accounting import dp_event, pld
 from dp_accounting.gaussian_mechanism import get_epsilon_gaussian, get_sigma_gaussian
 from scipy.stats import norm
 
-from .measurement import RELATION_REPLACE_ONE
-from .moments import harmonic
+from .measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE, RELATIONS
+from .moments import MAX_ROWS, harmonic
 
 #: Relative safety margin on the root-finder output of ``get_sigma_gaussian`` (it can miss the delta target by
 #: ~1e-13 relative).
@@ -88,30 +90,55 @@ def _check_shape(n: int, n_directions: int, k: int) -> None:
 
 
 def sensitivity(
-    n: int,
+    n: int | None,
     n_directions: int,
     k: int,
     marginal_coordinates: int = 0,
     marginal_weight: float = 0.0,
     pair_count: int = 0,
     pair_weight: float = 0.0,
+    relation: str = RELATION_REPLACE_ONE,
+    count_weight: float = 0.0,
 ) -> float:
-    """l2 sensitivity of the released vector (replace-one, n public):
-    Delta = (1/n) sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P).
+    """l2 sensitivity of the released vector.
 
-    Sensitivity: replacing one row moves each sum of T_j values (each in [-1, 1]) by at most 2, so m[j, l]
-    moves by <= 2/n and m[j, l]/sqrt(j) by <= 2/(n sqrt(j)); summing squares over l and j gives 4 L H_k / n^2.
-    Each of the C weighted 1-way histograms (cells w * count / n) changes in at most two cells by w/n each
-    (the old row's cell loses it, the new row's gains it): 2 w^2 C / n^2; likewise each of the P weighted 2-way
-    histograms: 2 w2^2 P / n^2. Without histograms: (2/n) sqrt(L H_k).
+    Replace-one (n public, frequencies): Delta = (1/n) sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P).
+    Replacing one row moves each sum of T_j values (each in [-1, 1]) by at most 2, so m[j, l] moves by <= 2/n and
+    m[j, l]/sqrt(j) by <= 2/(n sqrt(j)); summing squares over l and j gives 4 L H_k / n^2. Each of the C weighted
+    1-way histograms (cells w * count / n) changes in at most two cells by w/n each (the old row's cell loses it,
+    the new row's gains it): 2 w^2 C / n^2; likewise each of the P weighted 2-way histograms: 2 w2^2 P / n^2.
+
+    Add-remove (n private, sums and counts): Delta = sqrt(L H_k + w^2 C + w2^2 P + wn^2), with n ignored.
+    One row adds T_j/sqrt(j) (|T_j| <= 1) to each scaled sum, w to one cell of each 1-way histogram, w2 to one cell
+    of each 2-way histogram and wn to the weighted row count.
     """
-    _check_shape(n, n_directions, k)
+    _check_relation(relation)
+    if relation == RELATION_ADD_REMOVE:
+        _check_shape(1, n_directions, k)
+        _check_marginals(1, count_weight)
+    else:
+        _check_shape(n, n_directions, k)
+        if count_weight != 0:
+            raise PrivacyParameterError(f"n is public under {relation!r}: the count weight must be 0, got {count_weight!r}")
     _check_marginals(marginal_coordinates, marginal_weight)
     _check_marginals(pair_count, pair_weight)
-    return math.sqrt(
-        4.0 * n_directions * harmonic(k) + 2.0 * marginal_weight**2 * marginal_coordinates
-        + 2.0 * pair_weight**2 * pair_count
-    ) / n
+    moment_factor, table_factor = _factors(relation)
+    squared = (
+        moment_factor * n_directions * harmonic(k) + table_factor * marginal_weight**2 * marginal_coordinates
+        + table_factor * pair_weight**2 * pair_count + count_weight**2
+    )
+    return math.sqrt(squared) if relation == RELATION_ADD_REMOVE else math.sqrt(squared) / n
+
+
+def _factors(relation: str) -> tuple[float, float]:
+    """Squared per-row change of a moment sum (|T_j| <= 1) and of one histogram: replacing a row moves a sum by up
+    to 2 and two cells by 1; adding or removing one moves a sum by up to 1 and one cell by 1."""
+    return (4.0, 2.0) if relation == RELATION_REPLACE_ONE else (1.0, 1.0)
+
+
+def _check_relation(relation: str) -> None:
+    if relation not in RELATIONS:
+        raise PrivacyParameterError(f"relation must be one of {RELATIONS}, got {relation!r}")
 
 
 def _check_marginals(coordinates: int, weight: float) -> None:
@@ -129,70 +156,92 @@ def _check_marginals(coordinates: int, weight: float) -> None:
 # on both (adult 2-way 0.085, california TSTR 0.48).
 DEFAULT_MARGINAL_SHARE = 0.15
 DEFAULT_PAIR_SHARE = 0.5
+# Add-remove only: the share of Delta^2 for the noisy row count. The histograms' totals also estimate n (each row
+# falls in exactly one cell of every histogram), so the count mostly serves moment-only plans.
+DEFAULT_COUNT_SHARE = 0.01
 # Directions and moment order. With the 2-way marginals carrying the categorical structure, L = 256 fits as well as
 # 512 at half the measure and fit cost (adult, K = 20: 2-way TVD 0.074 vs 0.077, SW1 0.0065 vs 0.0073).
 DEFAULT_N_DIRECTIONS = 256
 DEFAULT_K = 16
 
 def query_weights(
-    marginal_share: float, pair_share: float, n_directions: int, k: int, marginal_coordinates: int, pair_count: int
-) -> tuple[float, float]:
-    """Weights (w, w2) giving the 1-way and 2-way histograms their shares of Delta^2, the moments the rest:
-    2 w^2 C = s1 / s0 * 4 L H_k and 2 w2^2 P = s2 / s0 * 4 L H_k with s0 = 1 - s1 - s2.
+    marginal_share: float, pair_share: float, n_directions: int, k: int, marginal_coordinates: int, pair_count: int,
+    relation: str = RELATION_REPLACE_ONE, count_share: float = 0.0,
+) -> tuple[float, float, float]:
+    """Weights (w, w2, wn) giving the 1-way histograms, the 2-way histograms and (add-remove only) the row count
+    their shares of Delta^2, the moments the rest: with M = a L H_k the moments' part and s0 = 1 - s1 - s2 - sn,
+    b w^2 C = s1 / s0 M, b w2^2 P = s2 / s0 M and wn^2 = sn / s0 M (a, b = 4, 2 under replace-one, 1, 1 under
+    add-remove; see ``sensitivity``).
 
-    A public function of public parameters; 1-way cells then carry noise sigma / w, 2-way cells sigma / w2.
+    A public function of public parameters; 1-way cells then carry noise sigma / w, 2-way cells sigma / w2, the
+    count sigma / wn.
     """
-    for name, share in (("marginal", marginal_share), ("pair", pair_share)):
+    _check_relation(relation)
+    for name, share in (("marginal", marginal_share), ("pair", pair_share), ("count", count_share)):
         if not _finite_real(share) or not 0.0 <= share < 1.0:
             raise PrivacyParameterError(f"{name} share must be in [0, 1), got {share!r}")
-    moment_share = 1.0 - marginal_share - pair_share
+    if relation == RELATION_REPLACE_ONE and count_share != 0:
+        raise PrivacyParameterError(f"n is public under {relation!r}: the count share must be 0, got {count_share!r}")
+    if relation == RELATION_ADD_REMOVE and not count_share > 0:
+        raise PrivacyParameterError(f"n is private under {relation!r}: the count share must be > 0, got {count_share!r}")
+    moment_share = 1.0 - marginal_share - pair_share - count_share
     if not moment_share > 0.0:
         raise PrivacyParameterError(
-            f"marginal share {marginal_share!r} + pair share {pair_share!r} must leave the moments a share > 0"
+            f"marginal share {marginal_share!r} + pair share {pair_share!r} + count share {count_share!r} must leave "
+            "the moments a share > 0"
         )
-    moments = 4.0 * n_directions * harmonic(k) / moment_share
+    moment_factor, table_factor = _factors(relation)
+    moments = moment_factor * n_directions * harmonic(k) / moment_share
 
-    def weight(share: float, count: int) -> float:
-        return math.sqrt(share * moments / (2.0 * count)) if share > 0.0 and count > 0 else 0.0
+    def weight(share: float, count: int, factor: float) -> float:
+        return math.sqrt(share * moments / (factor * count)) if share > 0.0 and count > 0 else 0.0
 
-    return weight(marginal_share, marginal_coordinates), weight(pair_share, pair_count)
+    return (
+        weight(marginal_share, marginal_coordinates, table_factor), weight(pair_share, pair_count, table_factor),
+        weight(count_share, 1, 1.0),
+    )
 
 
 def marginal_weight(share: float, n_directions: int, k: int, marginal_coordinates: int) -> float:
-    """Weight w giving the 1-way histograms ``share`` of Delta^2 when there are no 2-way histograms."""
+    """Weight w giving the 1-way histograms ``share`` of Delta^2 when there are no 2-way histograms (replace-one)."""
     return query_weights(share, 0.0, n_directions, k, marginal_coordinates, 0)[0]
 
 
-def float_slack(n: int, k: int, n_directions: int = 1, marginal_cells: int = 0, marginal_weight: float = 0.0,
+def float_slack(n: int | None, k: int, n_directions: int = 1, marginal_cells: int = 0, marginal_weight: float = 0.0,
                 marginal_coordinates: int = 0, pair_cells: int = 0, pair_weight: float = 0.0,
-                pair_count: int = 0) -> float:
+                pair_count: int = 0, relation: str = RELATION_REPLACE_ONE, count_weight: float = 0.0) -> float:
     """Relative slack on Delta covering floating-point rounding (>= 1e-9).
 
     ``moments.py`` sums in exact fixed point / integers: every row contributes values rounded once (|T| <= 1,
-    counts exactly 0 or 1), and integer sums are exact, so the sums' replace-one sensitivity is exact. Only
-    the division by n and the 1/sqrt(j) or w scaling round, each within one ulp of a value <= 1 (<= w for a
-    weighted cell), so every coordinate of f(D) and of f(D') is off by < 2 * 2^-53 * scale and their difference
-    by < 4 * 2^-53 * scale. Over L k moment, B weighted 1-way and B2 weighted 2-way cells:
-    < 4 * 2^-53 sqrt(L k + w^2 B + w2^2 B2); relative to Delta = sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n and with a
-    safety factor 2: 8 * 2^-53 n sqrt(L k + w^2 B + w2^2 B2) / sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P). Without
-    histograms this is 4 * 2^-53 n sqrt(k / H_k).
+    counts exactly 0 or 1), and integer sums are exact, so the sums' sensitivity is exact. Only the conversion to
+    float, the division by n (replace-one) and the 1/sqrt(j) or w scaling round, each within one ulp of a value
+    <= N (<= N w for a weighted cell), where N = 1 under replace-one (frequencies) and N = n under add-remove
+    (sums). So every coordinate of f(D) and of f(D') is off by < 2 * 2^-53 * N * scale and their difference by
+    < 4 * 2^-53 * N * scale. Over L k moment, B weighted 1-way, B2 weighted 2-way cells (and the count):
+    < 4 * 2^-53 N sqrt(L k + w^2 B + w2^2 B2 + wn^2); relative to Delta and with a safety factor 2, that is
+    8 * 2^-53 N sqrt(L k + w^2 B + w2^2 B2 + wn^2) / (n Delta) under replace-one. Under add-remove n is private, so
+    the public cap ``MAX_ROWS`` on the rows the fixed-point sums hold stands in for it.
     """
-    _check_shape(n, n_directions, k)
-    rounding = math.sqrt(n_directions * k + marginal_weight**2 * marginal_cells + pair_weight**2 * pair_cells)
-    scale = math.sqrt(
-        4.0 * n_directions * harmonic(k) + 2.0 * marginal_weight**2 * marginal_coordinates
-        + 2.0 * pair_weight**2 * pair_count
+    rows = MAX_ROWS if relation == RELATION_ADD_REMOVE else n
+    delta = sensitivity(
+        n, n_directions, k, marginal_coordinates, marginal_weight, pair_count, pair_weight, relation, count_weight
     )
-    return max(MIN_FLOAT_SLACK, 8.0 * _UNIT_ROUNDOFF * n * rounding / scale)
+    rounding = math.sqrt(
+        n_directions * k + marginal_weight**2 * marginal_cells + pair_weight**2 * pair_cells + count_weight**2
+    )
+    scale = delta if relation == RELATION_ADD_REMOVE else delta * n
+    return max(MIN_FLOAT_SLACK, 8.0 * _UNIT_ROUNDOFF * rows * rounding / scale)
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """A calibrated Gaussian mechanism. ``sensitivity`` already includes the float slack; record ``sigma``."""
+    """A calibrated Gaussian mechanism. ``sensitivity`` already includes the float slack; record ``sigma``.
+
+    Under add-remove ``n`` is None and sigma is on the scale of sums and counts, not frequencies."""
 
     epsilon: float
     delta: float
-    n: int
+    n: int | None
     n_directions: int
     k: int
     sensitivity: float
@@ -206,6 +255,7 @@ class Calibration:
     pair_count: int = 0
     pair_cells: int = 0
     pair_weight: float = 0.0
+    count_weight: float = 0.0
 
     def marginal_noise_std(self) -> float:
         """Noise std of one 1-way histogram cell (a frequency): sigma / w (inf without marginals)."""
@@ -214,6 +264,10 @@ class Calibration:
     def pair_noise_std(self) -> float:
         """Noise std of one 2-way histogram cell (a frequency): sigma / w2 (inf without 2-way queries)."""
         return self.sigma / self.pair_weight if self.pair_weight > 0 else math.inf
+
+    def count_noise_std(self) -> float:
+        """Noise std of the row count (add-remove): sigma / wn (inf under replace-one, where n is public)."""
+        return self.sigma / self.count_weight if self.count_weight > 0 else math.inf
 
     def noise_std_per_order(self) -> np.ndarray:
         """Noise standard deviation of each raw moment order j = 1..k."""
@@ -245,7 +299,7 @@ def classical_noise_multiplier(epsilon: float, delta: float) -> float:
 def calibrate(
     epsilon: float,
     delta: float,
-    n: int,
+    n: int | None,
     n_directions: int,
     k: int,
     relation: str = RELATION_REPLACE_ONE,
@@ -255,24 +309,32 @@ def calibrate(
     pair_count: int = 0,
     pair_cells: int = 0,
     pair_weight: float = 0.0,
+    count_weight: float = 0.0,
 ) -> Calibration:
-    """Smallest safe sigma for (epsilon, delta)-DP of the released vector (scaled moments [+ weighted marginals]).
+    """Smallest safe sigma for (epsilon, delta)-DP of the released vector under ``relation``: scaled moments
+    [+ weighted histograms] as frequencies (replace-one, n public), or as sums plus the weighted count (add-remove,
+    n private and ignored here).
 
     Sensitivity: Delta_used = Delta (1 + float_slack) bounds the l2 change of the *computed* scaled vector
-    under replace-one; sigma = Delta_used * sigma_analytic(eps, delta) * (1 + 1e-9) is then (eps, delta)-DP.
+    between neighbours; sigma = Delta_used * sigma_analytic(eps, delta) * (1 + 1e-9) is then (eps, delta)-DP.
     """
-    if relation != RELATION_REPLACE_ONE:
-        raise PrivacyParameterError(f"only the {RELATION_REPLACE_ONE!r} relation is implemented, got {relation!r}")
+    _check_relation(relation)
     if not _finite_real(epsilon) or float(epsilon) <= 0.0:
         raise PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon!r}")
     if not _finite_real(delta) or not 0.0 < float(delta) < 1.0:
         raise PrivacyParameterError(f"delta must lie in (0, 1), got {delta!r}")
+    if relation == RELATION_ADD_REMOVE:
+        if n is not None:
+            raise PrivacyParameterError(f"n is private under {relation!r} and must not shape the noise; got n={n!r}")
+        if not count_weight > 0:
+            raise PrivacyParameterError(f"add-remove needs a noisy row count: count weight must be > 0, got {count_weight!r}")
     epsilon, delta = float(epsilon), float(delta)
     slack = float_slack(
-        n, k, n_directions, marginal_cells, marginal_weight, marginal_coordinates, pair_cells, pair_weight, pair_count
+        n, k, n_directions, marginal_cells, marginal_weight, marginal_coordinates, pair_cells, pair_weight, pair_count,
+        relation, count_weight,
     )
     delta_used = sensitivity(
-        n, n_directions, k, marginal_coordinates, marginal_weight, pair_count, pair_weight
+        n, n_directions, k, marginal_coordinates, marginal_weight, pair_count, pair_weight, relation, count_weight
     ) * (1.0 + slack)
     multiplier = get_sigma_gaussian(epsilon, delta) * (1.0 + SIGMA_MARGIN)
     # Defensive: never hand out a sigma whose exact delta misses the target.
@@ -286,7 +348,7 @@ def calibrate(
     return Calibration(
         epsilon=epsilon,
         delta=delta,
-        n=int(n),
+        n=None if n is None else int(n),
         n_directions=int(n_directions),
         k=int(k),
         sensitivity=delta_used,
@@ -300,6 +362,7 @@ def calibrate(
         pair_count=int(pair_count),
         pair_cells=int(pair_cells),
         pair_weight=float(pair_weight),
+        count_weight=float(count_weight),
     )
 
 

@@ -28,7 +28,7 @@ from .fit import FittedMixture
 from .ledger import BudgetLedger
 from .links import describe as describe_links
 from .locations import package_version
-from .measurement import Measurement
+from .measurement import RELATION_REPLACE_ONE, Measurement
 from .schema import TableSchema, schema_to_dict
 from .validation import ValidationReport
 
@@ -96,6 +96,7 @@ def public_facts(
         "sigma": measurement.sigma,
         "sensitivity": measurement.sensitivity,
         "relation": measurement.relation,
+        "noise_multiplier": measurement.noise_multiplier,
         "L": measurement.n_directions,
         "k": measurement.k,
         "n": measurement.n,
@@ -142,9 +143,14 @@ def accuracy_statement(measurement: Measurement) -> str:
 def privacy_statement(measurement: Measurement, parent_release_id: str | None = None) -> str:
     text = (
         f"This release satisfies ({measurement.epsilon:g}, {measurement.delta:g})-differential privacy with respect "
-        f"to replacing any one of the {measurement.n} rows of the input table (n is public). Only noisy moments "
-        "and histograms drawn from the Gaussian mechanism, the public schema and public seeds shaped it; the "
-        "fitted model and the synthetic rows are post-processing and cost no further privacy."
+        + (
+            f"to replacing any one of the {measurement.n} rows of the input table (n is public). "
+            if measurement.relation == RELATION_REPLACE_ONE
+            else "to adding or removing any one row of the input table (n is private; the release carries a noisy "
+            f"estimate, {measurement.n}). "
+        )
+        + "Only noisy moments and histograms drawn from the Gaussian mechanism, the public schema and public seeds "
+        "shaped it; the fitted model and the synthetic rows are post-processing and cost no further privacy."
     )
     if parent_release_id:
         text += (

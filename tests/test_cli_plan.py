@@ -70,6 +70,25 @@ def test_plan_json_golden(schema_file, ledger_url, eps, delta, ratio):
     assert out["relation"] == "replace-one" and out["dataset"] == "toy"
 
 
+def test_plan_add_remove_shows_sums_and_the_noise_on_frequencies(schema_file, ledger_url):
+    out = plan_json(
+        schema_file, ledger_url, "--n", "10000", "--epsilon", "1", "--delta", "1e-9", "--L", "64", "--k", "4",
+        "--marginal-share", "0", "--pair-share", "0", "--relation", "add-remove",
+    )
+    assert out["relation"] == "add-remove"
+    # Moments keep 0.99 of Delta^2, the count 0.01: Delta = sqrt(L H_k / 0.99), independent of n.
+    moments = 64 * (1 + 1 / 2 + 1 / 3 + 1 / 4)
+    assert out["sensitivity"] == pytest.approx(math.sqrt(moments / 0.99), rel=1e-4)
+    assert out["count_noise_std"] == pytest.approx(out["sigma"] / math.sqrt(0.01 * moments / 0.99), rel=1e-6)
+    # On frequencies (divided by n) a moment has half the noise of replace-one, up to the count's share.
+    replace = plan_json(
+        schema_file, ledger_url, "--n", "10000", "--epsilon", "1", "--delta", "1e-9", "--L", "64", "--k", "4",
+        "--marginal-share", "0", "--pair-share", "0",
+    )
+    ratio = out["noise_std_per_order"][0] / replace["noise_std_per_order"][0]
+    assert ratio == pytest.approx(0.5 / math.sqrt(0.99), rel=1e-4)
+
+
 def test_plan_golden_value_and_options(schema_file, ledger_url):
     out = plan_json(
         schema_file, ledger_url, "--n", "10000", "--epsilon", "1", "--delta", "1e-9", "--L", "64", "--k", "4",

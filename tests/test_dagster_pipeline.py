@@ -87,6 +87,27 @@ def test_whole_graph_materialises_and_charges_once(tmp_path):
     assert "internal" in report_meta["visibility"].value
 
 
+def test_add_remove_release_keeps_the_exact_n_internal(tmp_path):
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = run_release(tmp_path, instance, relation="add-remove", n_synthetic=0)
+        # A second release under the other relation is refused by the ledger before any noise.
+        second = run_release(tmp_path, instance, relation="replace-one")
+    assert result.success and not second.success
+    entries = ledger_entries(tmp_path)
+    assert [(e.relation, e.status) for e in entries] == [("add-remove", "committed")]
+    measured = result.output_for_node(op_name("validated_table")).train
+    record = result.output_for_node(op_name("release"))
+    manifest = json.loads((Path(record["public_dir"]) / "release.json").read_text())
+    noisy_n = manifest["privacy"]["n"]
+    assert manifest["privacy"]["relation"] == "add-remove" and abs(noisy_n - len(measured)) < 200
+    assert len(result.output_for_node(op_name("synthetic_table")).table) == noisy_n  # the default row count
+    for event in result.get_asset_materialization_events():
+        metadata = event.event_specific_data.materialization.metadata
+        assert "n (public)" not in metadata
+    encoded_meta = result.asset_materializations_for_node(op_name("unit_ball_encoding"))[0].metadata
+    assert encoded_meta["internal: n"].value == {"visibility": assets_mod.INTERNAL, "n": len(measured)}
+
+
 def test_budget_check_blocks_before_any_noise(tmp_path):
     with dg.DagsterInstance.ephemeral() as instance:
         result = run_release(tmp_path, instance, budget_epsilon=0.5, epsilon=1.0)
@@ -108,6 +129,11 @@ def test_invalid_config_quotes_the_value():
         ReleaseConfig(tilt_chi2=-0.5)
     with pytest.raises(Exception, match="must be >= 0, got -2"):
         ReleaseConfig(joint_pairs=-2)
+    with pytest.raises(Exception, match="relation must be one of .* got 'add_remove'"):
+        ReleaseConfig(relation="add_remove")
+    with pytest.raises(Exception, match="count's 0.01 under add-remove"):
+        ReleaseConfig(relation="add-remove", marginal_share=0.4, pair_share=0.59)
+    assert ReleaseConfig(marginal_share=0.4, pair_share=0.59).relation == "replace-one"
 
 
 def test_retry_after_fit_failure_does_not_charge_twice(tmp_path, monkeypatch):

@@ -256,7 +256,11 @@ def run_audit(runs_per_world: int, understate: float = 1.0, n_directions: int = 
         runs = noisy.reshape(k, runs_per_world, L)
         return np.einsum("jrl,jl->r", runs - (f / root_j)[:, None, :], u)
 
-    s0, s1 = scores(f), scores(f2)
+    return audit_epsilon(scores(f), scores(f2), runs_per_world, select_fraction)
+
+
+def audit_epsilon(s0: np.ndarray, s1: np.ndarray, runs_per_world: int, select_fraction: float = 0.3) -> float:
+    """epsilon lower bound from the test statistics of runs on D (``s0``) and on its neighbour (``s1``)."""
     # Choose the threshold, and which world plays "positive", on the first 30% of the runs, scoring each
     # candidate with its own Clopper-Pearson bounds and never going deeper into a tail than 200 runs (deeper
     # candidates mostly win by luck and lose on fresh runs). Then count errors on the held-out 70% only.

@@ -92,6 +92,14 @@ class SyntheticTable:
     table: pd.DataFrame
 
 
+def row_count_metadata(n: int, relation: str) -> dict[str, object]:
+    """The measured row count for the UI: public under replace-one, internal under add-remove (there only the
+    noisy n of the measurement is public)."""
+    if relation == RELATION_REPLACE_ONE:
+        return {"n (public)": n}
+    return {"internal: n": dg.MetadataValue.json({"visibility": INTERNAL, "n": n})}
+
+
 def split_holdout(table: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Public-seeded split; the holdout is never measured and serves the internal report only."""
     order = np.random.default_rng(np.random.SeedSequence([seed, 0x401D])).permutation(len(table))
@@ -115,10 +123,8 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
         bounds_epsilon = settings.epsilon * settings.bounds_epsilon_share
         if bounds_epsilon <= 0:
             raise dg.Failure(f"schema {schema.name!r} has auto bounds; set bounds_epsilon_share > 0")
-        with ledger.open(settings.dataset) as book:
-            schema, estimate = estimate_bounds(
-                raw, schema, bounds_epsilon, book, release_id_of(context), RELATION_REPLACE_ONE
-            )
+        with ledger.open(settings.dataset, settings.relation) as book:
+            schema, estimate = estimate_bounds(raw, schema, bounds_epsilon, book, release_id_of(context), settings.relation)
         settings = dataclasses.replace(settings, epsilon=settings.epsilon - bounds_epsilon)
         context.log.info(f"auto bounds at epsilon={bounds_epsilon:g} (public DP estimates): {estimate.columns}")
     checked = validate(raw, schema, settings.schema_version)
@@ -142,7 +148,7 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
             ),
             "measurement epsilon": settings.epsilon,
             "schema_version": schema.version,
-            "n (public)": len(train),
+            **row_count_metadata(len(train), settings.relation),
             "internal: repaired cells per kind": dg.MetadataValue.json(
                 {"visibility": INTERNAL, "counts": checked.report.counts}
             ),
@@ -160,7 +166,7 @@ def unit_ball_encoding(validated_table: ValidatedInput) -> dg.Output[EncodedInpu
     layout = layout_for(v.schema)
     return dg.Output(
         EncodedInput(v.settings, v.schema, x),
-        metadata={"d": layout.d, "n (public)": x.shape[0], "scaling": "ball (1/sqrt(d))"},
+        metadata={"d": layout.d, **row_count_metadata(x.shape[0], v.settings.relation), "scaling": "ball (1/sqrt(d))"},
     )
 
 
@@ -189,14 +195,14 @@ def private_moments(
     else:
         plan, calibration = pipeline.make_plan(
             e.schema, e.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed,
-            marginal_share=s.marginal_share, pair_share=s.pair_share,
+            marginal_share=s.marginal_share, pair_share=s.pair_share, relation=s.relation,
         )
         exact = pipeline.exact_statistics(e.x, plan, layout_for(e.schema))
         in_range = pipeline.statistics_in_range(exact)
         yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=in_range)
         if not in_range:
             raise dg.Failure("exact statistics not finite or out of range; nothing was charged")
-        with ledger.open(s.dataset) as book:
+        with ledger.open(s.dataset, s.relation) as book:
             measurement = pipeline.measure_exact(
                 exact, plan, calibration, book, release_id, on_noisy=lambda m: m.save(stem)
             )
@@ -213,6 +219,7 @@ def private_moments(
             "k": measurement.k,
             "directions_seed": measurement.seed,
             "relation": measurement.relation,
+            "n (public; noisy under add-remove)": measurement.n,
             "marginal_noise_std": measurement.marginal_noise_std(),
             "ledger_entry_id": measurement.ledger_entry_id or "",
             "reused_stored_measurement": reused,
@@ -256,10 +263,10 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
     kinds={"pandas"},
     description="Rows sampled from the fitted mixture, clipped to [-1, 1] and decoded to the schema.",
 )
-def synthetic_table(mixture_model: FittedModel, unit_ball_encoding: EncodedInput) -> dg.Output[SyntheticTable]:
+def synthetic_table(mixture_model: FittedModel) -> dg.Output[SyntheticTable]:
     m = mixture_model
     s = m.settings
-    n_rows = s.n_synthetic or unit_ball_encoding.x.shape[0]
+    n_rows = s.n_synthetic or m.measurement.n  # the public n, or the noisy one under add-remove
     table = sample_table(m.model, m.schema, n_rows, s.seed, match_marginals=s.match_marginals)
     return dg.Output(
         SyntheticTable(s, m.schema, table),

@@ -42,10 +42,10 @@ def refresh_skip_reason(config: ReleaseConfig, ledger: LedgerResource) -> str | 
         return str(exc)
     _, calibration = pipeline.make_plan(
         schema, schema.n_min, config.epsilon, config.delta, config.n_directions, config.k, config.seed,
-        marginal_share=config.marginal_share, pair_share=config.pair_share,
+        marginal_share=config.marginal_share, pair_share=config.pair_share, relation=config.relation,
     )
     # The cost of a spend is sigma/Delta, which depends on (epsilon, delta) only, so n_min serves for planning.
-    with ledger.open(config.dataset) as book:
+    with ledger.open(config.dataset, config.relation) as book:
         after = book.projected(config.dataset, [calibration.noise_multiplier])
         budget = book.budget(config.dataset)
     if after > budget.epsilon_total + BUDGET_TOLERANCE:

@@ -19,9 +19,9 @@ def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -
     s = unit_ball_encoding.settings
     _, calibration = pipeline.make_plan(
         unit_ball_encoding.schema, unit_ball_encoding.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed,
-        marginal_share=s.marginal_share, pair_share=s.pair_share,
+        marginal_share=s.marginal_share, pair_share=s.pair_share, relation=s.relation,
     )
-    with ledger.open(s.dataset) as book:
+    with ledger.open(s.dataset, s.relation) as book:
         budget = book.budget(s.dataset)
         spent, at_delta = book.spent(s.dataset)
         after = book.projected(s.dataset, [calibration.noise_multiplier])

@@ -11,7 +11,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from ..datasets import DEMO_DATASET, demo_data_path
 from ..fit import NUMERIC_MODELS, FitConfig
 from ..pipeline import check_post_processing
-from ..privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
+from ..measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE, RELATIONS
+from ..privacy import DEFAULT_COUNT_SHARE, DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
 
 
 class ReleaseConfig(dg.Config):
@@ -22,6 +23,11 @@ class ReleaseConfig(dg.Config):
     input_path: str = Field(default="", description="CSV (optionally .gz) or Parquet file; empty = bundled demo.")
     epsilon: float = Field(default=1.0, description="Privacy loss epsilon of this release's measurement.")
     delta: float = Field(default=1e-9, description="Privacy loss delta; must be < 1/n_min of the schema.")
+    relation: str = Field(
+        default=RELATION_REPLACE_ONE,
+        description="Neighbouring relation of the guarantee: 'replace-one' (n public) or 'add-remove' (n private, "
+        "as AIM / MST; a noisy n is released). One dataset's ledger never mixes the two.",
+    )
     k: int = Field(default=DEFAULT_K, description="Chebyshev order per direction.")
     n_directions: int = Field(default=DEFAULT_N_DIRECTIONS, description="Number of random directions L.")
     components: int = Field(default=FitConfig.K, description="Mixture components K.")
@@ -100,6 +106,13 @@ class ReleaseConfig(dg.Config):
             raise ValueError(f"a share must be in [0, 1), got {value!r}")
         return value
 
+    @field_validator("relation")
+    @classmethod
+    def _relation(cls, value: str) -> str:
+        if value not in RELATIONS:
+            raise ValueError(f"relation must be one of {RELATIONS}, got {value!r}")
+        return value
+
     @field_validator("numeric_model")
     @classmethod
     def _numeric_model(cls, value: str) -> str:
@@ -122,10 +135,11 @@ class ReleaseConfig(dg.Config):
 
     @model_validator(mode="after")
     def _moments_keep_a_share(self) -> "ReleaseConfig":
-        if self.marginal_share + self.pair_share >= 1.0:
+        count_share = DEFAULT_COUNT_SHARE if self.relation == RELATION_ADD_REMOVE else 0.0
+        if self.marginal_share + self.pair_share + count_share >= 1.0:
             raise ValueError(
-                f"marginal_share {self.marginal_share!r} + pair_share {self.pair_share!r} must be < 1 "
-                "(the moments need a share of the budget)"
+                f"marginal_share {self.marginal_share!r} + pair_share {self.pair_share!r} (+ the noisy count's "
+                f"{count_share!r} under add-remove) must be < 1 (the moments need a share of the budget)"
             )
         return self
 
@@ -158,6 +172,7 @@ class ReleaseSettings:
     tilt_chi2: float = FitConfig.tilt_chi2
     link_lambda: float = FitConfig.link_lambda
     joint_pairs: int = FitConfig.joint_pairs
+    relation: str = RELATION_REPLACE_ONE
 
     def resolved_input(self) -> str:
         return self.input_path or str(demo_data_path())

@@ -13,6 +13,7 @@ from pathlib import Path
 import dagster as dg
 
 from ..ledger import BudgetLedger, default_ledger_url
+from ..measurement import RELATION_REPLACE_ONE
 from ..locations import (  # noqa: F401 - re-exported for existing callers
     dagster_home,
     default_artifact_dir,
@@ -29,11 +30,13 @@ class LedgerResource(dg.ConfigurableResource):
     budget_epsilon: float = 10.0
     budget_delta: float = 1e-6
 
-    def open(self, dataset: str) -> BudgetLedger:
-        """A ledger handle (use it as a context manager so the connection pool is closed)."""
+    def open(self, dataset: str, relation: str = RELATION_REPLACE_ONE) -> BudgetLedger:
+        """A ledger handle (use it as a context manager so the connection pool is closed). A dataset without a budget
+        gets the lifetime budget under ``relation``; one with a budget keeps its relation, and the ledger refuses a
+        spend under the other."""
         ledger = BudgetLedger(self.url or default_ledger_url())
         if ledger.budget(dataset) is None:
-            ledger.set_budget(dataset, self.budget_epsilon, self.budget_delta)
+            ledger.set_budget(dataset, self.budget_epsilon, self.budget_delta, relation)
         return ledger
 
 
