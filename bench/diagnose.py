@@ -87,7 +87,7 @@ def _mean_tvd(tables: list[np.ndarray], truths: list[np.ndarray]) -> float:
     return float(np.mean([_tvd(a, b) for a, b in zip(tables, truths)]))
 
 
-def compare(dataset: str, epsilon: float, peer: str, top: int) -> None:
+def compare(dataset: str, epsilon: float, peer: str, top: int, ours: str = "splice") -> None:
     from splice_assets.metrics import _tvd_codes, codes_matrix
 
     prepared = prepare(dataset)
@@ -96,7 +96,7 @@ def compare(dataset: str, epsilon: float, peer: str, top: int) -> None:
     dtypes = prepared.train.dtypes.to_dict()
     eps = f"{epsilon:g}"
     codes = {}
-    for method in ("splice", peer):
+    for method in (ours, peer):
         path = RAW_DIR / dataset / f"{method}_eps{eps}_seed0" / "synthetic.csv"
         if not path.is_file():
             print(f"[diagnose] {path} not found: run the bench for {method} at eps = {eps} first")
@@ -108,12 +108,12 @@ def compare(dataset: str, epsilon: float, peer: str, top: int) -> None:
     for way in (2, 3):
         marginals = list(itertools.combinations(range(len(names)), way))
         table = pd.DataFrame(
-            [[_tvd_codes(real, c, levels, m) for c in (codes["splice"], codes[peer], train)] for m in marginals],
-            columns=["splice", peer, "train"],
+            [[_tvd_codes(real, c, levels, m) for c in (codes[ours], codes[peer], train)] for m in marginals],
+            columns=[ours, peer, "train"],
         )
         table.insert(0, "marginal", [" x ".join(names[i] for i in m) for m in marginals])
-        table["gap"] = table["splice"] - table[peer]
-        print(f"\n{way}-way TVD against the test split, means: {table[['splice', peer, 'train']].mean().round(4).to_dict()}")
+        table["gap"] = table[ours] - table[peer]
+        print(f"\n{way}-way TVD against the test split, means: {table[[ours, peer, 'train']].mean().round(4).to_dict()}")
         print(table.sort_values("gap", ascending=False).head(top).round(3).to_string(index=False))
         gaps = table["gap"].to_numpy()
         per_column = {name: gaps[[j in m for m in marginals]].mean() for j, name in enumerate(names)}
@@ -131,12 +131,13 @@ def main() -> None:
             p.add_argument("--seed", type=int, default=0)
         else:
             p.add_argument("--peer", default="aim")
+            p.add_argument("--ours", default="splice", help="our bench method to compare, e.g. splice_add_remove")
             p.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
     if args.command == "stages":
         stages(args.dataset, args.epsilon, args.seed)
     else:
-        compare(args.dataset, args.epsilon, args.peer, args.top)
+        compare(args.dataset, args.epsilon, args.peer, args.top, args.ours)
 
 
 if __name__ == "__main__":

@@ -216,6 +216,8 @@ def measure_exact(
     """
     if not statistics_in_range(stats):
         raise MomentsOutOfRange("exact statistics are not finite or out of range; nothing was charged")
+    if (stats.count is None) != (plan.relation == RELATION_REPLACE_ONE):
+        raise ValueError(f"the exact statistics do not match the plan's relation {plan.relation!r}; nothing was charged")
     entry_id = None
     if ledger is not None:
         entry_id = ledger.reserve(
@@ -243,11 +245,10 @@ def measure_exact(
         if ledger is not None and entry_id is not None:
             ledger.abort(entry_id)
         raise
-    d = stats.d
     marginals, rest = np.split(noisy_cells, [int(sum(plan.marginal_sizes))])
     pairs, noisy_count = np.split(rest, [int(sum(plan.pair_sizes))])
     if plan.relation == RELATION_REPLACE_ONE:
-        measurement = measurement_of(plan, calibration, d, noisy_moments, marginals, pairs, entry_id)
+        measurement = measurement_of(plan, calibration, stats.d, noisy_moments, marginals, pairs, entry_id)
     else:
         # Post-processing: pool the noisy count with the histograms' totals, then divide every sum by that n.
         n_hat = pooled_row_count(
@@ -255,7 +256,7 @@ def measure_exact(
             calibration.marginal_noise_std(), pairs, plan.pair_sizes, calibration.pair_noise_std(),
         )
         measurement = measurement_of(
-            plan, calibration, d, noisy_moments / n_hat, marginals / n_hat, pairs / n_hat, entry_id,
+            plan, calibration, stats.d, noisy_moments / n_hat, marginals / n_hat, pairs / n_hat, entry_id,
             n=max(1, round(n_hat)), sigma=calibration.sigma / n_hat,
         )
     if on_noisy is not None:

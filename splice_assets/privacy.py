@@ -115,7 +115,8 @@ def sensitivity(
     _check_relation(relation)
     if relation == RELATION_ADD_REMOVE:
         _check_shape(1, n_directions, k)
-        _check_marginals(1, count_weight)
+        if not _finite_real(count_weight) or count_weight < 0:
+            raise PrivacyParameterError(f"count weight must be a finite number >= 0, got {count_weight!r}")
     else:
         _check_shape(n, n_directions, k)
         if count_weight != 0:

@@ -256,3 +256,14 @@ def test_add_remove_audit_ci_sized():
 
 def test_add_remove_audit_catches_a_gross_error():
     assert run_add_remove_audit(5_000, understate=10.0) > AUDIT_EPS
+
+
+def test_statistics_of_the_other_relation_are_refused_before_any_charge(rows, tmp_path):
+    ledger = BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    ledger.set_budget("toy", 10.0, 1e-6, AR)
+    replace_plan, _ = pipeline.make_plan(TOY_SCHEMA, len(rows), 1.0, 1e-6, L, K)
+    plan, cal = toy_plan()
+    frequencies = pipeline.exact_statistics(rows, replace_plan, LAYOUT)
+    with pytest.raises(ValueError, match="do not match the plan's relation 'add-remove'"):
+        pipeline.measure_exact(frequencies, plan, cal, ledger, "r1")
+    assert ledger.entries("toy") == []

@@ -106,18 +106,12 @@ class ReleaseConfig(dg.Config):
             raise ValueError(f"a share must be in [0, 1), got {value!r}")
         return value
 
-    @field_validator("relation")
+    @field_validator("relation", "numeric_model")
     @classmethod
-    def _relation(cls, value: str) -> str:
-        if value not in RELATIONS:
-            raise ValueError(f"relation must be one of {RELATIONS}, got {value!r}")
-        return value
-
-    @field_validator("numeric_model")
-    @classmethod
-    def _numeric_model(cls, value: str) -> str:
-        if value not in NUMERIC_MODELS:
-            raise ValueError(f"numeric_model must be one of {NUMERIC_MODELS}, got {value!r}")
+    def _one_of(cls, value: str, info: ValidationInfo) -> str:
+        allowed = {"relation": RELATIONS, "numeric_model": NUMERIC_MODELS}[info.field_name]
+        if value not in allowed:
+            raise ValueError(f"{info.field_name} must be one of {allowed}, got {value!r}")
         return value
 
     @field_validator("tilt_chi2", "link_lambda")
