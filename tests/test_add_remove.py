@@ -267,3 +267,17 @@ def test_statistics_of_the_other_relation_are_refused_before_any_charge(rows, tm
     with pytest.raises(ValueError, match="do not match the plan's relation 'add-remove'"):
         pipeline.measure_exact(frequencies, plan, cal, ledger, "r1")
     assert ledger.entries("toy") == []
+
+
+@pytest.mark.slow
+def test_add_remove_audit_long():
+    eps_lb = run_add_remove_audit(100_000)
+    print(f"add-remove audit (100,000 runs/world): eps_lb = {eps_lb:.3f} <= eps = {AUDIT_EPS}")
+    assert 0.3 < eps_lb <= AUDIT_EPS
+
+
+@pytest.mark.slow
+def test_add_remove_audit_catches_a_2x_error():
+    eps_lb = run_add_remove_audit(250_000, understate=2.0)
+    print(f"add-remove audit, Delta under-stated 2x (250,000 runs/world): eps_lb = {eps_lb:.3f} > eps = {AUDIT_EPS}")
+    assert eps_lb > AUDIT_EPS
