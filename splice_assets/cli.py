@@ -541,8 +541,13 @@ def show_command(release_id: str, as_json: bool) -> None:
     click.echo(f"created     {manifest.get('created_at', '-')}")
     click.echo(f"guarantee   ({privacy.get('epsilon')}, {privacy.get('delta')})-DP, relation {privacy.get('relation')}; "
                f"this release charged epsilon {privacy.get('epsilon_cost')}")
-    click.echo(f"mechanism   sigma {privacy.get('sigma'):.6g}, Delta {privacy.get('sensitivity'):.6g}, "
-               f"L {privacy.get('L')}, k {privacy.get('k')}, n {privacy.get('n')}, seed {privacy.get('directions_seed')}")
+    add_remove = privacy.get("relation") == RELATION_ADD_REMOVE
+    multiplier = privacy.get("noise_multiplier")
+    click.echo(f"mechanism   sigma {privacy.get('sigma'):.6g} on frequencies, Delta {privacy.get('sensitivity'):.6g}"
+               + (" on sums and counts" if add_remove else "")
+               + ("" if multiplier is None else f", sigma/Delta {multiplier:.4f}")
+               + f", L {privacy.get('L')}, k {privacy.get('k')}, n {privacy.get('n')}" + (" (noisy)" if add_remove else "")
+               + f", seed {privacy.get('directions_seed')}")
     click.echo(f"lifetime    epsilon spent {privacy.get('lifetime_epsilon_spent')} at delta "
                f"{privacy.get('lifetime_delta')}, remaining {privacy.get('lifetime_epsilon_remaining')}")
     click.echo(f"rows        {manifest.get('synthetic_rows')} synthetic")

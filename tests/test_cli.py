@@ -104,6 +104,7 @@ def test_show_prints_manifest_and_ledger_entry(cli_env):
     rid = cli_env["release_id"]
     text = ok("show", rid).output
     assert rid in text and "committed" in text
+    assert "relation replace-one" in text and "sigma/Delta" in text and "(noisy)" not in text
     shown = json.loads(ok("show", rid[:10], "--json").stdout)  # a unique prefix works too
     assert shown["manifest"]["release_id"] == rid
     assert [e["status"] for e in shown["ledger_entries"]] == ["committed"]
