@@ -546,7 +546,8 @@ def show_command(release_id: str, as_json: bool) -> None:
     click.echo(f"mechanism   sigma {privacy.get('sigma'):.6g} on frequencies, Delta {privacy.get('sensitivity'):.6g}"
                + (" on sums and counts" if add_remove else "")
                + ("" if multiplier is None else f", sigma/Delta {multiplier:.4f}")
-               + f", L {privacy.get('L')}, k {privacy.get('k')}, n {privacy.get('n')}" + (" (noisy)" if add_remove else "")
+               + f", L {privacy.get('L')}, k {privacy.get('k')}, n {privacy.get('n')}"
+               + (" (noisy)" if add_remove else "")
                + f", seed {privacy.get('directions_seed')}")
     click.echo(f"lifetime    epsilon spent {privacy.get('lifetime_epsilon_spent')} at delta "
                f"{privacy.get('lifetime_delta')}, remaining {privacy.get('lifetime_epsilon_remaining')}")

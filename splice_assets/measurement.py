@@ -2,7 +2,8 @@
 
 Everything in a ``Measurement`` is either public (seed, L, k, scaling, relation, (epsilon, delta), and n under
 replace-one) or the output of the Gaussian mechanism (noisy moments and histograms, sigma, and the noisy n under
-add-remove), so it can be stored, shipped and re-fitted any number of times at zero privacy cost. Saved as ``<stem>.npz`` (the moments) + ``<stem>.json`` (the rest).
+add-remove), so it can be stored, shipped and re-fitted any number of times at zero privacy cost. Saved as
+``<stem>.npz`` (the moments) + ``<stem>.json`` (the rest).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .moments import direction_scales, draw_directions
 #: Neighbouring tables differ by replacing one row; n is public and every statistic is a frequency.
 RELATION_REPLACE_ONE = "replace-one"
 #: Neighbouring tables differ by adding or removing one row; n is private, so the mechanism releases noisy sums and a
-#: noisy count, and frequencies are their post-processing (``from_noisy_counts``).
+#: noisy count, and frequencies are their post-processing (``pooled_row_count``, then a division).
 RELATION_ADD_REMOVE = "add-remove"
 RELATIONS = (RELATION_REPLACE_ONE, RELATION_ADD_REMOVE)
 FORMAT_VERSION = 1

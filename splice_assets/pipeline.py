@@ -107,8 +107,6 @@ def make_plan(
     ``DEFAULT_COUNT_SHARE`` of Delta^2 buys a noisy count instead.
     """
     privacy.validate_parameters(epsilon, delta, k, n_directions, schema.n_min)
-    if relation not in privacy.RELATIONS:
-        raise privacy.PrivacyParameterError(f"relation must be one of {privacy.RELATIONS}, got {relation!r}")
     public_n = n if relation == RELATION_REPLACE_ONE else None
     count_share = DEFAULT_COUNT_SHARE if relation == RELATION_ADD_REMOVE else 0.0
     if scaling != "ball":
@@ -217,7 +215,9 @@ def measure_exact(
     if not statistics_in_range(stats):
         raise MomentsOutOfRange("exact statistics are not finite or out of range; nothing was charged")
     if (stats.count is None) != (plan.relation == RELATION_REPLACE_ONE):
-        raise ValueError(f"the exact statistics do not match the plan's relation {plan.relation!r}; nothing was charged")
+        raise ValueError(
+            f"the exact statistics do not match the plan's relation {plan.relation!r}; nothing was charged"
+        )
     entry_id = None
     if ledger is not None:
         entry_id = ledger.reserve(

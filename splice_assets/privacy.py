@@ -120,7 +120,9 @@ def sensitivity(
     else:
         _check_shape(n, n_directions, k)
         if count_weight != 0:
-            raise PrivacyParameterError(f"n is public under {relation!r}: the count weight must be 0, got {count_weight!r}")
+            raise PrivacyParameterError(
+                f"n is public under {relation!r}: the count weight must be 0, got {count_weight!r}"
+            )
     _check_marginals(marginal_coordinates, marginal_weight)
     _check_marginals(pair_count, pair_weight)
     moment_factor, table_factor = _factors(relation)
@@ -184,7 +186,9 @@ def query_weights(
     if relation == RELATION_REPLACE_ONE and count_share != 0:
         raise PrivacyParameterError(f"n is public under {relation!r}: the count share must be 0, got {count_share!r}")
     if relation == RELATION_ADD_REMOVE and not count_share > 0:
-        raise PrivacyParameterError(f"n is private under {relation!r}: the count share must be > 0, got {count_share!r}")
+        raise PrivacyParameterError(
+            f"n is private under {relation!r}: the count share must be > 0, got {count_share!r}"
+        )
     moment_share = 1.0 - marginal_share - pair_share - count_share
     if not moment_share > 0.0:
         raise PrivacyParameterError(
@@ -328,7 +332,9 @@ def calibrate(
         if n is not None:
             raise PrivacyParameterError(f"n is private under {relation!r} and must not shape the noise; got n={n!r}")
         if not count_weight > 0:
-            raise PrivacyParameterError(f"add-remove needs a noisy row count: count weight must be > 0, got {count_weight!r}")
+            raise PrivacyParameterError(
+                f"add-remove needs a noisy row count: count weight must be > 0, got {count_weight!r}"
+            )
     epsilon, delta = float(epsilon), float(delta)
     slack = float_slack(
         n, k, n_directions, marginal_cells, marginal_weight, marginal_coordinates, pair_cells, pair_weight, pair_count,

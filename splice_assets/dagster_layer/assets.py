@@ -124,7 +124,9 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
         if bounds_epsilon <= 0:
             raise dg.Failure(f"schema {schema.name!r} has auto bounds; set bounds_epsilon_share > 0")
         with ledger.open(settings.dataset, settings.relation) as book:
-            schema, estimate = estimate_bounds(raw, schema, bounds_epsilon, book, release_id_of(context), settings.relation)
+            schema, estimate = estimate_bounds(
+                raw, schema, bounds_epsilon, book, release_id_of(context), settings.relation
+            )
         settings = dataclasses.replace(settings, epsilon=settings.epsilon - bounds_epsilon)
         context.log.info(f"auto bounds at epsilon={bounds_epsilon:g} (public DP estimates): {estimate.columns}")
     checked = validate(raw, schema, settings.schema_version)
