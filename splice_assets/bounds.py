@@ -86,8 +86,9 @@ def estimate_bounds(
     """Resolve every ``auto`` column of ``schema`` with DP quantiles of ``raw``; one ledger entry for all of them.
 
     epsilon is split evenly over the 2 * (number of auto columns) quantiles (basic composition of pure DP).
-    Cells are parsed strictly; missing or unparseable cells become 0 (a public constant) so the vector length
-    stays the public n. Returns the resolved schema and the public record.
+    Cells are parsed strictly; missing or unparseable cells become 0 (a public constant) so every row counts once
+    (the vector length is the public n under replace-one; under add-remove the domain is unsized). Returns the
+    resolved schema and the public record.
     """
     from .validation import parse_numbers
 

@@ -80,8 +80,9 @@ def validate_parameters(
         raise PrivacyParameterError(f"row count n must be an integer >= the schema's n_min = {n_min}, got {n!r}")
 
 
-def _check_shape(n: int, n_directions: int, k: int) -> None:
-    if not _is_int(n) or n < 1:
+def _check_shape(n: int | None, n_directions: int, k: int, n_private: bool = False) -> None:
+    """Check L and k, and the public n unless ``n_private`` (add-remove, where n is not an input)."""
+    if not n_private and (not _is_int(n) or n < 1):
         raise PrivacyParameterError(f"row count n must be an integer >= 1, got {n!r}")
     if not _is_int(k) or k < 1:
         raise PrivacyParameterError(f"moment order k must be an integer >= 1, got {k!r}")
@@ -113,12 +114,11 @@ def sensitivity(
     of each 2-way histogram and wn to the weighted row count.
     """
     _check_relation(relation)
+    _check_shape(n, n_directions, k, n_private=relation == RELATION_ADD_REMOVE)
     if relation == RELATION_ADD_REMOVE:
-        _check_shape(1, n_directions, k)
         if not _finite_real(count_weight) or count_weight < 0:
             raise PrivacyParameterError(f"count weight must be a finite number >= 0, got {count_weight!r}")
     else:
-        _check_shape(n, n_directions, k)
         if count_weight != 0:
             raise PrivacyParameterError(
                 f"n is public under {relation!r}: the count weight must be 0, got {count_weight!r}"
