@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-from scipy import sparse
 
 from .encoding import EncodingLayout
 from .moments import marginal_cells, marginal_sizes
@@ -116,13 +115,27 @@ def _normalised(log_w: np.ndarray) -> np.ndarray:
     return w / w.sum()
 
 
-def _incidence(cells: np.ndarray, n_cells: int, ones: np.ndarray) -> sparse.csr_matrix:
-    """Rows x cells 0/1 matrix (one 1 per row and table): tables = A^T w, row gradients = A r. Shares the
-    memory of ``cells`` (indices; copied if not row-major) and of ``ones`` (data)."""
-    cells = np.ascontiguousarray(cells)
-    rows, per_row = cells.shape
-    indptr = np.arange(0, rows + 1, dtype=np.int32) * per_row
-    return sparse.csr_matrix((ones[: cells.size], cells.reshape(-1), indptr), shape=(rows, n_cells), copy=False)
+@numba.njit(cache=True)
+def _row_sums(cells, values):  # pragma: no cover - numba
+    """A v for the rows x cells 0/1 incidence A of ``cells`` (rows, tables): each row's sum of its cells' values."""
+    out = np.zeros(cells.shape[0])
+    for r in range(cells.shape[0]):
+        total = 0.0
+        for t in range(cells.shape[1]):
+            total += values[cells[r, t]]
+        out[r] = total
+    return out
+
+
+@numba.njit(cache=True)
+def _cell_sums(cells, weights, n_cells):  # pragma: no cover - numba
+    """A^T w: every cell's summed row weights (the weighted tables, concatenated)."""
+    out = np.zeros(n_cells)
+    for r in range(cells.shape[0]):
+        w = weights[r]
+        for t in range(cells.shape[1]):
+            out[cells[r, t]] += w
+    return out
 
 
 def fit_tilt(
@@ -161,13 +174,13 @@ def fit_tilt(
     if not chi2_target > 0:
         raise ValueError(f"chi2_target must be > 0, got {chi2_target!r}")
     size1, size2 = targets1.size, targets2.size
-    ones = np.ones(max(pool.size, holdout.size))
-    fit_cells, held_cells = _incidence(pool, size1 + size2, ones), _incidence(holdout, size1 + size2, ones)
+    # Row-major int32 cells, read in place by the incidence kernels (no sparse matrix, no data array).
+    fit_cells, held_cells = (np.ascontiguousarray(cells, dtype=np.int32) for cells in (pool, holdout))
     targets = np.concatenate([targets1, targets2])
     inverse_variance = np.concatenate([np.full(size1, std1**-2.0), np.full(size2, std2**-2.0)])
 
-    def chi2_of(incidence: sparse.csr_matrix, potentials: np.ndarray) -> tuple[float, np.ndarray]:
-        residual = incidence.T @ _normalised(-(incidence @ potentials)) - targets
+    def chi2_of(cells: np.ndarray, potentials: np.ndarray) -> tuple[float, np.ndarray]:
+        residual = _cell_sums(cells, _normalised(-_row_sums(cells, potentials)), targets.size) - targets
         scaled = residual * inverse_variance
         return float(residual @ scaled) / targets.size, scaled
 
@@ -177,7 +190,7 @@ def fit_tilt(
     best, since_best, iterations = potentials.copy(), 0, 0
     while best_chi2 > chi2_target and since_best < patience and iterations < max_iterations:
         iterations += 1
-        rate = step / max(float(np.abs(fit_cells @ scaled).max()), 1e-300)
+        rate = step / max(float(np.abs(_row_sums(fit_cells, scaled)).max()), 1e-300)
         move = momentum * velocity + rate * scaled
         trial_chi2, trial_scaled = chi2_of(fit_cells, potentials + move)
         if trial_chi2 > chi2:

@@ -12,7 +12,9 @@ from splice_assets import pipeline
 from splice_assets.encoding import layout_for
 from splice_assets.fit import FitConfig
 from splice_assets.moments import coordinate_pairs, marginal_counts, marginal_sizes, pair_counts, pair_tables
-from splice_assets.tilt import fit_tilt, log_weights, pool_log_weights, systematic_resample, table_cells
+from splice_assets.tilt import (
+    _cell_sums, _row_sums, fit_tilt, log_weights, pool_log_weights, systematic_resample, table_cells,
+)
 from toy import TOY_SCHEMA, toy_measurement
 
 SCHEMA = TOY_SCHEMA
@@ -72,6 +74,19 @@ def test_pool_log_weights_equal_the_cell_matrix_form():
 def _weighted_tables(potentials: np.ndarray, cells: np.ndarray, n_cells: int) -> np.ndarray:
     w = np.exp(log_weights(potentials, cells))
     return np.bincount(cells.ravel(), np.repeat(w / w.sum(), cells.shape[1]), n_cells)
+
+
+def test_incidence_kernels_equal_the_dense_incidence_products():
+    """``fit_tilt`` reads its pools through two kernels instead of a 0/1 incidence matrix A (rows x cells, one 1 per
+    row and table): A v and A^T w, checked against the dense A."""
+    rng = np.random.default_rng(11)
+    n_cells, rows, tables = 40, 300, 5
+    cells = rng.integers(0, n_cells, (rows, tables)).astype(np.int32)
+    dense = np.zeros((rows, n_cells))
+    np.add.at(dense, (np.repeat(np.arange(rows), tables), cells.ravel()), 1.0)
+    v, w = rng.normal(size=n_cells), rng.random(rows)
+    np.testing.assert_allclose(_row_sums(cells, v), dense @ v, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(_cell_sums(cells, w, n_cells), dense.T @ w, rtol=1e-12, atol=1e-12)
 
 
 def test_the_tilt_moves_an_independent_pool_onto_correlated_tables():
