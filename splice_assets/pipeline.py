@@ -329,12 +329,30 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     if config.tilt_chi2 == 0:
         return model
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))
-    # A fit pool and a holdout pool, together as large as one sampling chunk's pool.
-    pool_rows = max(1, config.tilt_pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
+    tilt = _fit_cell_tilt(model, measurement, schema, config, config.tilt_pool_factor, config.tilt_pool_factor, rng)
+    wide = config.tilt_wide_pool_factor
+    if tilt.chi2_end > config.tilt_chi2 and wide > config.tilt_pool_factor:
+        # The holdout stopped the tilt short of the noise level: the pool's support, not the noise, was the limit.
+        # Refit on wider pools from where it stopped (about half the iterations of a fresh start, same TVD).
+        wider = _fit_cell_tilt(
+            model, measurement, schema, config, wide, max(config.tilt_pool_factor, wide // 2), rng, tilt.potentials
+        )
+        tilt = replace(wider, chi2_start=tilt.chi2_start, iterations=tilt.iterations + wider.iterations)
+    return replace(model, tilt=tilt)
+
+
+def _fit_cell_tilt(
+    model: FittedMixture, measurement: Measurement, schema: TableSchema, config: FitConfig, pool_factor: int,
+    sampling_factor: int, rng: np.random.Generator, initial: np.ndarray | None = None,
+) -> CellTilt:
+    """The tilt fitted (from ``initial`` potentials, or none) on a pool and stopped on a holdout pool of
+    pool_factor * min(n, chunk) / 2 rows each, drawn from the (linked, matched) mixture; sampled later with
+    ``sampling_factor`` pool rows per output row."""
+    pool_rows = max(1, pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
     integer_bounds = integer_coordinates(schema)
-    pool, holdout = (  # row-major, as fit_tilt's incidence matrices read them (one copy at a time)
+    pool, holdout = (  # row-major, as fit_tilt's kernels read them (one copy at a time)
         np.ascontiguousarray(table_cells(
-            mixture_draws(model, pool_rows, rng, True, integer_bounds), layout, measurement.numeric_bins,
+            mixture_draws(model, pool_rows, rng, True, integer_bounds), layout_for(schema), measurement.numeric_bins,
             measurement.pairs,
         ))
         for _ in range(2)
@@ -342,12 +360,11 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     potentials, chi2_start, chi2_end, iterations = fit_tilt(
         pool, holdout, measurement.noisy_marginals, measurement.marginal_noise_std(),
         measurement.noisy_pairs, measurement.pair_noise_std(), config.tilt_chi2, config.tilt_max_iterations,
+        initial=initial,
     )
-    tilt = CellTilt(
-        measurement.numeric_bins, measurement.pairs, potentials, config.tilt_pool_factor, chi2_start, chi2_end,
-        iterations,
+    return CellTilt(
+        measurement.numeric_bins, measurement.pairs, potentials, sampling_factor, chi2_start, chi2_end, iterations,
     )
-    return replace(model, tilt=tilt)
 
 
 def check_post_processing(config: FitConfig) -> None:
@@ -358,7 +375,7 @@ def check_post_processing(config: FitConfig) -> None:
         raise ValueError(f"tilt_chi2 must be a finite number >= 0, got {chi2!r}")
     if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not 0 <= strength <= 1:
         raise ValueError(f"link_lambda must be a number in [0, 1] (0 = no links), got {strength!r}")
-    for name, least in (("tilt_pool_factor", 1), ("tilt_max_iterations", 0)):
+    for name, least in (("tilt_pool_factor", 1), ("tilt_wide_pool_factor", 0), ("tilt_max_iterations", 0)):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")

@@ -43,9 +43,11 @@ class CellTilt:
     iterations: int
 
     def summary(self) -> dict[str, float | int]:
-        """Public diagnostics for release records: chi^2 of noisy statistics against the model, and iterations."""
+        """Public diagnostics for release records: chi^2 of noisy statistics against the model, iterations, and the
+        sampling pool factor (larger when the tilt was refitted on wider pools)."""
         return {
             "chi2_start": float(self.chi2_start), "chi2_end": float(self.chi2_end), "iterations": int(self.iterations),
+            "pool_factor": int(self.pool_factor),
         }
 
 
@@ -150,6 +152,7 @@ def fit_tilt(
     patience: int = 10,
     step: float = 0.05,
     momentum: float = 0.8,
+    initial: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float, float, int]:
     """Potentials fitted on the ``pool`` cells (draws from the mixture) that bring a fresh ``holdout`` pool's
     weighted tables toward the noisy targets.
@@ -166,7 +169,8 @@ def fit_tilt(
     for ``patience`` iterations, and returns the potentials with the best holdout chi^2. Without the holdout,
     potentials of cells that only a few pool rows reach grow until those rows dominate (at eps = 10, 300
     iterations doubled california's 2-way TVD). ``pool`` and ``holdout`` are ``table_cells`` of the two pools.
-    Returns the potentials (``CellTilt`` order), holdout chi^2 per cell without and with them, and the
+    ``initial`` potentials (default none) start a refit, e.g. on wider pools from where a narrower fit stopped.
+    Returns the potentials (``CellTilt`` order), holdout chi^2 per cell at the start and with them, and the
     iterations used.
     """
     if not std1 > 0 or not std2 > 0:
@@ -184,7 +188,8 @@ def fit_tilt(
         scaled = residual * inverse_variance
         return float(residual @ scaled) / targets.size, scaled
 
-    potentials, velocity = np.zeros(targets.size), np.zeros(targets.size)
+    potentials = np.zeros(targets.size) if initial is None else np.array(initial, dtype=np.float64)
+    velocity = np.zeros(targets.size)
     chi2, scaled = chi2_of(fit_cells, potentials)
     start = best_chi2 = chi2_of(held_cells, potentials)[0]
     best, since_best, iterations = potentials.copy(), 0, 0
