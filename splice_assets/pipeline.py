@@ -350,11 +350,11 @@ def _fit_cell_tilt(
     ``sampling_factor`` pool rows per output row."""
     pool_rows = max(1, pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
     integer_bounds = integer_coordinates(schema)
-    pool, holdout = (  # row-major, as fit_tilt's kernels read them (one copy at a time)
-        np.ascontiguousarray(table_cells(
+    pool, holdout = (  # row-major, as fit_tilt's kernels read them
+        table_cells(
             mixture_draws(model, pool_rows, rng, True, integer_bounds), layout_for(schema), measurement.numeric_bins,
-            measurement.pairs,
-        ))
+            measurement.pairs, order="C",
+        )
         for _ in range(2)
     )
     potentials, chi2_start, chi2_end, iterations = fit_tilt(

@@ -63,13 +63,15 @@ def _table_offsets(
 
 
 def table_cells(
-    cube: np.ndarray, layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]]
+    cube: np.ndarray, layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]],
+    order: str = "F",
 ) -> np.ndarray:
     """(n, d + len(pairs)) int32: every row's cell in every 1-way table, then in every 2-way table, as indices
-    into the tables concatenated (1-way cells first). Column-major: it is built and read one table at a time."""
+    into the tables concatenated (1-way cells first). Built one table at a time; column-major by default (read one
+    table at a time), row-major with ``order="C"`` (what ``fit_tilt``'s kernels read, without a copy)."""
     sizes, starts, pair_starts = _table_offsets(layout, numeric_bins, pairs)
     cells = marginal_cells(cube, layout, numeric_bins)
-    out = np.empty((len(cube), layout.d + len(pairs)), dtype=np.int32, order="F")
+    out = np.empty((len(cube), layout.d + len(pairs)), dtype=np.int32, order=order)
     out[:, : layout.d] = cells + starts
     for column, ((a, b), start) in enumerate(zip(pairs, pair_starts), start=layout.d):  # no (n, pairs) temporaries
         out[:, column] = cells[:, a] * sizes[b] + cells[:, b] + start

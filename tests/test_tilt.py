@@ -58,6 +58,8 @@ def test_table_cells_count_like_the_measured_tables():
     tables = np.concatenate(_tables(rows))
     assert cells.shape == (500, LAYOUT.d + len(PAIRS))
     assert np.array_equal(np.bincount(cells.ravel(), minlength=tables.size) / len(rows), tables)
+    row_major = table_cells(rows, LAYOUT, BINS, PAIRS, order="C")
+    assert row_major.flags.c_contiguous and np.array_equal(row_major, cells)
 
 
 def test_pool_log_weights_equal_the_cell_matrix_form():
