@@ -99,10 +99,10 @@ class FitConfig:
     tilt_max_iterations: int = 300
     #: When the holdout stops the tilt short of ``tilt_chi2`` (the pool's support, not the noise, is the limit: at
     #: eps >= 3 on adult and california), it is refitted from there on pools this many times min(n, 25,000) rows in
-    #: total and sampled with half as many pool rows per output row (0 = never). Paired (add-remove, 3 seeds), 3-way
-    #: TVD without -> with: california .1439 -> .1396 at eps = 3, .1394 -> .1338 at eps = 10; adult .0756 -> .0732
-    #: at eps = 3. At eps <= 1 the narrow tilt reaches chi^2 = 1 and nothing changes (wide pools there regardless:
-    #: adult .0886 -> .0899 at eps = 1).
+    #: total, and sampling then draws half this many pool rows per output row (0 = never). Paired (add-remove, 3
+    #: seeds), 3-way TVD without -> with: california .1439 -> .1396 at eps = 3, .1394 -> .1338 at eps = 10; adult
+    #: .0756 -> .0732 at eps = 3. At eps <= 1 the narrow tilt reaches chi^2 = 1 and nothing changes (wide pools
+    #: there regardless: adult .0886 -> .0899 at eps = 1).
     tilt_wide_pool_factor: int = 16
     #: Linked coordinates (``links``; with measured pairs): the Goodman-Kruskal lambda of a noisy 2-way table at
     #: or above which its (discrete) target is redrawn from the table given its source when sampling (0 = none).

@@ -314,7 +314,8 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
 
     The mixture is fitted first. With measured 2-way tables, near-functional pairs are then read from them
     (``links``, ``config.link_lambda > 0``), and with ``config.tilt_chi2 > 0`` a cell tilt toward the noisy tables
-    is fitted on a pool drawn from the linked mixture and stopped on a second one (``tilt``).
+    is fitted on a pool drawn from the linked mixture and stopped on a second one (``tilt``); if that holdout stops
+    it short of ``tilt_chi2``, it is refitted from there on ``config.tilt_wide_pool_factor`` times wider pools.
     """
     check_post_processing(config)
     layout = layout_for(schema)
