@@ -28,7 +28,7 @@ from .moments import (
 from .sampling import TILT_CHUNK_ROWS, integer_coordinates, mixture_draws, sample_table
 from .schema import TableSchema
 from .links import choose_links
-from .tilt import CellTilt, fit_tilt, table_cells
+from .tilt import CellTilt, fit_tilt, table_cells, table_starts
 
 # Stream of the public-seed pool the cell tilt is fitted on (distinct from sampling's stream).
 _TAG_TILT_POOL = 0x7117_B001
@@ -351,17 +351,15 @@ def _fit_cell_tilt(
     ``sampling_factor`` pool rows per output row."""
     pool_rows = max(1, pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
     integer_bounds = integer_coordinates(schema)
-    pool, holdout = (  # row-major, as fit_tilt's kernels read them
-        table_cells(
-            mixture_draws(model, pool_rows, rng, True, integer_bounds), layout_for(schema), measurement.numeric_bins,
-            measurement.pairs, order="C",
-        )
+    layout, bins, pairs = layout_for(schema), measurement.numeric_bins, measurement.pairs
+    pool, holdout = (  # row-major per-table cells (uint16), as fit_tilt's kernels read them
+        table_cells(mixture_draws(model, pool_rows, rng, True, integer_bounds), layout, bins, pairs, "C", local=True)
         for _ in range(2)
     )
     potentials, chi2_start, chi2_end, iterations = fit_tilt(
         pool, holdout, measurement.noisy_marginals, measurement.marginal_noise_std(),
         measurement.noisy_pairs, measurement.pair_noise_std(), config.tilt_chi2, config.tilt_max_iterations,
-        initial=initial,
+        initial=initial, starts=table_starts(layout, bins, pairs),
     )
     return CellTilt(
         measurement.numeric_bins, measurement.pairs, potentials, sampling_factor, chi2_start, chi2_end, iterations,

@@ -62,16 +62,30 @@ def _table_offsets(
     return sizes, starts[: layout.d], starts[layout.d :]
 
 
+def table_starts(layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Where each table's cells start in the tables concatenated (the ``CellTilt`` order): 1-way, then 2-way."""
+    _, starts, pair_starts = _table_offsets(layout, numeric_bins, pairs)
+    return np.concatenate([starts, pair_starts])
+
+
 def table_cells(
     cube: np.ndarray, layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]],
-    order: str = "F",
+    order: str = "F", local: bool = False,
 ) -> np.ndarray:
     """(n, d + len(pairs)) int32: every row's cell in every 1-way table, then in every 2-way table, as indices
     into the tables concatenated (1-way cells first). Built one table at a time; column-major by default (read one
-    table at a time), row-major with ``order="C"`` (what ``fit_tilt``'s kernels read, without a copy)."""
+    table at a time), row-major with ``order="C"`` (what ``fit_tilt``'s kernels read, without a copy).
+
+    With ``local``, each table's own cell index instead (add ``table_starts`` for the concatenated one), as uint16
+    when every table has at most 65,536 cells: half the memory of the tilt's wide pools."""
     sizes, starts, pair_starts = _table_offsets(layout, numeric_bins, pairs)
+    dtype = np.int32
+    if local:
+        largest = max([int(sizes.max(initial=1))] + [int(sizes[a] * sizes[b]) for a, b in pairs])
+        dtype = np.uint16 if largest <= np.iinfo(np.uint16).max + 1 else np.int32
+        starts, pair_starts = np.zeros_like(starts), np.zeros_like(pair_starts)
     cells = marginal_cells(cube, layout, numeric_bins)
-    out = np.empty((len(cube), layout.d + len(pairs)), dtype=np.int32, order=order)
+    out = np.empty((len(cube), layout.d + len(pairs)), dtype=dtype, order=order)
     out[:, : layout.d] = cells + starts
     for column, ((a, b), start) in enumerate(zip(pairs, pair_starts), start=layout.d):  # no (n, pairs) temporaries
         out[:, column] = cells[:, a] * sizes[b] + cells[:, b] + start
@@ -120,25 +134,26 @@ def _normalised(log_w: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _row_sums(cells, values):  # pragma: no cover - numba
-    """A v for the rows x cells 0/1 incidence A of ``cells`` (rows, tables): each row's sum of its cells' values."""
+def _row_sums(cells, starts, values):  # pragma: no cover - numba
+    """A v for the rows x cells 0/1 incidence A of ``cells`` (rows, tables; table t's cell i is starts[t] + i):
+    each row's sum of its cells' values."""
     out = np.zeros(cells.shape[0])
     for r in range(cells.shape[0]):
         total = 0.0
         for t in range(cells.shape[1]):
-            total += values[cells[r, t]]
+            total += values[starts[t] + cells[r, t]]
         out[r] = total
     return out
 
 
 @numba.njit(cache=True)
-def _cell_sums(cells, weights, n_cells):  # pragma: no cover - numba
+def _cell_sums(cells, starts, weights, n_cells):  # pragma: no cover - numba
     """A^T w: every cell's summed row weights (the weighted tables, concatenated)."""
     out = np.zeros(n_cells)
     for r in range(cells.shape[0]):
         w = weights[r]
         for t in range(cells.shape[1]):
-            out[cells[r, t]] += w
+            out[starts[t] + cells[r, t]] += w
     return out
 
 
@@ -155,6 +170,7 @@ def fit_tilt(
     step: float = 0.05,
     momentum: float = 0.8,
     initial: np.ndarray | None = None,
+    starts: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float, float, int]:
     """Potentials fitted on the ``pool`` cells (draws from the mixture) that bring a fresh ``holdout`` pool's
     weighted tables toward the noisy targets.
@@ -170,7 +186,8 @@ def fit_tilt(
     per cell is <= ``chi2_target`` (1 = the noise level: fitting further fits the noise), or has not improved
     for ``patience`` iterations, and returns the potentials with the best holdout chi^2. Without the holdout,
     potentials of cells that only a few pool rows reach grow until those rows dominate (at eps = 10, 300
-    iterations doubled california's 2-way TVD). ``pool`` and ``holdout`` are ``table_cells`` of the two pools.
+    iterations doubled california's 2-way TVD). ``pool`` and ``holdout`` are ``table_cells`` of the two pools:
+    concatenated indices, or each table's own (``local=True``) with the ``table_starts`` given as ``starts``.
     ``initial`` potentials (default none) start a refit, e.g. on wider pools from where a narrower fit stopped.
     Returns the potentials (``CellTilt`` order), holdout chi^2 per cell at the start and with them, and the
     iterations used.
@@ -180,13 +197,15 @@ def fit_tilt(
     if not chi2_target > 0:
         raise ValueError(f"chi2_target must be > 0, got {chi2_target!r}")
     size1, size2 = targets1.size, targets2.size
-    # Row-major int32 cells, read in place by the incidence kernels (no sparse matrix, no data array).
-    fit_cells, held_cells = (np.ascontiguousarray(cells, dtype=np.int32) for cells in (pool, holdout))
+    # Row-major cells, read in place by the incidence kernels (no sparse matrix, no data array).
+    fit_cells, held_cells = (np.ascontiguousarray(cells) for cells in (pool, holdout))
+    starts = np.zeros(fit_cells.shape[1], dtype=np.int64) if starts is None else np.asarray(starts, dtype=np.int64)
     targets = np.concatenate([targets1, targets2])
     inverse_variance = np.concatenate([np.full(size1, std1**-2.0), np.full(size2, std2**-2.0)])
 
     def chi2_of(cells: np.ndarray, potentials: np.ndarray) -> tuple[float, np.ndarray]:
-        residual = _cell_sums(cells, _normalised(-_row_sums(cells, potentials)), targets.size) - targets
+        residual = _cell_sums(cells, starts, _normalised(-_row_sums(cells, starts, potentials)), targets.size)
+        residual -= targets
         scaled = residual * inverse_variance
         return float(residual @ scaled) / targets.size, scaled
 
@@ -197,7 +216,7 @@ def fit_tilt(
     best, since_best, iterations = potentials.copy(), 0, 0
     while best_chi2 > chi2_target and since_best < patience and iterations < max_iterations:
         iterations += 1
-        rate = step / max(float(np.abs(_row_sums(fit_cells, scaled)).max()), 1e-300)
+        rate = step / max(float(np.abs(_row_sums(fit_cells, starts, scaled)).max()), 1e-300)
         move = momentum * velocity + rate * scaled
         trial_chi2, trial_scaled = chi2_of(fit_cells, potentials + move)
         if trial_chi2 > chi2:

@@ -14,6 +14,7 @@ from splice_assets.fit import FitConfig
 from splice_assets.moments import coordinate_pairs, marginal_counts, marginal_sizes, pair_counts, pair_tables
 from splice_assets.tilt import (
     _cell_sums, _row_sums, fit_tilt, log_weights, pool_log_weights, systematic_resample, table_cells,
+    table_starts,
 )
 from toy import TOY_SCHEMA, toy_measurement
 
@@ -60,6 +61,8 @@ def test_table_cells_count_like_the_measured_tables():
     assert np.array_equal(np.bincount(cells.ravel(), minlength=tables.size) / len(rows), tables)
     row_major = table_cells(rows, LAYOUT, BINS, PAIRS, order="C")
     assert row_major.flags.c_contiguous and np.array_equal(row_major, cells)
+    local = table_cells(rows, LAYOUT, BINS, PAIRS, order="C", local=True)
+    assert local.dtype == np.uint16 and np.array_equal(local + table_starts(LAYOUT, BINS, PAIRS), cells)
 
 
 def test_pool_log_weights_equal_the_cell_matrix_form():
@@ -80,15 +83,21 @@ def _weighted_tables(potentials: np.ndarray, cells: np.ndarray, n_cells: int) ->
 
 def test_incidence_kernels_equal_the_dense_incidence_products():
     """``fit_tilt`` reads its pools through two kernels instead of a 0/1 incidence matrix A (rows x cells, one 1 per
-    row and table): A v and A^T w, checked against the dense A."""
+    row and table): A v and A^T w, checked against the dense A, for concatenated int32 cells and for per-table
+    uint16 cells with their table starts."""
     rng = np.random.default_rng(11)
     n_cells, rows, tables = 40, 300, 5
     cells = rng.integers(0, n_cells, (rows, tables)).astype(np.int32)
     dense = np.zeros((rows, n_cells))
     np.add.at(dense, (np.repeat(np.arange(rows), tables), cells.ravel()), 1.0)
     v, w = rng.normal(size=n_cells), rng.random(rows)
-    np.testing.assert_allclose(_row_sums(cells, v), dense @ v, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(_cell_sums(cells, w, n_cells), dense.T @ w, rtol=1e-12, atol=1e-12)
+    starts = np.array([0, 5, 12, 20, 33])
+    local = (cells % np.diff(starts, append=n_cells)).astype(np.uint16)  # table t: cells starts[t] + 0..size_t-1
+    local_dense = np.zeros((rows, n_cells))
+    np.add.at(local_dense, (np.repeat(np.arange(rows), tables), (local + starts).ravel()), 1.0)
+    for codes, offsets, a in ((cells, np.zeros(tables, dtype=np.int64), dense), (local, starts, local_dense)):
+        np.testing.assert_allclose(_row_sums(codes, offsets, v), a @ v, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(_cell_sums(codes, offsets, w, n_cells), a.T @ w, rtol=1e-12, atol=1e-12)
 
 
 def test_the_tilt_moves_an_independent_pool_onto_correlated_tables():
