@@ -330,40 +330,33 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     if config.tilt_chi2 == 0:
         return model
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))
-    tilt = _fit_cell_tilt(model, measurement, schema, config, config.tilt_pool_factor, config.tilt_pool_factor, rng)
+    integer_bounds = integer_coordinates(schema)
+
+    def fit_on_pools(pool_factor: int, sampling_factor: int, initial: np.ndarray | None = None) -> CellTilt:
+        """The tilt fitted (from ``initial`` potentials, or none) on a pool and stopped on a holdout pool of
+        pool_factor * min(n, chunk) / 2 rows each, drawn from the (linked, matched) mixture; sampled later with
+        ``sampling_factor`` pool rows per output row."""
+        pool_rows = max(1, pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
+        bins, pairs = measurement.numeric_bins, measurement.pairs
+        pool, holdout = (  # row-major per-table cells (uint16), as fit_tilt's kernels read them
+            table_cells(mixture_draws(model, pool_rows, rng, True, integer_bounds), layout, bins, pairs, "C", True)
+            for _ in range(2)
+        )
+        potentials, chi2_start, chi2_end, iterations = fit_tilt(
+            pool, holdout, measurement.noisy_marginals, measurement.marginal_noise_std(),
+            measurement.noisy_pairs, measurement.pair_noise_std(), config.tilt_chi2, config.tilt_max_iterations,
+            initial=initial, starts=table_starts(layout, bins, pairs),
+        )
+        return CellTilt(bins, pairs, potentials, sampling_factor, chi2_start, chi2_end, iterations)
+
+    tilt = fit_on_pools(config.tilt_pool_factor, config.tilt_pool_factor)
     wide = config.tilt_wide_pool_factor
     if tilt.chi2_end > config.tilt_chi2 and wide > config.tilt_pool_factor:
         # The holdout stopped the tilt short of the noise level: the pool's support, not the noise, was the limit.
         # Refit on wider pools from where it stopped (about half the iterations of a fresh start, same TVD).
-        wider = _fit_cell_tilt(
-            model, measurement, schema, config, wide, max(config.tilt_pool_factor, wide // 2), rng, tilt.potentials
-        )
+        wider = fit_on_pools(wide, max(config.tilt_pool_factor, wide // 2), tilt.potentials)
         tilt = replace(wider, chi2_start=tilt.chi2_start, iterations=tilt.iterations + wider.iterations)
     return replace(model, tilt=tilt)
-
-
-def _fit_cell_tilt(
-    model: FittedMixture, measurement: Measurement, schema: TableSchema, config: FitConfig, pool_factor: int,
-    sampling_factor: int, rng: np.random.Generator, initial: np.ndarray | None = None,
-) -> CellTilt:
-    """The tilt fitted (from ``initial`` potentials, or none) on a pool and stopped on a holdout pool of
-    pool_factor * min(n, chunk) / 2 rows each, drawn from the (linked, matched) mixture; sampled later with
-    ``sampling_factor`` pool rows per output row."""
-    pool_rows = max(1, pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
-    integer_bounds = integer_coordinates(schema)
-    layout, bins, pairs = layout_for(schema), measurement.numeric_bins, measurement.pairs
-    pool, holdout = (  # row-major per-table cells (uint16), as fit_tilt's kernels read them
-        table_cells(mixture_draws(model, pool_rows, rng, True, integer_bounds), layout, bins, pairs, "C", local=True)
-        for _ in range(2)
-    )
-    potentials, chi2_start, chi2_end, iterations = fit_tilt(
-        pool, holdout, measurement.noisy_marginals, measurement.marginal_noise_std(),
-        measurement.noisy_pairs, measurement.pair_noise_std(), config.tilt_chi2, config.tilt_max_iterations,
-        initial=initial, starts=table_starts(layout, bins, pairs),
-    )
-    return CellTilt(
-        measurement.numeric_bins, measurement.pairs, potentials, sampling_factor, chi2_start, chi2_end, iterations,
-    )
 
 
 def check_post_processing(config: FitConfig) -> None:
