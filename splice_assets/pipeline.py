@@ -18,20 +18,24 @@ import pandas as pd
 from . import privacy
 from .privacy import DEFAULT_COUNT_SHARE, DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
 from .encoding import EncodingLayout, ScalingMode, encode, layout_for
+from .field import fit_field
 from .fit import FitConfig, FittedMixture, fit_measurement
 from .ledger import params_hash
 from .measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE, Measurement, pooled_row_count
 from .moments import (
-    DEFAULT_NUMERIC_BINS, coordinate_pairs, draw_directions, marginal_counts, marginal_sizes, moment_sums,
+    DEFAULT_NUMERIC_BINS, coordinate_pairs, draw_directions, marginal_cells, marginal_counts, marginal_sizes,
+    moment_sums,
     pair_counts, pair_sizes,
 )
-from .sampling import TILT_CHUNK_ROWS, integer_coordinates, mixture_draws, sample_table
+from .sampling import TILT_CHUNK_ROWS, integer_coordinates, matched_rows, proposal_rows, sample_table
 from .schema import TableSchema
 from .links import choose_links
 from .tilt import CellTilt, fit_tilt, table_cells, table_starts
 
-# Stream of the public-seed pool the cell tilt is fitted on (distinct from sampling's stream).
+# Streams of the public-seed pool the cell tilt is fitted on and of the pairwise field's sample and chains
+# (distinct from sampling's stream).
 _TAG_TILT_POOL = 0x7117_B001
+_TAG_FIELD = 0xF1E1_D001
 
 
 class MomentsOutOfRange(RuntimeError):
@@ -316,6 +320,8 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     (``links``, ``config.link_lambda > 0``), and with ``config.tilt_chi2 > 0`` a cell tilt toward the noisy tables
     is fitted on a pool drawn from the linked mixture and stopped on a second one (``tilt``); if that holdout stops
     it short of ``tilt_chi2``, it is refitted from there on ``config.tilt_wide_pool_factor`` times wider pools.
+    With ``config.field_iterations > 0`` (and histogram numerics), a pairwise field is then fitted to a sample of
+    the tilted mixture (``field``), and the tilt is fitted again, the same way, on pools drawn from the field.
     """
     check_post_processing(config)
     layout = layout_for(schema)
@@ -332,14 +338,16 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))
     integer_bounds = integer_coordinates(schema)
 
-    def fit_on_pools(pool_factor: int, sampling_factor: int, initial: np.ndarray | None = None) -> CellTilt:
+    def fit_on_pools(
+        proposal: FittedMixture, pool_factor: int, sampling_factor: int, initial: np.ndarray | None = None
+    ) -> CellTilt:
         """The tilt fitted (from ``initial`` potentials, or none) on a pool and stopped on a holdout pool of
-        pool_factor * min(n, chunk) / 2 rows each, drawn from the (linked, matched) mixture; sampled later with
-        ``sampling_factor`` pool rows per output row."""
+        pool_factor * min(n, chunk) / 2 rows each, drawn from the proposal (``sampling.proposal_rows``); sampled
+        later with ``sampling_factor`` pool rows per output row."""
         pool_rows = max(1, pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
         bins, pairs = measurement.numeric_bins, measurement.pairs
         pool, holdout = (  # row-major per-table cells (uint16), as fit_tilt's kernels read them
-            table_cells(mixture_draws(model, pool_rows, rng, True, integer_bounds), layout, bins, pairs, "C", True)
+            table_cells(proposal_rows(proposal, pool_rows, rng, integer_bounds), layout, bins, pairs, "C", True)
             for _ in range(2)
         )
         potentials, chi2_start, chi2_end, iterations = fit_tilt(
@@ -349,14 +357,27 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
         )
         return CellTilt(bins, pairs, potentials, sampling_factor, chi2_start, chi2_end, iterations)
 
-    tilt = fit_on_pools(config.tilt_pool_factor, config.tilt_pool_factor)
-    wide = config.tilt_wide_pool_factor
-    if tilt.chi2_end > config.tilt_chi2 and wide > config.tilt_pool_factor:
-        # The holdout stopped the tilt short of the noise level: the pool's support, not the noise, was the limit.
-        # Refit on wider pools from where it stopped (about half the iterations of a fresh start, same TVD).
-        wider = fit_on_pools(wide, max(config.tilt_pool_factor, wide // 2), tilt.potentials)
-        tilt = replace(wider, chi2_start=tilt.chi2_start, iterations=tilt.iterations + wider.iterations)
-    return replace(model, tilt=tilt)
+    def tilted(proposal: FittedMixture) -> FittedMixture:
+        tilt = fit_on_pools(proposal, config.tilt_pool_factor, config.tilt_pool_factor)
+        wide = config.tilt_wide_pool_factor
+        if tilt.chi2_end > config.tilt_chi2 and wide > config.tilt_pool_factor:
+            # The holdout stopped the tilt short of the noise level: the pool's support, not the noise, was the
+            # limit. Refit on wider pools from where it stopped (about half the iterations of a fresh start).
+            wider = fit_on_pools(proposal, wide, max(config.tilt_pool_factor, wide // 2), tilt.potentials)
+            tilt = replace(wider, chi2_start=tilt.chi2_start, iterations=tilt.iterations + wider.iterations)
+        return replace(proposal, tilt=tilt)
+
+    model = tilted(model)
+    if config.field_iterations == 0 or len(model.layout.continuous_index):  # the field needs histogram numerics
+        return model
+    # The field is fitted to the tilted mixture's own sample (its denoised tables), under the public seed; then it
+    # replaces the mixture as the proposal, and the tilt is fitted again on its pools.
+    field_rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_FIELD]))
+    cells = marginal_cells(matched_rows(model, config.field_chains, field_rng, integer_bounds), layout,
+                           measurement.numeric_bins)
+    pairwise = fit_field(cells, layout, measurement.numeric_bins, field_rng, config.field_iterations,
+                         sweeps=config.field_sweeps)
+    return tilted(replace(model, field=pairwise, tilt=None))
 
 
 def check_post_processing(config: FitConfig) -> None:
@@ -367,7 +388,8 @@ def check_post_processing(config: FitConfig) -> None:
         raise ValueError(f"tilt_chi2 must be a finite number >= 0, got {chi2!r}")
     if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not 0 <= strength <= 1:
         raise ValueError(f"link_lambda must be a number in [0, 1] (0 = no links), got {strength!r}")
-    for name, least in (("tilt_pool_factor", 1), ("tilt_wide_pool_factor", 0), ("tilt_max_iterations", 0)):
+    for name, least in (("tilt_pool_factor", 1), ("tilt_wide_pool_factor", 0), ("tilt_max_iterations", 0),
+                        ("field_iterations", 0), ("field_chains", 1), ("field_sweeps", 1)):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")

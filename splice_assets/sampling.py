@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .encoding import Coordinate, EncodingLayout, data_layout, decode, layout_for
+from .field import PairwiseField, sample_cells, values_in_cells, with_tilt
 from .fit import FitConfig, FittedMixture, MarginalTargets
 from .links import Link, redraw_linked
 from .model import MixtureParameters
@@ -25,8 +26,8 @@ from .product_em import simplex_projection
 from .schema import TableSchema
 from .tilt import CellTilt, pool_log_weights, systematic_resample
 
-# Model files: version 2 is written only for a model with joint parts, so that a reader that predates them refuses
-# the file instead of silently sampling the pair independently; every other model stays version 1.
+# Model files: version 2 is written only for a model with joint parts or a pairwise field, so that a reader that
+# predates them refuses the file instead of silently sampling without them; every other model stays version 1.
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 # Spread of the continuous part around each component's mean when sampling is matched onto the marginals.
@@ -61,8 +62,8 @@ def sample_cube(
     Measured on adult at eps = 1 (moments-only fit, share 0.3): 1-/2-/3-way TVD 0.015 / 0.098 / 0.201 with it,
     SW1 0.008, MMD 0.016, TSTR AUC 0.83; without marginals at all (the paper's method) 0.27 / 0.45 / 0.60.
 
-    A model with a cell tilt (``tilt``) is sampled, when matched, by drawing ``tilt.pool_factor`` matched rows
-    per output row in chunks of ``TILT_CHUNK_ROWS``, resampling them by their tilt weights and matching again.
+    A model with a cell tilt (``tilt``) is sampled, when matched, by ``matched_rows``: from its pairwise field
+    tilted, if it has one, else by resampling matched mixture draws by their tilt weights.
     """
     if n_rows < 0:
         raise ValueError(f"n_rows must be >= 0, got {n_rows}")
@@ -72,14 +73,51 @@ def sample_cube(
     matched = match_marginals and model.marginal_targets is not None and n_rows > 0
     if not matched or model.tilt is None:
         return mixture_draws(model, n_rows, rng, matched, integer_bounds, spread)
+    return matched_rows(model, n_rows, rng, integer_bounds, spread)
+
+
+def matched_rows(
+    model: FittedMixture,
+    n_rows: int,
+    rng: np.random.Generator,
+    integer_bounds: Mapping[int, tuple[float, float]] | None = None,
+    spread: float = MATCHED_SPREAD,
+) -> np.ndarray:
+    """The matched rows of a tilted model (``sample_cube`` after its checks), in chunks of ``TILT_CHUNK_ROWS`` output
+    rows, matched onto the 1-way targets at the end. With a pairwise field, the tilt's weights fold into the
+    field's potentials (``field.with_tilt``) and the rows are Gibbs draws from that field, values inside their cells
+    from the mixture. Without one, ``tilt.pool_factor`` matched mixture draws per output row are resampled by
+    their tilt weights."""
     tilt, layout = model.tilt, data_layout(model.layout)
+    if tilt is None or model.marginal_targets is None:
+        raise ValueError("matched_rows needs a model with a cell tilt and 1-way targets")
+    tilted_field = None if model.field is None else with_tilt(model.field, layout, tilt.potentials, tilt.pairs)
     chunks = []
     for start in range(0, n_rows, TILT_CHUNK_ROWS):
         rows = min(TILT_CHUNK_ROWS, n_rows - start)
-        pool = mixture_draws(model, tilt.pool_factor * rows, rng, True, integer_bounds, spread)
-        log_w = pool_log_weights(tilt.potentials, pool, layout, tilt.numeric_bins, tilt.pairs)
-        chunks.append(pool[systematic_resample(log_w, rows, rng)])
+        if tilted_field is not None:
+            cells = sample_cells(tilted_field, layout, rows, rng)
+            chunks.append(values_in_cells(model.params, model.layout, cells, tilted_field.numeric_bins, rng))
+        else:
+            pool = proposal_rows(model, tilt.pool_factor * rows, rng, integer_bounds, spread)
+            log_w = pool_log_weights(tilt.potentials, pool, layout, tilt.numeric_bins, tilt.pairs)
+            chunks.append(pool[systematic_resample(log_w, rows, rng)])
     return match_to_marginals(np.concatenate(chunks), layout, model.marginal_targets, rng, integer_bounds, model.links)
+
+
+def proposal_rows(
+    model: FittedMixture,
+    n_rows: int,
+    rng: np.random.Generator,
+    integer_bounds: Mapping[int, tuple[float, float]] | None = None,
+    spread: float = MATCHED_SPREAD,
+) -> np.ndarray:
+    """The pool the cell tilt is fitted on: the pairwise field's rows when the model has one (its cells, values
+    inside them from the mixture), else matched draws from the mixture."""
+    if model.field is None:
+        return mixture_draws(model, n_rows, rng, True, integer_bounds, spread)
+    cells = sample_cells(model.field, data_layout(model.layout), n_rows, rng)
+    return values_in_cells(model.params, model.layout, cells, model.field.numeric_bins, rng)
 
 
 def mixture_draws(
@@ -323,9 +361,12 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
     if tilt is not None:
         arrays["tilt_potentials"] = tilt.potentials
     arrays.update({f"link_conditional_{i}": link.conditional for i, link in enumerate(model.links)})
+    pairwise = model.field
+    if pairwise is not None:
+        arrays["field_potentials"], arrays["field_chains"] = pairwise.potentials, pairwise.chains
     np.savez(npz, **arrays)
     meta = {
-        "format_version": FORMAT_VERSION if p.joint_pairs else 1,
+        "format_version": FORMAT_VERSION if p.joint_pairs or pairwise is not None else 1,
         "layout": [[c.column, c.role, c.levels] for c in model.layout.coordinates],
         "n_probs": len(p.probs),
         "joint_pairs": [list(pair) for pair in p.joint_pairs],
@@ -347,6 +388,10 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
             "iterations": tilt.iterations,
         },
         "links": [[link.source, link.target, link.strength] for link in model.links],
+        "field": None if pairwise is None else {
+            "numeric_bins": pairwise.numeric_bins, "pairs": [list(pair) for pair in pairwise.pairs],
+            "sweeps": pairwise.sweeps, "iterations": pairwise.iterations, "residual": pairwise.residual,
+        },
     }
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
     return npz, meta_path
@@ -389,6 +434,16 @@ def load_model(stem: str | Path) -> FittedMixture:
             Link(int(source), int(target), data[f"link_conditional_{i}"], float(strength))
             for i, (source, target, strength) in enumerate(meta.get("links", []))
         )
+        field_meta = meta.get("field")
+        pairwise = None if field_meta is None else PairwiseField(
+            numeric_bins=int(field_meta["numeric_bins"]),
+            pairs=tuple((int(a), int(b)) for a, b in field_meta["pairs"]),
+            potentials=data["field_potentials"],
+            chains=data["field_chains"],
+            sweeps=int(field_meta["sweeps"]),
+            iterations=int(field_meta["iterations"]),
+            residual=float(field_meta["residual"]),
+        )
     params.check(layout)
     cfg = dict(meta["config"])
     cfg["candidate_K"] = tuple(cfg.get("candidate_K", ()))
@@ -409,6 +464,7 @@ def load_model(stem: str | Path) -> FittedMixture:
         marginal_targets=targets,
         tilt=tilt,
         links=links,
+        field=pairwise,
     )
 
 

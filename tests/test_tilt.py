@@ -207,7 +207,8 @@ def test_the_tilt_is_refitted_on_wider_pools_only_when_the_holdout_stops_it_shor
     on pools 4x wider it reaches 1.39 (measured; asserted < half of the narrow value). A tilt that reaches its
     target, or a wide factor of 0, keeps the narrow pools (sampling pool factor 4 instead of 16 // 2)."""
     measurement = toy_measurement(_correlated_rows(np.random.default_rng(5), 4_000))
-    config = FitConfig(K=1, max_steps=60, min_steps=10, em_iterations=0, link_lambda=0.0)
+    # The tilt on the mixture's own pools (no pairwise field, whose tilt is fitted on the field's pools).
+    config = FitConfig(K=1, max_steps=60, min_steps=10, em_iterations=0, link_lambda=0.0, field_iterations=0)
 
     def tilt_of(**changes):
         return pipeline.fit(measurement, SCHEMA, dataclasses.replace(config, **changes)).tilt

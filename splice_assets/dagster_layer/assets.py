@@ -255,6 +255,9 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
             "tilt (chi2 per cell before, after; iterations)": dg.MetadataValue.json(
                 None if model.tilt is None else model.tilt.summary()
             ),
+            "pairwise field (iterations, residual, chains, sweeps)": dg.MetadataValue.json(
+                None if model.field is None else model.field.summary()
+            ),
             "links (source, target, lambda)": dg.MetadataValue.json(describe_links(model.links, model.layout)),
             "joint parts (column pairs)": dg.MetadataValue.json(model.params.describe_joint(model.layout)),
         },
