@@ -105,16 +105,16 @@ def _structure(layout: EncodingLayout, numeric_bins: int, pairs: tuple[tuple[int
     )
 
 
-@numba.njit(parallel=True, cache=True, fastmath=True)
+@numba.njit(cache=True)
 def _sweep(state, potentials, oriented, sizes, starts, neighbour, neighbour_start, block_start,
            uniforms):  # pragma: no cover - numba
-    """One Gibbs sweep over every row (chains are independent: rows in parallel): each coordinate in turn drawn
+    """One Gibbs sweep over every row (one thread, like the rest of the fit): each coordinate in turn drawn
     from its conditional given the row's other cells, by inversion of ``uniforms[r, j]``. ``oriented`` holds each
     pair's potentials as contiguous runs over one coordinate's cells per cell of the other."""
     n, d = state.shape
     widest = sizes.max()
-    for r in numba.prange(n):
-        logits = np.empty(widest)
+    logits = np.empty(widest)
+    for r in range(n):
         for j in range(d):
             size = sizes[j]
             for c in range(size):
@@ -161,8 +161,8 @@ def _run_sweeps(state: np.ndarray, potentials: np.ndarray, s: _Structure, sweeps
 
 
 def fit_field(
-    cells: np.ndarray, layout: EncodingLayout, numeric_bins: int, rng: np.random.Generator, iterations: int = 50,
-    rate: float = 0.1, sweeps: int = 4,
+    cells: np.ndarray, layout: EncodingLayout, numeric_bins: int, rng: np.random.Generator, iterations: int = 40,
+    rate: float = 0.1, sweeps: int = 2,
 ) -> PairwiseField:
     """A field whose 1-way and pair tables match those of ``cells`` (a sample's measured cells, one row per row):
     persistent Gibbs chains started at those rows, one sweep per iteration, then the damped log-ratio update.

@@ -126,16 +126,17 @@ class FitConfig:
     joint_min_misfit: float = 2.0
     #: Pairwise field (``field``; with the tilt and histogram numerics): iterations of its fit to the tilted
     #: mixture's tables (0 = none), its persistent chains (the rows of the tilted mixture's sample it is fitted to),
-    #: and the Gibbs sweeps each output row takes from its chain. The tilt is then refitted on the field's pools and
-    #: sampling draws from the field times the tilt. Paired (add-remove, 3 seeds, means), 3-way TVD without -> with:
-    #: california .2036 -> .1883 / .1650 -> .1515 / .1396 -> .1269 / .1338 -> .1206 at eps = 0.5 / 1 / 3 / 10, adult
-    #: .1098 -> .1067 / .0886 -> .0865 / .0732 -> .0709 / .0697 -> .0660; 2-way TVD no worse anywhere, adult TSTR
-    #: AUC +.004 to +.007; but california SW1 +5-7% and TSTR R^2 .591 -> .575 at eps = 1 (+.005 / +.010 at 3 / 10).
-    #: 100 iterations on 50,000 chains: within .001 of these, ~5 s more. Cost (idle machine, whole fit): adult
-    #: +2.6 s at eps <= 1, 19.8 -> 31.8 s at eps = 3 (the tilt's wide refit on the field's pools).
-    field_iterations: int = 50
-    field_chains: int = 25_000
-    field_sweeps: int = 4
+    #: and the Gibbs sweeps each sampled row takes from its chain. The tilt is then refitted on the field's pools and
+    #: sampling draws from the field times the tilt. Paired (add-remove, 3 seeds, means; 50 iterations on 25,000
+    #: chains, 4 sweeps, the field's pools resampled by the tilt), 3-way TVD without -> with: california .2036 ->
+    #: .1883 / .1650 -> .1515 / .1396 -> .1269 / .1338 -> .1206 at eps = 0.5 / 1 / 3 / 10, adult .1098 -> .1067 /
+    #: .0886 -> .0865 / .0732 -> .0709 / .0697 -> .0660; 2-way TVD no worse anywhere, adult TSTR AUC +.004 to +.007,
+    #: california SW1 +5-7% and TSTR R^2 .591 -> .575 at eps = 1 (+.005 / +.010 at 3 / 10). These defaults (40 on
+    #: 12,500, 2 sweeps, sampled from the folded field) cost a third as much: california eps = 1 .1515, adult eps =
+    #: 0.5 .1075 (the fit 6.5 -> 8.8 s and 6.5 -> 10.8 s with two runs sharing the 2 cores).
+    field_iterations: int = 40
+    field_chains: int = 12_500
+    field_sweeps: int = 2
 
 
 @dataclass(frozen=True)
