@@ -16,9 +16,11 @@ denoising (fitted straight to the noisy tables, the field scored worse than the 
 Gibbs chains start at that sample's cells; each iteration is one sweep, then every potential moves by ``rate``
 times log(target / chain frequency), a damped iterative proportional fit.
 
-Sampling (``sample_cells``, ``values_in_cells``): output rows start from the fitted chains and take ``sweeps``
-more Gibbs sweeps; each row's values inside its cells then come from the mixture conditioned on the cells (a
-component by its posterior given all cells, a model level inside each cell, uniform inside a binned level).
+Sampling (``sample_cells``, ``values_in_cells``): the pipeline refits the cell tilt on pools drawn from the field
+and samples the field times the tilt's weights, itself a field (``with_tilt``). Output rows start from the fitted
+chains and take ``sweeps`` more Gibbs sweeps; each row's values inside its cells then come from the mixture
+conditioned on the cells (a component by its posterior given all cells, a model level inside each cell, uniform
+inside a binned level).
 
 Privacy: post-processing. The targets and the chains come from the fitted model under the public seed; no row
 enters.
@@ -26,9 +28,8 @@ enters.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numba
 import numpy as np
@@ -242,9 +243,9 @@ def values_in_cells(
     out = np.empty((n, layout.d))
     for coords, table in parts:
         inside = table[(component,) + tuple(cells[:, i] for i in coords)].reshape(n, -1)
-        offset = np.divmod(_draw_rows(np.maximum(inside, 1e-300), rng), per_cell[coords[-1]]) if len(coords) == 2 \
-            else (_draw_rows(np.maximum(inside, 1e-300), rng),)
-        for i, within in zip(coords, offset):
+        drawn = _draw_rows(np.maximum(inside, 1e-300), rng)
+        offsets = np.divmod(drawn, per_cell[coords[1]]) if len(coords) == 2 else (drawn,)  # a joint part: a-major
+        for i, within in zip(coords, offsets):
             coord = layout.coordinates[i]
             out[:, i] = coord.grid()[cells[:, i] * per_cell[i] + within]
             if coord.is_binned:
@@ -267,4 +268,4 @@ def with_tilt(field: PairwiseField, layout: EncodingLayout, tilt_potentials: np.
         start = s.starts[layout.d + position[(a, b)]]
         combined[start : start + cells] -= tilt_potentials[offset : offset + cells]
         offset += cells
-    return dataclasses.replace(field, potentials=combined)
+    return replace(field, potentials=combined)
