@@ -363,6 +363,8 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
               help="Linked-coordinate threshold (Goodman-Kruskal lambda), 0 = no links [default: 0.6].")
 @click.option("--joint-pairs", "joint_pairs", default=None, type=int,
               help="Most column pairs given one joint table per component, 0 = none [default: 6].")
+@click.option("--field-iterations", "field_iterations", default=None, type=int,
+              help="Pairwise field's fit iterations, 0 = no field (faster) [default: 40].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--verbose", is_flag=True, help="Show Dagster's event log.")
 @guarded

@@ -127,6 +127,8 @@ def refit_release(
         "link_lambda": float(parent_params.get("link_lambda", FitConfig.link_lambda)),
         # a parent released before joint parts existed had none
         "joint_pairs": int(parent_params.get("joint_pairs", 0)),
+        # ... and one released before the pairwise field, no field
+        "field_iterations": int(parent_params.get("field_iterations", 0)),
         "refit_of": parent.release_id,
     }
     for key in ("components", "max_steps", "n_synthetic"):
@@ -138,6 +140,7 @@ def refit_release(
         K=settings["components"], R=settings["rank"], numeric_model=settings["numeric_model"],
         max_steps=settings["max_steps"], seed=settings["seed"], tilt_chi2=settings["tilt_chi2"],
         link_lambda=settings["link_lambda"], joint_pairs=settings["joint_pairs"],
+        field_iterations=settings["field_iterations"],
     )
     child_id = release_id or uuid.uuid4().hex
 

@@ -129,6 +129,8 @@ def test_invalid_config_quotes_the_value():
         ReleaseConfig(tilt_chi2=-0.5)
     with pytest.raises(Exception, match="must be >= 0, got -2"):
         ReleaseConfig(joint_pairs=-2)
+    with pytest.raises(Exception, match="must be >= 0, got -1"):
+        ReleaseConfig(field_iterations=-1)
     with pytest.raises(Exception, match="numeric_model must be one of .* got 'spline'"):
         ReleaseConfig(numeric_model="spline")
     with pytest.raises(Exception, match="relation must be one of .* got 'add_remove'"):

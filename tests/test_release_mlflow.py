@@ -173,6 +173,16 @@ def test_release_lists_the_stored_models_joint_parts_by_column(released):
     assert len(used) == len(set(used))
 
 
+def test_release_records_the_stored_models_pairwise_field(released):
+    """release.json's fit.field is the stored model's field summary, fitted with the release's field_iterations."""
+    public = Path(released["record"]["public_dir"])
+    manifest = json.loads((public / "release.json").read_text())
+    stored = json.loads((public / "model.json").read_text())["field"]
+    summary = manifest["fit"]["field"]
+    assert manifest["parameters"]["field_iterations"] == stored["iterations"] == summary["iterations"] > 0
+    assert summary["sweeps"] == stored["sweeps"] and summary["residual"] == stored["residual"]
+
+
 def test_registered_model_samples_in_a_fresh_process(released):
     tmp, record = released["tmp"], released["record"]
     version = client_for(tmp).get_model_version_by_alias(f"splice-{DEMO_DATASET}", "latest")

@@ -239,6 +239,7 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
     config = FitConfig(
         K=s.components, R=s.rank, numeric_model=s.numeric_model, max_steps=s.max_steps, seed=s.seed,
         tilt_chi2=s.tilt_chi2, link_lambda=s.link_lambda, joint_pairs=s.joint_pairs,
+        field_iterations=s.field_iterations,
     )
     model = pipeline.fit(p.measurement, p.schema, config)
     curve = [float(v) for v in model.loss_curve]

@@ -70,6 +70,11 @@ class ReleaseConfig(dg.Config):
         description="Most coordinate pairs modelled by one joint table per component, chosen where the noisy 2-way "
         "table is misfit by a product start well above the noise; 0 = none.",
     )
+    field_iterations: int = Field(
+        default=FitConfig.field_iterations,
+        description="Pairwise field: fit iterations of the maximum-entropy field over the measured cells that "
+        "re-imposes the tilted mixture's 1-/2-way tables and is sampled from; 0 = off (faster). Post-processing.",
+    )
 
     @field_validator("epsilon")
     @classmethod
@@ -92,7 +97,7 @@ class ReleaseConfig(dg.Config):
             raise ValueError(f"must be >= 1, got {value!r}")
         return value
 
-    @field_validator("rank", "n_synthetic", "joint_pairs")
+    @field_validator("rank", "n_synthetic", "joint_pairs", "field_iterations")
     @classmethod
     def _non_negative(cls, value: int) -> int:
         if value < 0:
@@ -166,6 +171,7 @@ class ReleaseSettings:
     tilt_chi2: float = FitConfig.tilt_chi2
     link_lambda: float = FitConfig.link_lambda
     joint_pairs: int = FitConfig.joint_pairs
+    field_iterations: int = FitConfig.field_iterations
     relation: str = RELATION_REPLACE_ONE
 
     def resolved_input(self) -> str:
