@@ -37,6 +37,7 @@ import numpy as np
 from .encoding import EncodingLayout
 from .model import MixtureParameters
 from .moments import marginal_sizes
+from .tilt import table_starts
 
 #: Frequency floor inside the log-ratio update: a cell the target or the chains leave empty moves by a bounded
 #: step instead of an infinite one (the chains resolve about 1 / chains anyway).
@@ -257,15 +258,14 @@ def with_tilt(field: PairwiseField, layout: EncodingLayout, tilt_potentials: np.
               tilt_pairs: tuple[tuple[int, int], ...]) -> PairwiseField:
     """The field times a cell tilt's weights exp(-sum lambda) as one field: the tilt's tables (1-way, then the
     measured pairs) are among the field's, so its potentials subtract cell for cell."""
-    sizes = np.asarray(marginal_sizes(layout, field.numeric_bins), dtype=np.int64)
     s = _structure(layout, field.numeric_bins, field.pairs)
+    tilt_starts = table_starts(layout, field.numeric_bins, tilt_pairs)  # the tilt's own layout of the same cells
+    one_way_cells = int(s.sizes.sum())
     combined = field.potentials.copy()
-    combined[: sizes.sum()] -= tilt_potentials[: sizes.sum()]
+    combined[:one_way_cells] -= tilt_potentials[:one_way_cells]
     position = {pair: p for p, pair in enumerate(field.pairs)}
-    offset = int(sizes.sum())
-    for a, b in tilt_pairs:
-        cells = int(sizes[a] * sizes[b])
+    for (a, b), tilt_start in zip(tilt_pairs, tilt_starts[layout.d :]):
+        cells = int(s.sizes[a] * s.sizes[b])
         start = s.starts[layout.d + position[(a, b)]]
-        combined[start : start + cells] -= tilt_potentials[offset : offset + cells]
-        offset += cells
+        combined[start : start + cells] -= tilt_potentials[tilt_start : tilt_start + cells]
     return replace(field, potentials=combined)
