@@ -183,13 +183,13 @@ def fit_field(
         block = slice(s.starts[j], s.starts[j] + s.sizes[j])
         potentials[block] = np.log(targets[block] + _FLOOR)
     log_targets = np.log(targets + _FLOOR)
-    averaged = np.zeros(s.n_cells)
+    averaged, first_averaged = np.zeros(s.n_cells), iterations // 2
     for iteration in range(iterations):
         _run_sweeps(state, potentials, s, 1, rng)
         potentials += rate * (log_targets - np.log(_tables(state, s.sizes, s.starts, s.pairs, s.n_cells) + _FLOOR))
-        if 2 * iteration >= iterations:  # the second half's mean: the chains' sampling noise averages out
+        if iteration >= first_averaged:  # the second half's mean: the chains' sampling noise averages out
             averaged += potentials
-    potentials = averaged / (iterations - (iterations + 1) // 2)
+    potentials = averaged / (iterations - first_averaged)
     _run_sweeps(state, potentials, s, sweeps, rng)
     residual = float(np.mean(np.abs(_tables(state, s.sizes, s.starts, s.pairs, s.n_cells) - targets)))
     chains = state.astype(np.int16 if s.sizes.max() <= np.iinfo(np.int16).max else np.int64)

@@ -100,6 +100,15 @@ def test_fit_field_rejects_bad_settings_quoting_them():
         fit_field(sample, SMALL, 1, np.random.default_rng(0), rate=-1.0)
 
 
+@pytest.mark.parametrize("iterations", [1, 2, 3])
+def test_few_iterations_average_at_least_one_set_of_potentials(iterations):
+    """The potentials kept are the mean over the second half of the iterations: with 1 iteration that half must
+    still hold one (it held none, and the mean was 0 / 0 = NaN)."""
+    x = np.random.default_rng(5).integers(0, 2, (500, 3))
+    field = fit_field(x, SMALL, 1, np.random.default_rng(6), iterations=iterations)
+    assert np.isfinite(field.potentials).all() and np.abs(field.potentials).max() > 0
+
+
 # A model layout with a binned numeric (2 measured bins x 2 model levels), a 3-level categorical, a 2-level one.
 BINNED = EncodingLayout((Coordinate("a", "binned", 4), Coordinate("b", "value", 3), Coordinate("c", "value", 2)))
 BINNED_DATA = EncodingLayout((Coordinate("a", "value", 0), Coordinate("b", "value", 3), Coordinate("c", "value", 2)))
