@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.scaling                       # n in {12.5k, 50k, 100k, 200k, 400k} x d in {6, 12, 24}
     .venv/bin/python -m bench.scaling --ns 12500 400000 --ds 24
+    .venv/bin/python -m bench.scaling --ns 400000 --ds 24 --matched-precision   # eps = 1 * 12,500 / 400,000
 
 The generator is public and seeded: a latent Gaussian copula with a 3-factor correlation structure plus a
 2-component mean shift (a mixture), so columns are genuinely dependent. Numeric columns are monotone transforms
@@ -9,7 +10,10 @@ of their latent (uniform-like, cubic-skewed, clipped Gaussian integers) with bou
 categorical columns threshold their latent at unequal quantiles (2, 4 or 7 levels). The schema (public bounds)
 is written for each cell via ``splice_assets.schema.parse_schema``. Each cell runs ``bench.splice_runner`` in
 its own process under ``/usr/bin/time -v``; rows go to the git-ignored bench/results/raw/scaling/.
-Results: bench/results/scaling.csv (a rerun of a cell replaces its row) and scaling.md.
+``--matched-precision`` runs each n at epsilon * 12,500 / n instead: statistics about as precise as 12,500 rows
+at epsilon, so the time ratio shows what n itself costs (at one epsilon, more rows are more precise statistics,
+and the fit goes further: more Adam steps and tilt iterations).
+Results: bench/results/scaling.csv (a rerun of a cell (n, d, method, epsilon) replaces its row) and scaling.md.
 """
 
 from __future__ import annotations
@@ -119,11 +123,33 @@ def run_cell(n: int, d: int, eps: float, method: str, threads: int) -> dict:
     return row
 
 
+def with_cell(cells: pd.DataFrame, row: dict) -> pd.DataFrame:
+    """The grid with ``row`` added; a rerun of a cell (n, d, method, epsilon) replaces its row."""
+    if len(cells):
+        same = ((cells["n"] == row["n"]) & (cells["d"] == row["d"]) & (cells["method"] == row["method"])
+                & np.isclose(cells["epsilon"], row["epsilon"]))
+        cells = cells[~same]
+    out = pd.concat([cells, pd.DataFrame([row])], ignore_index=True) if len(cells) else pd.DataFrame([row])
+    return out.sort_values(["method", "d", "n", "epsilon"])
+
+
+def _ratios(lo: pd.Series, hi: pd.Series) -> str:
+    parts = [f"wall {hi['wall_s'] / lo['wall_s']:.2f}×"]
+    for s in ("validate", "measure", "fit", "sample"):
+        a, b = lo.get(f"t_{s}"), hi.get(f"t_{s}")
+        if a and b and not (math.isnan(a) or math.isnan(b)):
+            parts.append(f"{s} {b / a:.2f}×")
+    parts.append(f"peak RSS {hi['peak_rss_mb'] / lo['peak_rss_mb']:.2f}×")
+    return (f"time(n={int(hi['n']):,}, ε = {hi['epsilon']:g}) / time(n={int(lo['n']):,}, ε = {lo['epsilon']:g}) "
+            f"({hi['n'] / lo['n']:.0f}× rows): " + ", ".join(parts))
+
+
 def write_md(df: pd.DataFrame) -> None:
     lines = machine_header("SPLICE scaling grid")
     lines += [
         "Generated tables (latent Gaussian copula + mixture, half numeric / half categorical; `bench/scaling.py`),",
-        f"ε = 1, δ = 1e-9, seed 0; `splice` = product defaults (L = {DEFAULT_N_DIRECTIONS}, k = {DEFAULT_K}, K = "
+        "ε = 1 unless the ε column says otherwise (`--matched-precision`: ε × 12,500 / n, so that every n gets about "
+        f"as precise statistics (noise / n) as 12,500 rows at ε), δ = 1e-9, seed 0; `splice` = product defaults (L = {DEFAULT_N_DIRECTIONS}, k = {DEFAULT_K}, K = "
         f"{FitConfig.K} with {FitConfig.numeric_model} numerics, marginal share {DEFAULT_MARGINAL_SHARE}, pair share "
         f"{DEFAULT_PAIR_SHARE}), `splice_paper` = "
         f"{' '.join(SPLICE_ARGS['splice_paper'])}. One process per cell under `/usr/bin/time -v`:",
@@ -133,29 +159,25 @@ def write_md(df: pd.DataFrame) -> None:
     ]
     for method, g in df.groupby("method", sort=False):
         lines += [f"## {method}", "",
-                  "| n | d | wall s | peak MB | validate s | encode s | measure s | fit s | sample s | peak MB validate / measure / fit / sample | fit steps |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-        for r in g.sort_values(["d", "n"]).to_dict("records"):
+                  "| n | d | ε | wall s | peak MB | validate s | encode s | measure s | fit s | sample s | peak MB validate / measure / fit / sample | fit steps |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in g.sort_values(["d", "n", "epsilon"], ascending=[True, True, False]).to_dict("records"):
             mem = " / ".join(_fmt(r.get(f"rss_{s}_mb")) for s in ("validate", "measure", "fit", "sample"))
             wall = _fmt(r["wall_s"]) if r["status"] == "ok" else r["status"]
             steps = "" if pd.isna(r.get("fit_steps")) else str(int(r["fit_steps"]))
-            lines.append(f"| {int(r['n']):,} | {int(r['d'])} | {wall} | {_fmt(r['peak_rss_mb'])} | "
+            lines.append(f"| {int(r['n']):,} | {int(r['d'])} | {r['epsilon']:g} | {wall} | {_fmt(r['peak_rss_mb'])} | "
                          + " | ".join(_fmt(r.get(f"t_{s}"), 2) for s in ("validate", "encode", "measure", "fit", "sample"))
                          + f" | {mem} | {steps} |")  # fmt: skip
         lines.append("")
-        for d, gd in g[g["status"] == "ok"].groupby("d"):
-            lo, hi = gd[gd["n"] == gd["n"].min()], gd[gd["n"] == gd["n"].max()]
-            if len(gd["n"].unique()) < 2:
-                continue
-            lo, hi = lo.iloc[0], hi.iloc[0]
-            parts = [f"wall {hi['wall_s'] / lo['wall_s']:.2f}×"]
-            for s in ("validate", "measure", "fit", "sample"):
-                a, b = lo.get(f"t_{s}"), hi.get(f"t_{s}")
-                if a and b and not (math.isnan(a) or math.isnan(b)):
-                    parts.append(f"{s} {b / a:.2f}×")
-            parts.append(f"peak RSS {hi['peak_rss_mb'] / lo['peak_rss_mb']:.2f}×")
-            lines.append(f"- d = {int(d)}: time(n={int(hi['n']):,}) / time(n={int(lo['n']):,}) ({hi['n'] / lo['n']:.0f}× rows): "
-                         + ", ".join(parts))  # fmt: skip
+        ok = g[g["status"] == "ok"].assign(precision=lambda t: (t["n"] * t["epsilon"]).round(6))
+        for d, gd in ok.groupby("d"):
+            # Fixed eps: more rows are more precise statistics. Fixed n * eps: the same precision from more rows.
+            for held, column, label in (("ε", "epsilon", "at ε = {:g}"), ("n·ε", "precision", "at n·ε = {:,.0f}")):
+                for value, cells in gd.groupby(column):
+                    if cells["n"].nunique() < 2 or (held == "n·ε" and cells["epsilon"].nunique() < 2):
+                        continue
+                    lo, hi = cells.loc[cells["n"].idxmin()], cells.loc[cells["n"].idxmax()]
+                    lines.append(f"- d = {int(d)}, {label.format(value)}: " + _ratios(lo, hi))
         lines.append("")
     if "code_version" in df:
         versions = df["code_version"].fillna("(not recorded)").astype(str).value_counts()
@@ -169,6 +191,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ns", nargs="+", type=int, default=NS)
     ap.add_argument("--ds", nargs="+", type=int, default=DS)
     ap.add_argument("--epsilon", type=float, default=1.0)
+    ap.add_argument("--matched-precision", action="store_true",
+                    help=f"run each n at epsilon * {NS[0]:,} / n: the noise per row of n = {NS[0]:,} at --epsilon")
     ap.add_argument("--methods", default="splice", help="comma list: splice, splice_paper")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
@@ -176,12 +200,9 @@ def main(argv: list[str] | None = None) -> None:
     for method in [m.strip() for m in args.methods.split(",") if m.strip()]:
         for d in args.ds:
             for n in args.ns:
-                row = run_cell(n, d, args.epsilon, method, args.threads)
+                eps = args.epsilon * NS[0] / n if args.matched_precision else args.epsilon
                 old = pd.read_csv(SCALING_CSV) if SCALING_CSV.is_file() else pd.DataFrame()
-                if len(old):
-                    old = old[~((old["n"] == n) & (old["d"] == d) & (old["method"] == method))]
-                df = pd.concat([old, pd.DataFrame([row])], ignore_index=True) if len(old) else pd.DataFrame([row])
-                df = df.sort_values(["method", "d", "n"])
+                df = with_cell(old, run_cell(n, d, eps, method, args.threads))
                 df.to_csv(SCALING_CSV, index=False, float_format="%.6g")
                 write_md(df)
     print(f"[scaling] wrote {SCALING_CSV} and {SCALING_MD}", flush=True)
