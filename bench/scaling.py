@@ -149,7 +149,8 @@ def write_md(df: pd.DataFrame) -> None:
     lines += [
         "Generated tables (latent Gaussian copula + mixture, half numeric / half categorical; `bench/scaling.py`),",
         "ε = 1 unless the ε column says otherwise (`--matched-precision`: ε × 12,500 / n, so that every n gets about "
-        f"as precise statistics (noise / n) as 12,500 rows at ε), δ = 1e-9, seed 0; `splice` = product defaults (L = {DEFAULT_N_DIRECTIONS}, k = {DEFAULT_K}, K = "
+        "as precise statistics (noise / n) as 12,500 rows at ε), δ = 1e-9, seed 0; "
+        f"`splice` = product defaults (L = {DEFAULT_N_DIRECTIONS}, k = {DEFAULT_K}, K = "
         f"{FitConfig.K} with {FitConfig.numeric_model} numerics, marginal share {DEFAULT_MARGINAL_SHARE}, pair share "
         f"{DEFAULT_PAIR_SHARE}), `splice_paper` = "
         f"{' '.join(SPLICE_ARGS['splice_paper'])}. One process per cell under `/usr/bin/time -v`:",
@@ -172,9 +173,9 @@ def write_md(df: pd.DataFrame) -> None:
         ok = g[g["status"] == "ok"].assign(precision=lambda t: (t["n"] * t["epsilon"]).round(6))
         for d, gd in ok.groupby("d"):
             # Fixed eps: more rows are more precise statistics. Fixed n * eps: the same precision from more rows.
-            for held, column, label in (("ε", "epsilon", "at ε = {:g}"), ("n·ε", "precision", "at n·ε = {:,.0f}")):
+            for column, label in (("epsilon", "at ε = {:g}"), ("precision", "at n·ε = {:,.0f}")):
                 for value, cells in gd.groupby(column):
-                    if cells["n"].nunique() < 2 or (held == "n·ε" and cells["epsilon"].nunique() < 2):
+                    if cells["n"].nunique() < 2 or (column == "precision" and cells["epsilon"].nunique() < 2):
                         continue
                     lo, hi = cells.loc[cells["n"].idxmin()], cells.loc[cells["n"].idxmax()]
                     lines.append(f"- d = {int(d)}, {label.format(value)}: " + _ratios(lo, hi))

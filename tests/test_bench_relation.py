@@ -26,25 +26,3 @@ def test_the_peer_spends_its_replace_one_share_of_rho_and_no_more(method, epsilo
     assert rho == pytest.approx(target, rel=1e-9)  # and not needlessly less
     assert 0 < eps_add_remove < epsilon
 
-
-def test_the_scaling_grid_keeps_one_row_per_epsilon_and_reports_both_ratios(tmp_path, monkeypatch):
-    """A matched-precision cell (400,000 rows at eps / 32) sits beside the same n at eps; the report gives the ratio
-    at fixed eps and the one at fixed n * eps, from the right rows; a rerun of a cell replaces only that cell."""
-    import pandas as pd
-
-    from bench import scaling
-
-    def cell(n, eps, wall):
-        return {"n": n, "d": 24, "method": "splice", "epsilon": eps, "status": "ok", "wall_s": wall,
-                "peak_rss_mb": 100.0, "t_fit": wall / 2}
-
-    grid = pd.DataFrame()
-    for row in (cell(12_500, 1.0, 20.0), cell(400_000, 1.0, 70.0), cell(400_000, 1 / 32, 30.0),
-                cell(400_000, 1.0, 69.0)):
-        grid = scaling.with_cell(grid, row)
-    assert len(grid) == 3 and grid.loc[grid["epsilon"] == 1.0, "wall_s"].max() == 69.0
-    monkeypatch.setattr(scaling, "SCALING_MD", tmp_path / "scaling.md")
-    scaling.write_md(grid)
-    text = (tmp_path / "scaling.md").read_text()
-    assert "at ε = 1: time(n=400,000, ε = 1) / time(n=12,500, ε = 1) (32× rows): wall 3.45×, fit 3.45×" in text
-    assert "at n·ε = 12,500: time(n=400,000, ε = 0.03125) / time(n=12,500, ε = 1) (32× rows): wall 1.50×" in text
