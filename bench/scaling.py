@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.scaling                       # n in {12.5k, 50k, 100k, 200k, 400k} x d in {6, 12, 24}
     .venv/bin/python -m bench.scaling --ns 12500 400000 --ds 24
-    .venv/bin/python -m bench.scaling --ns 400000 --ds 24 --matched-precision   # eps = 1 * 12,500 / 400,000
+    .venv/bin/python -m bench.scaling --ns 400000 --ds 24 --matched-precision   # the noise of 12,500 rows at eps
 
 The generator is public and seeded: a latent Gaussian copula with a 3-factor correlation structure plus a
 2-component mean shift (a mixture), so columns are genuinely dependent. Numeric columns are monotone transforms
@@ -10,9 +10,9 @@ of their latent (uniform-like, cubic-skewed, clipped Gaussian integers) with bou
 categorical columns threshold their latent at unequal quantiles (2, 4 or 7 levels). The schema (public bounds)
 is written for each cell via ``splice_assets.schema.parse_schema``. Each cell runs ``bench.splice_runner`` in
 its own process under ``/usr/bin/time -v``; rows go to the git-ignored bench/results/raw/scaling/.
-``--matched-precision`` runs each n at epsilon * 12,500 / n instead: statistics about as precise as 12,500 rows
-at epsilon, so the time ratio shows what n itself costs (at one epsilon, more rows are more precise statistics,
-and the fit goes further: more Adam steps and tilt iterations).
+``--matched-precision`` runs each n at the epsilon that gives its statistics the noise of 12,500 rows at epsilon
+(``matched_epsilon``: 0.0272 for 400,000 rows at 1), so the time ratio shows what n itself costs (at one
+epsilon, more rows are more precise statistics, and the fit goes further: more Adam steps and tilt iterations).
 Results: bench/results/scaling.csv (a rerun of a cell (n, d, method, epsilon) replaces its row) and scaling.md.
 """
 
@@ -26,6 +26,7 @@ import sys
 import numpy as np
 import pandas as pd
 import yaml
+from dp_accounting.gaussian_mechanism import get_epsilon_gaussian, get_sigma_gaussian
 from scipy.special import ndtr
 
 from bench.common import DELTA, code_version, RAW_DIR, RESULTS_DIR, ensure_time_binary, log_tail, read_json, run_timed, thread_env
@@ -123,6 +124,18 @@ def run_cell(n: int, d: int, eps: float, method: str, threads: int) -> dict:
     return row
 
 
+def matched_epsilon(epsilon: float, n: int) -> float:
+    """The epsilon at which n rows get the noise per frequency of NS[0] rows at ``epsilon``: the statistics are sums
+    / n, so the Gaussian noise multiplier (the pipeline's analytic calibration) must grow by n / NS[0]. (Not
+    epsilon * NS[0] / n: at delta = 1e-9 the multiplier grows more slowly than 1 / epsilon.)"""
+    return float(get_epsilon_gaussian(get_sigma_gaussian(epsilon, DELTA) * n / NS[0], DELTA))
+
+
+def reference_epsilon(epsilon: float, n: int) -> float:
+    """The inverse of ``matched_epsilon``: the epsilon at which NS[0] rows get the noise of n rows at ``epsilon``."""
+    return float(get_epsilon_gaussian(get_sigma_gaussian(epsilon, DELTA) * NS[0] / n, DELTA))
+
+
 def with_cell(cells: pd.DataFrame, row: dict) -> pd.DataFrame:
     """The grid with ``row`` added; a rerun of a cell (n, d, method, epsilon) replaces its row."""
     if len(cells):
@@ -148,8 +161,8 @@ def write_md(df: pd.DataFrame) -> None:
     lines = machine_header("SPLICE scaling grid")
     lines += [
         "Generated tables (latent Gaussian copula + mixture, half numeric / half categorical; `bench/scaling.py`),",
-        "ε = 1 unless the ε column says otherwise (`--matched-precision`: ε × 12,500 / n, so that every n gets about "
-        "as precise statistics (noise / n) as 12,500 rows at ε), δ = 1e-9, seed 0; "
+        "ε = 1 unless the ε column says otherwise (`--matched-precision`: the ε at which n rows get the noise per "
+        "frequency of 12,500 rows at ε = 1), δ = 1e-9, seed 0; "
         f"`splice` = product defaults (L = {DEFAULT_N_DIRECTIONS}, k = {DEFAULT_K}, K = "
         f"{FitConfig.K} with {FitConfig.numeric_model} numerics, marginal share {DEFAULT_MARGINAL_SHARE}, pair share "
         f"{DEFAULT_PAIR_SHARE}), `splice_paper` = "
@@ -170,10 +183,12 @@ def write_md(df: pd.DataFrame) -> None:
                          + " | ".join(_fmt(r.get(f"t_{s}"), 2) for s in ("validate", "encode", "measure", "fit", "sample"))
                          + f" | {mem} | {steps} |")  # fmt: skip
         lines.append("")
-        ok = g[g["status"] == "ok"].assign(precision=lambda t: (t["n"] * t["epsilon"]).round(6))
+        ok = g[g["status"] == "ok"]
+        ok = ok.assign(precision=[round(reference_epsilon(e, n), 4) for e, n in zip(ok["epsilon"], ok["n"])])
         for d, gd in ok.groupby("d"):
-            # Fixed eps: more rows are more precise statistics. Fixed n * eps: the same precision from more rows.
-            for column, label in (("epsilon", "at ε = {:g}"), ("precision", "at n·ε = {:,.0f}")):
+            # Fixed eps: more rows are more precise statistics. Matched: the same noise per frequency from more rows.
+            matched = f"at the noise of {NS[0]:,} rows at ε = {{:g}}"
+            for column, label in (("epsilon", "at ε = {:g}"), ("precision", matched)):
                 for value, cells in gd.groupby(column):
                     if cells["n"].nunique() < 2 or (column == "precision" and cells["epsilon"].nunique() < 2):
                         continue
@@ -193,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ds", nargs="+", type=int, default=DS)
     ap.add_argument("--epsilon", type=float, default=1.0)
     ap.add_argument("--matched-precision", action="store_true",
-                    help=f"run each n at epsilon * {NS[0]:,} / n: the noise per row of n = {NS[0]:,} at --epsilon")
+                    help=f"run each n at the epsilon that gives its statistics the noise of n = {NS[0]:,} at --epsilon")
     ap.add_argument("--methods", default="splice", help="comma list: splice, splice_paper")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
@@ -201,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     for method in [m.strip() for m in args.methods.split(",") if m.strip()]:
         for d in args.ds:
             for n in args.ns:
-                eps = args.epsilon * NS[0] / n if args.matched_precision else args.epsilon
+                eps = matched_epsilon(args.epsilon, n) if args.matched_precision else args.epsilon
                 old = pd.read_csv(SCALING_CSV) if SCALING_CSV.is_file() else pd.DataFrame()
                 df = with_cell(old, run_cell(n, d, eps, method, args.threads))
                 df.to_csv(SCALING_CSV, index=False, float_format="%.6g")
