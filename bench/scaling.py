@@ -11,7 +11,7 @@ categorical columns threshold their latent at unequal quantiles (2, 4 or 7 level
 is written for each cell via ``splice_assets.schema.parse_schema``. Each cell runs ``bench.splice_runner`` in
 its own process under ``/usr/bin/time -v``; rows go to the git-ignored bench/results/raw/scaling/.
 ``--matched-precision`` runs each n at the epsilon that gives its statistics the noise of 12,500 rows at epsilon
-(``matched_epsilon``: 0.0272 for 400,000 rows at 1), so the time ratio shows what n itself costs (at one
+(``equivalent_epsilon``: 0.0272 for 400,000 rows at 1), so the time ratio shows what n itself costs (at one
 epsilon, more rows are more precise statistics, and the fit goes further: more Adam steps and tilt iterations).
 Results: bench/results/scaling.csv (a rerun of a cell (n, d, method, epsilon) replaces its row) and scaling.md.
 """
@@ -124,16 +124,11 @@ def run_cell(n: int, d: int, eps: float, method: str, threads: int) -> dict:
     return row
 
 
-def matched_epsilon(epsilon: float, n: int) -> float:
-    """The epsilon at which n rows get the noise per frequency of NS[0] rows at ``epsilon``: the statistics are sums
-    / n, so the Gaussian noise multiplier (the pipeline's analytic calibration) must grow by n / NS[0]. (Not
-    epsilon * NS[0] / n: at delta = 1e-9 the multiplier grows more slowly than 1 / epsilon.)"""
-    return float(get_epsilon_gaussian(get_sigma_gaussian(epsilon, DELTA) * n / NS[0], DELTA))
-
-
-def reference_epsilon(epsilon: float, n: int) -> float:
-    """The inverse of ``matched_epsilon``: the epsilon at which NS[0] rows get the noise of n rows at ``epsilon``."""
-    return float(get_epsilon_gaussian(get_sigma_gaussian(epsilon, DELTA) * NS[0] / n, DELTA))
+def equivalent_epsilon(epsilon: float, n: int, to_n: int) -> float:
+    """The epsilon at which ``to_n`` rows get the noise per frequency of ``n`` rows at ``epsilon``: the statistics are
+    sums / n, so the Gaussian noise multiplier (the pipeline's analytic calibration) must scale by to_n / n. (Not
+    epsilon * n / to_n: at delta = 1e-9 the multiplier grows more slowly than 1 / epsilon.)"""
+    return float(get_epsilon_gaussian(get_sigma_gaussian(epsilon, DELTA) * to_n / n, DELTA))
 
 
 def with_cell(cells: pd.DataFrame, row: dict) -> pd.DataFrame:
@@ -184,7 +179,8 @@ def write_md(df: pd.DataFrame) -> None:
                          + f" | {mem} | {steps} |")  # fmt: skip
         lines.append("")
         ok = g[g["status"] == "ok"]
-        ok = ok.assign(precision=[round(reference_epsilon(e, n), 4) for e, n in zip(ok["epsilon"], ok["n"])])
+        # Each cell's epsilon at NS[0] rows with the same noise: cells that share it were run at matched noise.
+        ok = ok.assign(precision=[round(equivalent_epsilon(e, n, NS[0]), 4) for e, n in zip(ok["epsilon"], ok["n"])])
         for d, gd in ok.groupby("d"):
             # Fixed eps: more rows are more precise statistics. Matched: the same noise per frequency from more rows.
             matched = f"at the noise of {NS[0]:,} rows at ε = {{:g}}"
@@ -216,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     for method in [m.strip() for m in args.methods.split(",") if m.strip()]:
         for d in args.ds:
             for n in args.ns:
-                eps = matched_epsilon(args.epsilon, n) if args.matched_precision else args.epsilon
+                eps = equivalent_epsilon(args.epsilon, NS[0], n) if args.matched_precision else args.epsilon
                 old = pd.read_csv(SCALING_CSV) if SCALING_CSV.is_file() else pd.DataFrame()
                 df = with_cell(old, run_cell(n, d, eps, method, args.threads))
                 df.to_csv(SCALING_CSV, index=False, float_format="%.6g")

@@ -19,7 +19,7 @@ def test_the_scaling_grid_keeps_one_row_per_epsilon_and_reports_both_ratios(tmp_
                 "peak_rss_mb": 100.0, "t_fit": wall / 2}
 
     grid = pd.DataFrame()
-    for row in (cell(12_500, 1.0, 20.0), cell(400_000, 1.0, 70.0), cell(400_000, scaling.matched_epsilon(1.0, 400_000), 30.0),
+    for row in (cell(12_500, 1.0, 20.0), cell(400_000, 1.0, 70.0), cell(400_000, scaling.equivalent_epsilon(1.0, 12_500, 400_000), 30.0),
                 cell(400_000, 1.0, 69.0)):
         grid = scaling.with_cell(grid, row)
     assert len(grid) == 3 and grid.loc[grid["epsilon"] == 1.0, "wall_s"].max() == 69.0
@@ -31,7 +31,7 @@ def test_the_scaling_grid_keeps_one_row_per_epsilon_and_reports_both_ratios(tmp_
             "wall 1.50×") in text
 
 
-def test_the_matched_epsilon_gives_n_rows_the_noise_of_the_smallest_cell():
+def test_the_equivalent_epsilon_gives_n_rows_the_noise_of_the_smallest_cell():
     """The pipeline's own calibration: 400,000 rows at the matched epsilon get the same noise std per pair frequency
     as 12,500 rows at eps = 1 (to 1e-6), and 1 / 32 would give them 13% less (the multiplier is not linear in
     1 / epsilon at delta = 1e-9)."""
@@ -41,7 +41,8 @@ def test_the_matched_epsilon_gives_n_rows_the_noise_of_the_smallest_cell():
         plan, calibration = pipeline.make_plan(schema, n, eps, DELTA)
         return calibration.sigma / plan.pair_weight
 
-    assert scaling.matched_epsilon(1.0, 12_500) == pytest.approx(1.0, rel=1e-9)
-    matched = scaling.matched_epsilon(1.0, 400_000)
+    assert scaling.equivalent_epsilon(1.0, 12_500, 12_500) == pytest.approx(1.0, rel=1e-9)
+    matched = scaling.equivalent_epsilon(1.0, 12_500, 400_000)
+    assert scaling.equivalent_epsilon(matched, 400_000, 12_500) == pytest.approx(1.0, rel=1e-6)
     assert pair_std(400_000, matched) == pytest.approx(pair_std(12_500, 1.0), rel=1e-6)
     assert pair_std(400_000, 1 / 32) < 0.9 * pair_std(12_500, 1.0)
