@@ -25,4 +25,3 @@ def test_the_peer_spends_its_replace_one_share_of_rho_and_no_more(method, epsilo
     assert rho <= target  # never more than the share: the peer is (eps, delta)-DP under replace-one
     assert rho == pytest.approx(target, rel=1e-9)  # and not needlessly less
     assert 0 < eps_add_remove < epsilon
-
