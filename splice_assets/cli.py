@@ -285,6 +285,9 @@ def _known_dataset(dataset: str, ledger: BudgetLedger | None) -> bool:
 def _status(manifest: dict[str, Any] | None, entry_status: str | None) -> str:
     if entry_status in ("reserved", "aborted"):
         return entry_status
+    if entry_status == "expired":
+        # A dead run's reservation resolved without a stored measurement: it still counts toward the budget.
+        return "expired (counted, no release)" if manifest is None else "released (ledger: expired)"
     if manifest is None:
         return "incomplete (charged, no bundle)" if entry_status == "committed" else "incomplete"
     return "released" if entry_status == "committed" else "released (no ledger entry)"
@@ -566,12 +569,59 @@ def show_command(release_id: str, as_json: bool) -> None:
         click.echo("ledger      no entry for this release in " + _redact(default_ledger_url()))
 
 
-@main.command("budget")
+class _DefaultCommandGroup(click.Group):
+    """A group whose first word, when it is not one of its subcommands, is handed to ``default_command``: so
+    ``splice budget DATASET [--json]`` still means ``splice budget show DATASET [--json]`` next to ``budget set``.
+    (A dataset literally named like a subcommand is shown with ``splice budget show NAME``.)"""
+
+    def __init__(self, *args: Any, default_command: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.default_command = default_command
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+def _budget_text(epsilon_total: float, delta_total: float, relation: str) -> str:
+    return f"epsilon {epsilon_total:g} at delta {delta_total:g} ({relation})"
+
+
+def _change_dict(change: Any) -> dict[str, Any]:
+    return {
+        "created_at": change.created_at.isoformat(timespec="seconds"),
+        "actor": change.actor,
+        "old_epsilon_total": change.old_epsilon_total,
+        "old_delta_total": change.old_delta_total,
+        "old_relation": change.old_relation,
+        "epsilon_total": change.epsilon_total,
+        "delta_total": change.delta_total,
+        "relation": change.relation,
+        "reason": change.reason,
+    }
+
+
+def _change_text(change: dict[str, Any]) -> str:
+    old = "none" if change["old_epsilon_total"] is None else _budget_text(
+        change["old_epsilon_total"], change["old_delta_total"], change["old_relation"]
+    )
+    new = _budget_text(change["epsilon_total"], change["delta_total"], change["relation"])
+    reason = f"  ({change['reason']})" if change["reason"] else ""
+    return f"{change['created_at']}  {change['actor']}: {old} -> {new}{reason}"
+
+
+@main.group("budget", cls=_DefaultCommandGroup, default_command="show")
+def budget_group() -> None:
+    """A dataset's lifetime budget: `budget DATASET` shows it, `budget set DATASET ...` sets or changes it."""
+
+
+@budget_group.command("show")
 @click.argument("dataset")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @guarded
 def budget_command(dataset: str, as_json: bool) -> None:
-    """A dataset's lifetime budget: spent, remaining and the per-release history from the ledger."""
+    """A dataset's lifetime budget: spent, remaining, the per-release history and the budget's change history."""
     url = default_ledger_url()
     status = budget_status(url, dataset)
     if status is None:
@@ -579,19 +629,174 @@ def budget_command(dataset: str, as_json: bool) -> None:
     ledger = BudgetLedger(url)
     try:
         history = [_entry_dict(e) for e in ledger.entries(dataset)]
+        changes = [_change_dict(c) for c in ledger.budget_changes(dataset)]
     finally:
         ledger.close()
     if as_json:
-        _json_out({**status, "history": history})
+        _json_out({**status, "history": history, "budget_changes": changes})
         return
     click.echo(f"dataset   {dataset} (relation {status['relation']})")
     click.echo(f"budget    epsilon {status['epsilon_total']:g} at delta {status['delta_total']:g}")
+    for c in changes:
+        click.echo(f"  changed {_change_text(c)}")
+    if not changes:  # budgets set before changes were recorded
+        click.echo("  changed (no recorded change)")
     click.echo(f"spent     epsilon {status['epsilon_spent']:.6f} (composed, rounded up)")
     click.echo(f"remaining epsilon {status['epsilon_remaining']:.6f}")
     for e in history:
         parent = f" refit of {e['parent_release_id']}" if e["parent_release_id"] else ""
         click.echo(f"  {e['created_at']}  {e['release_id']}  {e['status']:<9} epsilon {e['epsilon']:g} "
                    f"delta {e['delta']:g}{parent}")
+
+
+@budget_group.command("set")
+@click.argument("dataset")
+@click.option("--epsilon", required=True, type=float, help="Lifetime epsilon_total (all releases composed).")
+@click.option("--delta", required=True, type=float,
+              help="Lifetime delta_total the epsilon is reported at: in (0, 0.01) and below 1/n_min of the schema.")
+@click.option("--relation", type=click.Choice(RELATIONS), default=None,
+              help=f"Neighbouring relation [default: the current budget's, else {RELATION_REPLACE_ONE}].")
+@click.option("--reason", default="", help="Why the budget is set or changed (recorded with the change).")
+@guarded
+def budget_set_command(dataset: str, epsilon: float, delta: float, relation: str | None, reason: str) -> None:
+    """Set or change a dataset's lifetime budget: an administrator's action, recorded (who, when, old -> new, why).
+
+    Lowering it below what is already spent is allowed: it only refuses further releases."""
+    from .datasets import schema_path
+    from .ledger import BUDGET_TOLERANCE, default_actor
+
+    try:
+        path: Path | None = schema_path(dataset)
+    except FileNotFoundError:
+        path = None  # no repository schema (e.g. --schema FILE releases): only the (0, 0.01) bound applies
+    n_min = None if path is None else load_schema(path).n_min
+    ledger = BudgetLedger(default_ledger_url())
+    try:
+        before = ledger.budget(dataset)
+        # Keep the dataset's relation unless asked: a default of replace-one would silently switch an add-remove one.
+        chosen = relation or (before.relation if before is not None else RELATION_REPLACE_ONE)
+        after = ledger.set_budget(dataset, epsilon, delta, chosen, actor=default_actor(), reason=reason, n_min=n_min)
+        spent, _ = ledger.spent(dataset)
+    finally:
+        ledger.close()
+    was = "none" if before is None else _budget_text(before.epsilon_total, before.delta_total, before.relation)
+    click.echo(f"lifetime budget of {dataset!r}: "
+               f"{_budget_text(after.epsilon_total, after.delta_total, after.relation)}, was: {was}")
+    if spent > after.epsilon_total + BUDGET_TOLERANCE:
+        click.echo(f"warning: {dataset!r} has already spent epsilon {spent:.6f} (composed at delta "
+                   f"{after.delta_total:g}), more than the new budget: further releases are refused", err=True)
+
+
+# -- ledger maintenance --------------------------------------------------------------------------------------
+
+
+def _measurement_file(dataset: str, release_id: str) -> Path:
+    """A release's stored noisy measurement: if it exists, the reservation's noise was drawn and kept."""
+    return artifact_dir() / dataset / release_id / "public" / "measurement.json"
+
+
+@main.group("ledger")
+def ledger_group() -> None:
+    """Maintain the budget ledger: list and resolve reservations left behind by runs that died."""
+
+
+@ledger_group.command("stale")
+@click.option("--older-than", "older_than", default=60.0, show_default=True, type=click.FloatRange(min=0),
+              help="Only reservations created more than this many minutes ago.")
+@click.option("--dataset", default=None, help="Only this dataset.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@guarded
+def ledger_stale_command(older_than: float, dataset: str | None, as_json: bool) -> None:
+    """List reservations still `reserved` after --older-than minutes, and whether their measurement is stored."""
+    from datetime import timedelta
+
+    ledger = _open_ledger()
+    try:
+        stale = [] if ledger is None else ledger.stale_reservations(timedelta(minutes=older_than), dataset=dataset)
+    finally:
+        if ledger is not None:
+            ledger.close()
+    rows = []
+    for entry in stale:
+        path = _measurement_file(entry.dataset, entry.release_id)
+        rows.append({
+            "ledger_entry_id": entry.id,
+            "dataset": entry.dataset,
+            "release_id": entry.release_id,
+            "created_at": entry.created_at.isoformat(timespec="seconds"),
+            "mechanism": entry.mechanism,
+            "epsilon": entry.epsilon,
+            "delta": entry.delta,
+            "measurement_stored": path.is_file(),
+            "measurement_path": str(path),
+        })
+    if as_json:
+        _json_out(rows)
+        return
+    if not rows:
+        click.echo(f"no reservations older than {older_than:g} minutes" + (f" for {dataset!r}" if dataset else ""))
+        return
+    click.echo(f"{'entry':<32}  {'dataset':<18} {'release':<36}  {'created (UTC)':<25} {'epsilon':>8} {'delta':>8}  "
+               "measurement")
+    for r in rows:
+        stored = "stored" if r["measurement_stored"] else "none"
+        click.echo(f"{r['ledger_entry_id']:<32}  {r['dataset']:<18} {r['release_id']:<36}  {r['created_at']:<25} "
+                   f"{r['epsilon']:>8g} {r['delta']:>8g}  {stored}")
+
+
+@ledger_group.command("resolve")
+@click.argument("entry_id")
+@click.option("--abort", "abort", is_flag=True,
+              help="Un-count the reservation (needs --confirm-no-noise-drawn; refused if its measurement is stored).")
+@click.option("--confirm-no-noise-drawn", "confirm_no_noise", is_flag=True,
+              help="Confirm that the dead run never drew this reservation's noise (only with --abort).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@guarded
+def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, as_json: bool) -> None:
+    """Resolve a dead run's reservation: committed if its noisy measurement is stored, else expired (still counted,
+    since its noise may have been drawn and lost). Only --abort --confirm-no-noise-drawn un-counts it."""
+    from .ledger import STATUS_RESERVED, default_actor
+
+    if confirm_no_noise and not abort:
+        raise fail("--confirm-no-noise-drawn only goes with --abort")
+    url = default_ledger_url()
+    ledger = _open_ledger(url)
+    if ledger is None:
+        raise fail(f"no ledger at {_redact(url)}")
+    try:
+        entry = ledger.entry(entry_id)
+        if entry.status != STATUS_RESERVED:
+            raise fail(f"ledger entry {entry_id!r} is {entry.status!r}; only a 'reserved' entry can be resolved")
+        path = _measurement_file(entry.dataset, entry.release_id)
+        stored = path.is_file()
+        if abort:
+            if stored:
+                raise fail(f"refusing to abort ledger entry {entry_id!r}: its noisy measurement {str(path)!r} is "
+                           "stored, so noise was drawn; resolve it without --abort to commit it")
+            if not confirm_no_noise:
+                raise fail(f"--abort un-counts ledger entry {entry_id!r}: add --confirm-no-noise-drawn if and only if "
+                           "its run never drew the noise")
+            ledger.abort(entry_id, actor=default_actor())
+            status, why = "aborted", "un-counted: confirmed that no noise was drawn"
+        else:
+            status = ledger.resolve(entry_id, noise_released=stored, actor=default_actor()).status
+            why = ("counted: its noisy measurement is stored" if stored
+                   else "still counted: no stored measurement, and its noise may have been drawn and lost")
+        spent, delta_total = ledger.spent(entry.dataset)
+        budget = ledger.budget(entry.dataset)
+        remaining = ledger.remaining(entry.dataset)
+    finally:
+        ledger.close()
+    if as_json:
+        _json_out({"ledger_entry_id": entry_id, "dataset": entry.dataset, "release_id": entry.release_id,
+                   "old_status": entry.status, "status": status, "measurement_stored": stored,
+                   "measurement_path": str(path), "epsilon_spent": spent, "delta_total": delta_total,
+                   "epsilon_total": None if budget is None else budget.epsilon_total, "epsilon_remaining": remaining})
+        return
+    click.echo(f"ledger entry {entry_id} ({entry.dataset!r}, release {entry.release_id}): reserved -> {status} ({why})")
+    total = "" if budget is None else f" of {budget.epsilon_total:g}"
+    click.echo(f"{entry.dataset!r} spent epsilon {spent:.6f}{total} at delta {delta_total:g} "
+               f"(composed, rounded up), remaining {remaining:.6f}")
 
 
 @main.command("refit")

@@ -2,7 +2,13 @@
 
 One budget row per dataset (epsilon_total at delta_total, neighbouring relation) and one entry per charged or
 zero-cost release. A spend is *reserved* before any noise is drawn and then committed, or aborted when no noise
-was drawn. Reserved and committed entries count; a crash after reservation stays counted (conservative).
+was drawn. Reserved and committed entries count; a crash after reservation stays counted (conservative). An
+administrator resolves a dead run's reservation (``resolve``): committed if its noisy measurement is stored, else
+*expired*, which still counts (its noise may have been drawn and lost); only ``abort`` un-counts.
+
+A lifetime budget is set only by an explicit ``set_budget`` call, and every call is recorded in
+``splice_budget_changes`` (who, when, old -> new, why); administrators' resolutions of reservations are recorded
+in ``splice_ledger_resolutions``.
 Totals are always recomputed from the stored primitives (sigma/Delta per entry) with ``compose_epsilon`` at
 the budget's delta_total, rounded up, and compared with the budget with an explicit tolerance.
 
@@ -14,6 +20,8 @@ noise draw, never a private value, never an exact row count beyond the public n 
 
 from __future__ import annotations
 
+import dataclasses
+import getpass
 import hashlib
 import json
 import math
@@ -22,7 +30,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
 from typing import Any
@@ -40,10 +48,16 @@ BUDGET_TOLERANCE = 1e-9
 #: Seconds a SQLite writer waits for the lock before giving up.
 SQLITE_BUSY_TIMEOUT_S = 120.0
 
+#: delta_total must lie strictly below this (and below 1/n_min when the dataset's public n_min is known):
+#: a lifetime delta of 1% or more is not a meaningful guarantee.
+DELTA_TOTAL_BOUND = 0.01
+
 STATUS_RESERVED = "reserved"
 STATUS_COMMITTED = "committed"
 STATUS_ABORTED = "aborted"
-COUNTED_STATUSES = (STATUS_RESERVED, STATUS_COMMITTED)
+#: A dead run's reservation resolved without a stored measurement: its noise may have been drawn, so it counts.
+STATUS_EXPIRED = "expired"
+COUNTED_STATUSES = (STATUS_RESERVED, STATUS_COMMITTED, STATUS_EXPIRED)
 
 _metadata = sa.MetaData()
 
@@ -75,6 +89,37 @@ entries_table = sa.Table(
     sa.Column("relation", sa.String(32), nullable=False),
     sa.Column("params_hash", sa.String(64), nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
+)
+
+# Append-only audit of every set_budget call (creation included); old_* are NULL when the budget was created.
+budget_changes_table = sa.Table(
+    "splice_budget_changes",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("dataset", sa.String(255), sa.ForeignKey("splice_budgets.dataset"), nullable=False, index=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("actor", sa.String(255), nullable=False),
+    sa.Column("old_epsilon_total", sa.Double, nullable=True),
+    sa.Column("old_delta_total", sa.Double, nullable=True),
+    sa.Column("old_relation", sa.String(32), nullable=True),
+    sa.Column("epsilon_total", sa.Double, nullable=False),
+    sa.Column("delta_total", sa.Double, nullable=False),
+    sa.Column("relation", sa.String(32), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+)
+
+# Append-only audit of administrators' resolutions of reservations (resolve, and abort with an actor).
+resolutions_table = sa.Table(
+    "splice_ledger_resolutions",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("entry_id", sa.String(32), sa.ForeignKey("splice_ledger_entries.id"), nullable=False, index=True),
+    sa.Column("dataset", sa.String(255), nullable=False, index=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("actor", sa.String(255), nullable=False),
+    sa.Column("old_status", sa.String(16), nullable=False),
+    sa.Column("new_status", sa.String(16), nullable=False),
+    sa.Column("noise_released", sa.Boolean, nullable=False),
 )
 
 
@@ -122,6 +167,52 @@ class LedgerEntry:
     @property
     def counted(self) -> bool:
         return self.status in COUNTED_STATUSES
+
+
+@dataclass(frozen=True)
+class BudgetChange:
+    """One recorded set_budget call; old_* are None when it created the budget."""
+
+    id: int
+    dataset: str
+    created_at: datetime
+    actor: str
+    old_epsilon_total: float | None
+    old_delta_total: float | None
+    old_relation: str | None
+    epsilon_total: float
+    delta_total: float
+    relation: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """One administrator's resolution of a reserved entry (to committed, expired or aborted)."""
+
+    id: int
+    entry_id: str
+    dataset: str
+    created_at: datetime
+    actor: str
+    old_status: str
+    new_status: str
+    noise_released: bool
+
+
+def default_actor() -> str:
+    """The OS user name recorded as the actor of an administrative change, or "unknown"."""
+    try:
+        return getpass.getuser() or "unknown"
+    except Exception:  # noqa: BLE001 - getuser raises OSError/KeyError when no user name is configured
+        return "unknown"
+
+
+def _check_actor(actor: str | None) -> str:
+    actor = default_actor() if actor is None else actor
+    if not isinstance(actor, str) or not actor.strip():
+        raise LedgerError(f"actor must be a non-empty string, got {actor!r}")
+    return actor.strip()
 
 
 def _json_default(value: Any) -> Any:
@@ -198,6 +289,36 @@ def _entry(row: Any) -> LedgerEntry:
     return LedgerEntry(**data)
 
 
+def _change(row: Any) -> BudgetChange:
+    data = dict(row._mapping)
+    data["created_at"] = _as_utc(data["created_at"])
+    return BudgetChange(**data)
+
+
+def _resolution(row: Any) -> Resolution:
+    data = dict(row._mapping)
+    data["created_at"] = _as_utc(data["created_at"])
+    data["noise_released"] = bool(data["noise_released"])
+    return Resolution(**data)
+
+
+def check_delta_total(delta_total: float, n_min: int | None = None) -> None:
+    """Refuse a lifetime delta outside (0, DELTA_TOTAL_BOUND), or >= 1/n_min when the public n_min is given."""
+    if isinstance(delta_total, bool) or not isinstance(delta_total, (int, float)):
+        raise PrivacyParameterError(f"delta_total must be a number, got {delta_total!r}")
+    if not 0.0 < delta_total < DELTA_TOTAL_BOUND:
+        raise PrivacyParameterError(f"delta_total must lie in (0, {DELTA_TOTAL_BOUND:g}), got {delta_total!r}")
+    if n_min is None:
+        return
+    if isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 1:
+        raise PrivacyParameterError(f"n_min must be a positive integer, got {n_min!r}")
+    # delta >= 1/n would allow releasing one row in the clear and still meet the guarantee.
+    if not delta_total < 1.0 / n_min:
+        raise PrivacyParameterError(
+            f"delta_total must be < 1/n_min = {1.0 / n_min:g} (n_min={n_min}), got {delta_total!r}"
+        )
+
+
 class BudgetLedger:
     """The privacy-budget ledger of all datasets behind one SQLAlchemy URL."""
 
@@ -227,18 +348,35 @@ class BudgetLedger:
     # -- budgets -------------------------------------------------------------------------------------------
 
     def set_budget(
-        self, dataset: str, epsilon_total: float, delta_total: float, relation: str = RELATION_REPLACE_ONE
+        self,
+        dataset: str,
+        epsilon_total: float,
+        delta_total: float,
+        relation: str = RELATION_REPLACE_ONE,
+        *,
+        actor: str | None = None,
+        reason: str = "",
+        n_min: int | None = None,
     ) -> Budget:
-        """Create or update a dataset's lifetime budget (epsilon_total reported at delta_total).
+        """Create or change a dataset's lifetime budget (epsilon_total reported at delta_total); an admin action.
 
-        The relation cannot change once the dataset has entries (never mix relations in one ledger).
+        Every call writes a ``splice_budget_changes`` record (old -> new, ``actor``, default the OS user, and
+        ``reason``) in the same transaction. delta_total must lie in (0, DELTA_TOTAL_BOUND) and, when the schema's
+        public ``n_min`` is given, below 1/n_min. Lowering the budget below what is already spent is allowed: it
+        only refuses further releases. The relation cannot change once the dataset has entries (never mix
+        relations in one ledger).
         """
         if not isinstance(dataset, str) or not dataset:
             raise LedgerError(f"dataset must be a non-empty string, got {dataset!r}")
-        if not (isinstance(epsilon_total, (int, float)) and math.isfinite(epsilon_total) and epsilon_total >= 0):
+        if isinstance(epsilon_total, bool) or not (
+            isinstance(epsilon_total, (int, float)) and math.isfinite(epsilon_total) and epsilon_total >= 0
+        ):
             raise PrivacyParameterError(f"epsilon_total must be a finite number >= 0, got {epsilon_total!r}")
-        if not (isinstance(delta_total, (int, float)) and 0.0 < delta_total < 1.0):
-            raise PrivacyParameterError(f"delta_total must lie in (0, 1), got {delta_total!r}")
+        check_delta_total(delta_total, n_min)
+        if not isinstance(reason, str):
+            raise LedgerError(f"reason must be a string, got {reason!r}")
+        actor = _check_actor(actor)
+        epsilon_total, delta_total = float(epsilon_total), float(delta_total)
         now = _utcnow()
         with self._transaction() as conn:
             current = self._lock_budget(conn, dataset)
@@ -246,8 +384,8 @@ class BudgetLedger:
                 conn.execute(
                     budgets_table.insert().values(
                         dataset=dataset,
-                        epsilon_total=float(epsilon_total),
-                        delta_total=float(delta_total),
+                        epsilon_total=epsilon_total,
+                        delta_total=delta_total,
                         relation=relation,
                         created_at=now,
                         updated_at=now,
@@ -263,13 +401,38 @@ class BudgetLedger:
                     budgets_table.update()
                     .where(budgets_table.c.dataset == dataset)
                     .values(
-                        epsilon_total=float(epsilon_total),
-                        delta_total=float(delta_total),
+                        epsilon_total=epsilon_total,
+                        delta_total=delta_total,
                         relation=relation,
                         updated_at=now,
                     )
                 )
-        return Budget(dataset, float(epsilon_total), float(delta_total), relation)
+            conn.execute(
+                budget_changes_table.insert().values(
+                    dataset=dataset,
+                    created_at=now,
+                    actor=actor,
+                    old_epsilon_total=None if current is None else current.epsilon_total,
+                    old_delta_total=None if current is None else current.delta_total,
+                    old_relation=None if current is None else current.relation,
+                    epsilon_total=epsilon_total,
+                    delta_total=delta_total,
+                    relation=relation,
+                    reason=reason,
+                )
+            )
+        return Budget(dataset, epsilon_total, delta_total, relation)
+
+    def budget_changes(self, dataset: str) -> list[BudgetChange]:
+        """The dataset's recorded budget creations and changes, oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(budget_changes_table)
+                .where(budget_changes_table.c.dataset == dataset)
+                .order_by(budget_changes_table.c.id)
+            ).all()
+            conn.rollback()
+        return [_change(r) for r in rows]
 
     def budget(self, dataset: str) -> Budget | None:
         with self.engine.connect() as conn:
@@ -344,8 +507,8 @@ class BudgetLedger:
     ) -> str:
         """Atomically reserve a Gaussian release; returns the entry id. Call *before* drawing any noise.
 
-        All reserved and committed entries of the dataset plus the new one are composed at delta_total
-        (``compose_epsilon``, rounded up); refuses with ``BudgetExceeded`` if that exceeds epsilon_total.
+        All counted (reserved, committed, expired) entries of the dataset plus the new one are composed at
+        delta_total (``compose_epsilon``, rounded up); refuses with ``BudgetExceeded`` if that exceeds epsilon_total.
         """
         nm = float(noise_multiplier)
         if not (math.isfinite(nm) and nm > 0):
@@ -403,26 +566,104 @@ class BudgetLedger:
         conn.execute(entries_table.insert().values(id=entry_id, created_at=_utcnow(), **fields))
         return entry_id
 
-    def _transition(self, entry_id: str, target: str) -> None:
+    def _transition(
+        self,
+        entry_id: str,
+        target: str,
+        allowed_from: tuple[str, ...] = (STATUS_RESERVED,),
+        verb: str | None = None,
+        actor: str | None = None,
+        noise_released: bool = False,
+    ) -> LedgerEntry:
+        """Move one entry to ``target`` inside a locked transaction; with an ``actor``, record the resolution."""
+        verb = verb or target
         with self._transaction() as conn:
             row = conn.execute(
-                sa.select(entries_table.c.status).where(entries_table.c.id == entry_id).with_for_update()
+                sa.select(entries_table).where(entries_table.c.id == entry_id).with_for_update()
             ).one_or_none()
             if row is None:
                 raise LedgerError(f"no ledger entry with id {entry_id!r}")
-            if row.status == target == STATUS_COMMITTED:
-                return  # idempotent commit (a retried step)
-            if row.status != STATUS_RESERVED:
-                raise LedgerError(f"ledger entry {entry_id!r} is {row.status!r}; only a reserved entry can be {target}")
+            entry = _entry(row)
+            if entry.status == target == STATUS_COMMITTED and verb == STATUS_COMMITTED:
+                return entry  # idempotent commit (a retried step)
+            if entry.status not in allowed_from:
+                raise LedgerError(
+                    f"ledger entry {entry_id!r} is {entry.status!r}; only a {' or '.join(allowed_from)} entry "
+                    f"can be {verb}"
+                )
             conn.execute(entries_table.update().where(entries_table.c.id == entry_id).values(status=target))
+            if actor is not None:
+                conn.execute(
+                    resolutions_table.insert().values(
+                        entry_id=entry_id,
+                        dataset=entry.dataset,
+                        created_at=_utcnow(),
+                        actor=actor,
+                        old_status=entry.status,
+                        new_status=target,
+                        noise_released=bool(noise_released),
+                    )
+                )
+        return dataclasses.replace(entry, status=target)
 
     def commit(self, entry_id: str) -> None:
-        """Mark a reserved entry committed (the noisy release exists). Committing twice is a no-op."""
-        self._transition(entry_id, STATUS_COMMITTED)
+        """Mark a reserved entry committed (the noisy release exists). Committing twice is a no-op.
 
-    def abort(self, entry_id: str) -> None:
-        """Release a reservation. Only legal while reserved and only if NO noise was drawn for it."""
-        self._transition(entry_id, STATUS_ABORTED)
+        An entry an administrator already resolved as expired may still be committed by its (slow, not dead) run:
+        both statuses count, so this only records that the release does exist.
+        """
+        self._transition(entry_id, STATUS_COMMITTED, allowed_from=(STATUS_RESERVED, STATUS_EXPIRED))
+
+    def abort(self, entry_id: str, *, actor: str | None = None) -> None:
+        """Release a reservation. Only legal while reserved and only if NO noise was drawn for it.
+
+        The release protocol aborts without an actor; an administrator passes ``actor`` and the abort is recorded
+        in ``splice_ledger_resolutions``.
+        """
+        self._transition(
+            entry_id, STATUS_ABORTED, actor=None if actor is None else _check_actor(actor), noise_released=False
+        )
+
+    def resolve(self, entry_id: str, *, noise_released: bool, actor: str) -> LedgerEntry:
+        """Resolve a reservation whose run died; returns the entry with its new status. Recorded with ``actor``.
+
+        The rule: a reserved entry may have had its noise drawn before the process died, so resolving never
+        un-counts it. If the release's noisy measurement is stored (the caller checked and passes
+        ``noise_released=True``) the entry becomes ``committed``. Otherwise it becomes ``expired``, which still
+        counts toward the budget: noise may have been drawn and lost, and nothing proves otherwise. Only
+        ``abort`` un-counts, and only when the caller knows that no noise was drawn. Refuses a non-reserved entry.
+        """
+        if not isinstance(noise_released, bool):
+            raise LedgerError(f"noise_released must be True or False, got {noise_released!r}")
+        target = STATUS_COMMITTED if noise_released else STATUS_EXPIRED
+        return self._transition(
+            entry_id, target, verb="resolved", actor=_check_actor(actor), noise_released=noise_released
+        )
+
+    def stale_reservations(self, older_than: timedelta, dataset: str | None = None) -> list[LedgerEntry]:
+        """Entries still ``reserved`` that were created more than ``older_than`` ago (all datasets, or one)."""
+        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+            raise LedgerError(f"older_than must be a timedelta >= 0, got {older_than!r}")
+        query = sa.select(entries_table).where(
+            entries_table.c.status == STATUS_RESERVED, entries_table.c.created_at < _utcnow() - older_than
+        )
+        if dataset is not None:
+            query = query.where(entries_table.c.dataset == dataset)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query.order_by(entries_table.c.created_at, entries_table.c.id)).all()
+            conn.rollback()
+        return [_entry(r) for r in rows]
+
+    def resolutions(self, dataset: str) -> list[Resolution]:
+        """Administrators' recorded resolutions of the dataset's reservations, oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(resolutions_table)
+                .where(resolutions_table.c.dataset == dataset)
+                .order_by(resolutions_table.c.id)
+            ).all()
+            conn.rollback()
+        return [_resolution(r) for r in rows]
 
     def record_zero_cost(
         self,
@@ -487,18 +728,19 @@ class BudgetLedger:
         return budget
 
     def spent(self, dataset: str) -> tuple[float, float]:
-        """(composed epsilon of reserved + committed entries, rounded up; the delta_total it is reported at)."""
+        """(composed epsilon of the counted entries (reserved, committed, expired), rounded up; its delta_total)."""
         budget = self._get_budget(dataset)
-        multipliers, pure = self._counted_lists(dataset)
+        multipliers, pure = self.counted(dataset)
         return compose_epsilon(multipliers, budget.delta_total, pure), budget.delta_total
 
     def projected(self, dataset: str, noise_multipliers: list[float]) -> float:
         """Composed epsilon (at delta_total) if releases with these sigma/Delta were added now."""
         budget = self._get_budget(dataset)
-        multipliers, pure = self._counted_lists(dataset)
+        multipliers, pure = self.counted(dataset)
         return compose_epsilon([*multipliers, *noise_multipliers], budget.delta_total, pure)
 
-    def _counted_lists(self, dataset: str) -> tuple[list[float], list[float]]:
+    def counted(self, dataset: str) -> tuple[list[float], list[float]]:
+        """(noise multipliers of the counted Gaussian entries, epsilons of the counted pure-DP entries)."""
         with self.engine.connect() as conn:
             counted = self._counted(conn, dataset)
             conn.rollback()

@@ -5,7 +5,8 @@ Two bundles, kept apart:
   fitted model, schema, a ``release.json`` manifest);
 - the INTERNAL audit record holds what touched the real rows (validation counts, fidelity report, source
   URI and content fingerprint).
-Both are logged to one MLflow run, under different artifact paths and with a ``visibility`` tag each.
+Only the public bundle is logged to MLflow (one run per release, beside the registered model); the internal
+record stays in the release's internal folder.
 """
 
 from __future__ import annotations
@@ -79,20 +80,25 @@ def public_facts(
     release_id: str,
     ledger_entry_id: str | None = None,
     epsilon_cost: float | None = None,
+    bounds_epsilon: float = 0.0,
 ) -> dict[str, Any]:
     """Public facts of a release: its guarantee, its own spend and the dataset's lifetime budget after it.
 
-    ``epsilon``/``delta`` are the guarantee of the measurement the release is built on; ``epsilon_cost`` is what
-    this release charged (0 for a zero-cost refit). ``ledger_entry_id`` is the release's own ledger entry and
-    ``measurement_ledger_entry_id`` the charged entry of the measurement (equal unless the release is a refit).
+    ``epsilon``/``delta`` are the release's whole guarantee: the measurement's (epsilon, delta) plus the pure
+    ``bounds_epsilon`` of DP bounds estimation when the schema had ``bounds: auto`` (basic composition; the ledger
+    composes its entries more tightly). ``epsilon_cost`` is what this release charged (0 for a zero-cost refit).
+    ``ledger_entry_id`` is the release's own ledger entry and ``measurement_ledger_entry_id`` the charged entry of
+    the measurement (equal unless the release is a refit).
     """
     spent_eps, budget_delta = ledger.spent(measurement.dataset)
     budget = ledger.budget(measurement.dataset)
     facts: dict[str, Any] = {
         "release_id": release_id,
         "dataset": measurement.dataset,
-        "epsilon": measurement.epsilon,
+        "epsilon": measurement.epsilon + bounds_epsilon,
         "delta": measurement.delta,
+        "measurement_epsilon": measurement.epsilon,
+        "bounds_epsilon": bounds_epsilon,
         "sigma": measurement.sigma,
         "sensitivity": measurement.sensitivity,
         "relation": measurement.relation,
@@ -101,7 +107,7 @@ def public_facts(
         "k": measurement.k,
         "n": measurement.n,
         "directions_seed": measurement.seed,
-        "epsilon_cost": measurement.epsilon if epsilon_cost is None else float(epsilon_cost),
+        "epsilon_cost": measurement.epsilon + bounds_epsilon if epsilon_cost is None else float(epsilon_cost),
         "ledger_entry_id": ledger_entry_id or measurement.ledger_entry_id,
         "measurement_ledger_entry_id": measurement.ledger_entry_id,
         "lifetime_epsilon_spent": spent_eps,
@@ -140,9 +146,12 @@ def accuracy_statement(measurement: Measurement) -> str:
     )
 
 
-def privacy_statement(measurement: Measurement, parent_release_id: str | None = None) -> str:
+def privacy_statement(
+    measurement: Measurement, parent_release_id: str | None = None, bounds_epsilon: float = 0.0
+) -> str:
+    total = measurement.epsilon + bounds_epsilon
     text = (
-        f"This release satisfies ({measurement.epsilon:g}, {measurement.delta:g})-differential privacy with respect "
+        f"This release satisfies ({total:g}, {measurement.delta:g})-differential privacy with respect "
         + (
             f"to replacing any one of the {measurement.n} rows of the input table (n is public). "
             if measurement.relation == RELATION_REPLACE_ONE
@@ -152,6 +161,11 @@ def privacy_statement(measurement: Measurement, parent_release_id: str | None = 
         + "Only noisy moments and histograms drawn from the Gaussian mechanism, the public schema and public seeds "
         "shaped it; the fitted model and the synthetic rows are post-processing and cost no further privacy."
     )
+    if bounds_epsilon:
+        text += (
+            f" That total is the measurement's ({measurement.epsilon:g}, {measurement.delta:g}) plus "
+            f"{bounds_epsilon:g}-DP estimates of the numeric bounds the schema left as 'auto'."
+        )
     if parent_release_id:
         text += (
             f" It is a zero-cost refit of the stored noisy moments of release {parent_release_id}: no real row was "
@@ -188,12 +202,17 @@ def write_release(
     ledger_entry_id: str | None = None,
     register_model: bool = True,
     bounds_estimate: Any = None,
+    bounds_epsilon: float | None = None,
 ) -> dict[str, Any]:
-    """Write both bundles and log them to MLflow; returns a summary of public facts.
+    """Write both bundles and log the public one to MLflow; returns a summary of public facts.
 
-    A refit passes ``parent_release_id`` and its zero-cost ``ledger_entry_id``; it has no report, no validation
-    and no source (it never reads real rows).
+    A refit passes ``parent_release_id``, its zero-cost ``ledger_entry_id`` and the parent's ``bounds_epsilon``
+    (its schema holds the parent's DP bounds); it has no report, no validation and no source (it never reads real
+    rows). The internal record (source, validation counts, the report's numbers) stays in ``internal_dir``: it is
+    never logged to MLflow, where it would sit beside the public model.
     """
+    if bounds_epsilon is None:
+        bounds_epsilon = bounds_estimate.epsilon if bounds_estimate is not None and bounds_estimate.columns else 0.0
     from .mlflow_model import registered_model_name
     from .sampling import save_model
 
@@ -206,7 +225,7 @@ def write_release(
     save_model(model, public_dir / "model")
     (public_dir / "schema.yaml").write_text(yaml.safe_dump(schema_to_dict(schema), sort_keys=False))
     refit = parent_release_id is not None
-    facts = public_facts(measurement, ledger, release_id, ledger_entry_id, 0.0 if refit else None)
+    facts = public_facts(measurement, ledger, release_id, ledger_entry_id, 0.0 if refit else None, bounds_epsilon)
     version = code_version()
     public_params = public_parameters(settings)
     manifest = {
@@ -217,7 +236,7 @@ def write_release(
         "dataset": schema.name,
         "schema_version": schema.version,
         "visibility": "public",
-        "privacy_statement": privacy_statement(measurement, parent_release_id),
+        "privacy_statement": privacy_statement(measurement, parent_release_id, bounds_epsilon),
         "accuracy_statement": accuracy_statement(measurement),
         "privacy": facts,
         "auto_bounds": None if bounds_estimate is None or not bounds_estimate.columns else {
@@ -263,12 +282,14 @@ def write_release(
         "source_uri": source_uri or None,
         "source_sha256": file_fingerprint(source_uri) if source_uri and os.path.isfile(source_uri) else None,
         "validation": asdict(validation) if validation is not None else None,
+        "measured_rows": None if validation is None else validation.n_rows,
+        "fidelity_headline": None if report is None else headline_metrics(report.metrics),
         "note": "refit of stored noisy moments: no real rows read" if refit else None,
     }
     (internal_dir / "audit.json").write_text(json.dumps(internal, indent=2, default=str))
     logged = log_to_mlflow(
         tracking_uri, artifact_location, schema, measurement, model, synthetic, facts, public_params, version,
-        dagster_run_id, release_id, parent_release_id, report, public_dir, internal_dir, manifest, register_model,
+        dagster_run_id, release_id, parent_release_id, public_dir, manifest, register_model,
     )
     return {
         "release_id": release_id,
@@ -307,13 +328,12 @@ def log_to_mlflow(
     dagster_run_id: str,
     release_id: str,
     parent_release_id: str | None,
-    report: Any,
     public_dir: Path,
-    internal_dir: Path,
     manifest: dict[str, Any],
     register_model: bool = True,
 ) -> dict[str, Any]:
-    """One MLflow run per release. The manifest (with the run id) is written to the public bundle here."""
+    """One MLflow run per release, holding public material only (the run also holds the registered model). The
+    manifest (with the run id) is written to the public bundle here."""
     import mlflow
 
     from .mlflow_model import log_release_model
@@ -344,10 +364,9 @@ def log_to_mlflow(
                     "privacy.sensitivity": measurement.sensitivity,
                     "privacy.relation": measurement.relation,
                     "privacy.ledger_entry_id": facts.get("ledger_entry_id") or "",
-                    "visibility.public_artifacts": "public",
-                    "visibility.internal_artifacts": "internal",
-                    "visibility.metrics": "fit_* public (noisy moments only); internal.* read real rows (internal)",
-                    "fidelity_report": "none (refit: no real rows read)" if parent_release_id else "internal",
+                    "visibility": "public: noisy statistics, the model fitted to them, synthetic rows",
+                    "fidelity_report": "none (refit: no real rows read)" if parent_release_id
+                    else "internal: in the release's internal folder only, never in MLflow",
                     **{f"code.{k}": v for k, v in version.items()},
                 }
             )
@@ -365,9 +384,6 @@ def log_to_mlflow(
                 "joint_parts": float(len(model.params.joint_pairs)),
             }
             mlflow.log_metrics({k: v for k, v in fit_metrics.items() if np.isfinite(v)})
-            if report is not None:
-                for key, value in headline_metrics(report.metrics).items():
-                    mlflow.log_metric(f"internal.{key}", value)
             dataset = mlflow.data.from_pandas(
                 synthetic.astype({c: "object" for c in synthetic.columns if str(synthetic[c].dtype) == "category"}),
                 source=str(public_dir / "synthetic.parquet"),
@@ -390,5 +406,4 @@ def log_to_mlflow(
             )
             (public_dir / "release.json").write_text(json.dumps(manifest, indent=2, default=str))
             mlflow.log_artifacts(str(public_dir), artifact_path="public")
-            mlflow.log_artifacts(str(internal_dir), artifact_path="internal")
             return logged

@@ -1,9 +1,23 @@
 """Structural validation (fail fast) and total record-level cleaning of a private input table.
 
-Structural problems (unreadable file, missing or duplicate columns, schema-version drift, too few rows)
-raise ``StructuralError`` naming the column and the problem and never quoting a cell value. Record-level
-problems never raise: every cell goes through a total rule (clip, missing, declared OTHER), and what was
-changed is *counted* in an internal report that must not be released.
+Structural problems (unreadable file, missing or duplicate columns, schema-version drift, too few rows, too many
+non-empty cells of a column that are not numbers or not declared categories) raise ``StructuralError`` naming the
+column and the problem and never quoting a cell value. Record-level problems never raise: every cell goes through
+a total rule (clip, missing, declared OTHER), and what was changed is *counted* in an internal report that must
+not be released.
+
+Unseen categories (non-empty cells that match no declared category after Unicode, case and space normalisation):
+
+* the column declares ``other``: they become ``other`` (``unseen_to_other``), whatever their share;
+* no ``other``: if more than ``max_unparseable_share`` (default 5%) of the column's non-empty cells are unseen,
+  the input is refused with a ``StructuralError`` naming the column; at or below that share they become missing
+  if the column is nullable (``unseen_to_missing``), else the column's first declared category (``false`` for a
+  boolean), counted as ``unseen_imputed_to_first_category``.
+
+Missing cells of a non-nullable discrete column become ``other`` if declared, else the first declared category
+(``missing_in_non_nullable_imputed``). Numeric columns take the same threshold: more than ``max_unparseable_share``
+of non-empty cells that are not numbers is refused; at or below it they become missing (``unparseable_to_missing``),
+then the bounds' midpoint if the column is not nullable (``missing_in_non_nullable_imputed``).
 """
 
 from __future__ import annotations
@@ -12,6 +26,7 @@ import csv
 import gzip
 import io
 import math
+import numbers
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,10 +62,15 @@ class ValidatedTable:
     report: ValidationReport
 
 
+#: UTF-8 that drops a leading byte-order mark (Excel writes one): read as plain UTF-8 it would glue itself to the
+#: first column's name, which then is "missing".
+CSV_ENCODING = "utf-8-sig"
+
+
 def _open_text(path: Path) -> io.TextIOBase:
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding=CSV_ENCODING, newline="")
+    return open(path, encoding=CSV_ENCODING, newline="")
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -68,7 +88,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
                 header = next(csv.reader(handle), None)
             if not header:
                 raise StructuralError(f"input file {str(path)!r} is empty or has no header row")
-            table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+            table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], encoding=CSV_ENCODING)
     except StructuralError:
         raise
     except (UnicodeDecodeError, OSError, ValueError, pd.errors.ParserError, csv.Error) as exc:
@@ -84,10 +104,45 @@ def check_duplicate_columns(columns: list[str]) -> None:
         raise StructuralError(f"column {repeated[0]!r}: duplicate column name in the input ({len(repeated)} repeated)")
 
 
+#: Above this share of a column's non-empty cells that are not numbers (numeric kinds) or not declared categories
+#: (discrete kinds without ``other``), the column is refused: that many misses mean the input or the schema's kind
+#: is wrong, and imputing them would release a column made of imputations.
+DEFAULT_MAX_UNPARSEABLE_SHARE = 0.05
+
+
+def _share_limit(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"max_unparseable_share must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
 def check_structure(
-    table: pd.DataFrame, schema: TableSchema, expected_version: int | None = None, require_bounds: bool = True
+    table: pd.DataFrame,
+    schema: TableSchema,
+    expected_version: int | None = None,
+    require_bounds: bool = True,
+    *,
+    max_unparseable_share: float = DEFAULT_MAX_UNPARSEABLE_SHARE,
 ) -> None:
-    """Raise ``StructuralError`` for anything that is not a per-record problem."""
+    """Raise ``StructuralError`` for anything that is not a per-record problem.
+
+    This includes ``validate``'s limit on cells that are not numbers or not declared categories, so a caller that
+    charges budget before ``validate`` (``bounds: auto``) refuses such an input before anything is charged; such a
+    caller must pass the same ``max_unparseable_share`` here as to ``validate``.
+    """
+    limit = _share_limit(max_unparseable_share)
+    _check_layout(table, schema, expected_version, require_bounds)
+    table = _strip_names(table)
+    tallies: dict[str, tuple[int, int]] = {}
+    for spec in schema.columns:
+        values, was_missing = _parse_column(table[spec.name], spec)
+        tallies[spec.name] = _tally(spec, values, was_missing)
+    _refuse_unparseable(schema, tallies, limit)
+
+
+def _check_layout(
+    table: pd.DataFrame, schema: TableSchema, expected_version: int | None, require_bounds: bool
+) -> None:
     if expected_version is not None and expected_version != schema.version:
         raise StructuralError(
             f"schema {schema.name!r}: version drift, the run expects version {expected_version} "
@@ -104,6 +159,38 @@ def check_structure(
         raise StructuralError(
             f"table has fewer rows than the schema's public minimum n_min={schema.n_min}; nothing was released"
         )
+
+
+def _strip_names(table: pd.DataFrame) -> pd.DataFrame:
+    return table.rename(columns=lambda c: str(c).strip())
+
+
+def _tally(spec: ColumnSpec, values: np.ndarray, was_missing: np.ndarray) -> tuple[int, int]:
+    """(non-empty cells, how many of them are not numbers or not declared categories that no ``other`` takes)."""
+    non_empty = int(was_missing.size - np.count_nonzero(was_missing))
+    if spec.is_numeric:
+        return non_empty, int(np.count_nonzero(np.isnan(values) & ~was_missing))
+    return non_empty, 0 if spec.other is not None else int(np.count_nonzero(values == UNSEEN))
+
+
+def _refuse_unparseable(schema: TableSchema, tallies: dict[str, tuple[int, int]], limit: float) -> None:
+    """Refuse the input if any column is over the limit, naming the first in schema order and how many are."""
+    shares = {name: (bad / non_empty if non_empty else 0.0) for name, (non_empty, bad) in tallies.items()}
+    over = [spec for spec in schema.columns if shares[spec.name] > limit]
+    if not over:
+        return
+    spec = over[0]
+    if spec.is_numeric:
+        what, fix = "not numbers", "fix the input or the schema's kind"
+    else:
+        what, fix = "not declared categories", "fix the input or the schema's categories (or declare an `other`)"
+    # Rounded up, so a share just over the limit never reads as the limit itself.
+    share = math.ceil(round(100 * shares[spec.name], 9))
+    raise StructuralError(
+        f"column {spec.name!r}: {share}% of its non-empty cells are {what} (limit {100 * limit:g}%); {fix}; "
+        f"{len(over)} of {len(schema.columns)} columns are over the limit "
+        "(operator-only message: computed from the private input)"
+    )
 
 
 #: A plain decimal literal or an infinity, nothing else (RE2 syntax, so \d is ASCII digits only).
@@ -124,11 +211,25 @@ def parse_numbers(series: pd.Series) -> np.ndarray:
     return parsed.to_numpy(zero_copy_only=False)
 
 
-def _clean_numeric(series: pd.Series, spec: ColumnSpec, counts: Counter) -> pd.Series:
+#: Category codes before repair: >= 0 is a declared category's position in the schema.
+MISSING, UNSEEN = -1, -2
+
+
+def _parse_column(series: pd.Series, spec: ColumnSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(values, was the cell empty) before any repair.
+
+    Values are numbers for a numeric column (NaN where empty or not a number) and category codes for a discrete
+    one (``MISSING`` where empty, ``UNSEEN`` where not a declared category).
+    """
+    if spec.is_numeric:
+        return parse_numbers(series), series.isna().to_numpy()
+    codes = _category_codes(series, spec)
+    return codes, codes == MISSING
+
+
+def _clean_numeric(values: np.ndarray, was_missing: np.ndarray, spec: ColumnSpec, counts: Counter) -> pd.Series:
     assert spec.bounds is not None
     lo, hi = spec.bounds
-    was_missing = series.isna().to_numpy()
-    values = parse_numbers(series)
     unparsed = np.isnan(values) & ~was_missing
     counts["unparseable_to_missing"] += int(unparsed.sum())
     counts["infinite_clipped"] += int(np.isinf(values).sum())
@@ -145,38 +246,49 @@ def _clean_numeric(series: pd.Series, spec: ColumnSpec, counts: Counter) -> pd.S
     if spec.kind == "integer":
         rounded = np.clip(np.rint(values), math.ceil(lo), math.floor(hi))
         counts["non_integer_rounded"] += int(np.sum((rounded != values) & ~missing))
-        out = pd.Series(pd.array(np.where(missing, 0, rounded).astype(np.int64), dtype="Int64"), index=series.index)
+        out = pd.Series(pd.array(np.where(missing, 0, rounded).astype(np.int64), dtype="Int64"))
         out[missing] = pd.NA
         return out if spec.nullable else out.astype(np.int64)
-    return pd.Series(values, index=series.index, dtype=np.float64)
+    return pd.Series(values, dtype=np.float64)
 
 
-def _clean_discrete(series: pd.Series, spec: ColumnSpec, counts: Counter) -> pd.Series:
-    assert spec.categories is not None
+def _category_codes(series: pd.Series, spec: ColumnSpec) -> np.ndarray:
     index = spec.category_index()
     inverse, distinct = _distinct_values(series)
     distinct_codes = np.fromiter(
-        (-1 if _is_missing(v) else index.get(category_key(v), -2) for v in distinct), dtype=np.int64, count=len(distinct)
+        (MISSING if _is_missing(v) else index.get(category_key(v), UNSEEN) for v in distinct),
+        dtype=np.int64,
+        count=len(distinct),
     )
-    codes = distinct_codes[inverse]
-    unseen = codes == -2
+    return distinct_codes[inverse]
+
+
+def _clean_discrete(codes: np.ndarray, spec: ColumnSpec, counts: Counter) -> pd.Series:
+    """Codes to the schema's categories by the rule in the module docstring; unseen and missing counted apart."""
+    assert spec.categories is not None
+    index = spec.category_index()
+    unseen = codes == UNSEEN
     if unseen.any():
         if spec.other is not None:
             counts["unseen_to_other"] += int(unseen.sum())
             codes = np.where(unseen, index[category_key(spec.other)], codes)
-        else:
+        elif spec.nullable:
             counts["unseen_to_missing"] += int(unseen.sum())
-            codes = np.where(unseen, -1, codes)
-    missing = codes == -1
+            codes = np.where(unseen, MISSING, codes)
+        else:
+            # The schema's first category is the public choice; a share over the limit was refused, not imputed.
+            counts["unseen_imputed_to_first_category"] += int(unseen.sum())
+            codes = np.where(unseen, 0, codes)
+    missing = codes == MISSING
     if not spec.nullable and missing.any():
         fallback = index[category_key(spec.other)] if spec.other is not None else 0
         counts["missing_in_non_nullable_imputed"] += int(missing.sum())
         codes = np.where(missing, fallback, codes)
-    counts["missing"] += int((codes == -1).sum())
+    counts["missing"] += int((codes == MISSING).sum())
     if spec.kind == "boolean":
-        return pd.Series(pd.array([None if c < 0 else bool(c) for c in codes], dtype="boolean"), index=series.index)
+        return pd.Series(pd.arrays.BooleanArray(codes == 1, codes == MISSING))
     dtype = pd.CategoricalDtype(list(spec.categories), ordered=spec.kind == "ordinal")
-    return pd.Series(pd.Categorical.from_codes(codes, dtype=dtype), index=series.index)
+    return pd.Series(pd.Categorical.from_codes(codes, dtype=dtype))
 
 
 _TYPE_OF = np.frompyfunc(type, 1, 1)
@@ -239,21 +351,44 @@ def conform(table: pd.DataFrame, schema: TableSchema) -> None:
         raise StructuralError("; ".join(problems)) from None
 
 
-def validate(table: pd.DataFrame, schema: TableSchema, expected_version: int | None = None) -> ValidatedTable:
-    """Structural checks, then total record-level cleaning into the schema's exact columns and dtypes."""
-    check_structure(table, schema, expected_version)
-    table = table.rename(columns=lambda c: str(c).strip())
+def validate(
+    table: pd.DataFrame,
+    schema: TableSchema,
+    expected_version: int | None = None,
+    *,
+    max_unparseable_share: float = DEFAULT_MAX_UNPARSEABLE_SHARE,
+) -> ValidatedTable:
+    """Structural checks, then total record-level cleaning into the schema's exact columns and dtypes.
+
+    A column in which more than ``max_unparseable_share`` of the non-empty cells are not numbers (numeric kinds)
+    or not declared categories (discrete kinds without ``other``) is refused with a ``StructuralError``; every
+    column is checked first and the message names the first such column in schema order and how many there are.
+
+    Unknown categories: a value that is not a declared category goes to the declared ``other`` if the column has
+    one; else to missing if the column is nullable; else (non-nullable, no ``other``) to the column's first
+    declared category (``false`` for a boolean), counted as ``unseen_imputed_to_first_category`` in the internal
+    report, unless more than ``max_unparseable_share`` of the column's non-empty cells are unknown, which is
+    refused as above. Missing cells of a non-nullable discrete column go to ``other`` if declared, else to the
+    first declared category, counted apart as ``missing_in_non_nullable_imputed``.
+    """
+    limit = _share_limit(max_unparseable_share)
+    _check_layout(table, schema, expected_version, require_bounds=True)
+    table = _strip_names(table)
     dropped = tuple(sorted(set(table.columns) - set(schema.column_names)))
     counts: dict[str, dict[str, int]] = {}
     cleaned: dict[str, pd.Series] = {}
+    tallies: dict[str, tuple[int, int]] = {}
     for spec in schema.columns:
         column_counts: Counter = Counter()
-        series = table[spec.name].reset_index(drop=True)
+        values, was_missing = _parse_column(table[spec.name].reset_index(drop=True), spec)
+        tallies[spec.name] = _tally(spec, values, was_missing)
         if spec.is_numeric:
-            cleaned[spec.name] = _clean_numeric(series, spec, column_counts)
+            cleaned[spec.name] = _clean_numeric(values, was_missing, spec, column_counts)
         else:
-            cleaned[spec.name] = _clean_discrete(series, spec, column_counts)
+            cleaned[spec.name] = _clean_discrete(values, spec, column_counts)
         counts[spec.name] = {k: v for k, v in column_counts.items() if v}
+    # Cleaning is total, so every column is tallied before the first over the limit is named.
+    _refuse_unparseable(schema, tallies, limit)
     out = pd.DataFrame(cleaned, columns=list(schema.column_names))
     conform(out, schema)
     return ValidatedTable(out, ValidationReport(n_rows=len(out), dropped_columns=dropped, counts=counts))

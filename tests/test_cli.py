@@ -26,7 +26,6 @@ def environment(tmp: Path) -> dict[str, str]:
         "SPLICE_LEDGER_URL": f"sqlite:///{tmp / 'ledger.sqlite'}",
         "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}",
         "SPLICE_ARTIFACT_DIR": str(tmp / "releases"),
-        "SPLICE_IO_DIR": str(tmp / "storage"),
     }
 
 
@@ -70,6 +69,11 @@ def cli_env(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         for key, value in environment(tmp).items():
             mp.setenv(key, value)
+        refused = run_process("release", "--dataset", DEMO_DATASET, "--input", demo_data_path(), "--epsilon", "1",
+                              "--delta", "1e-9", *FAST)
+        assert refused.returncode != 0 and "splice budget set" in refused.stderr  # no budget: nothing released
+        assert not Path(tmp / "releases").exists()
+        ok("budget", "set", DEMO_DATASET, "--epsilon", "10", "--delta", "1e-6")
         proc = run_process("release", "--dataset", DEMO_DATASET, "--input", demo_data_path(), "--epsilon", "1",
                            "--delta", "1e-9", *FAST, "--json")
         assert proc.returncode == 0, proc.stderr[-3000:]

@@ -20,24 +20,32 @@ from splice_assets.dagster_layer.assets import CONFIG_OP, op_name
 from splice_assets.dagster_layer.automation import new_file_sensor, refresh_schedule, run_config_for
 from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
-from splice_assets.dagster_layer.resources import ArtifactStore, LedgerResource, MlflowResource
+from splice_assets.dagster_layer.resources import ArtifactStore, LedgerResource, MlflowResource, ReleaseStepStorage
 from splice_assets.ledger import BudgetLedger
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = dict(k=8, n_directions=128, components=3, rank=1, max_steps=60, n_synthetic=2000)
 
 
-def resources_in(tmp: Path, budget_epsilon: float = 10.0) -> dict[str, object]:
+def resources_in(tmp: Path) -> dict[str, object]:
     return {
-        "ledger": LedgerResource(url=f"sqlite:///{tmp / 'ledger.sqlite'}", budget_epsilon=budget_epsilon),
+        "ledger": LedgerResource(url=f"sqlite:///{tmp / 'ledger.sqlite'}"),
         "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", artifact_root=str(tmp / "mlartifacts")),
         "store": ArtifactStore(base_dir=str(tmp / "releases")),
-        "io_manager": dg.FilesystemIOManager(base_dir=str(tmp / "storage")),
+        "io_manager": ReleaseStepStorage(base_dir=str(tmp / "releases")),
     }
 
 
+def set_budget(tmp: Path, epsilon: float = 10.0, relation: str = "replace-one", dataset: str = "fair_affairs") -> None:
+    """The administrator's step: releases never set a budget themselves."""
+    with BudgetLedger(f"sqlite:///{tmp / 'ledger.sqlite'}") as book:
+        if book.budget(dataset) is None:
+            book.set_budget(dataset, epsilon, 1e-6, relation)
+
+
 def run_release(tmp: Path, instance: dg.DagsterInstance, budget_epsilon: float = 10.0, **overrides):
-    defs = build_definitions(resources_in(tmp, budget_epsilon))
+    set_budget(tmp, budget_epsilon, overrides.get("relation", "replace-one"))
+    defs = build_definitions(resources_in(tmp))
     job = defs.resolve_job_def("release")
     config = ReleaseConfig(**{**FAST, **overrides})
     return job.execute_in_process(
@@ -77,12 +85,14 @@ def test_whole_graph_materialises_and_charges_once(tmp_path):
     manifest = json.loads((public / "release.json").read_text())
     assert manifest["privacy"]["epsilon"] == 1.0 and manifest["visibility"] == "public"
     assert (Path(record["internal_dir"]) / "audit.json").exists()
-    # Private-path metadata carries public facts only; anything from real rows is labelled internal.
+    # Dagster's event log holds public facts only: nothing computed from real rows, not even labelled internal.
     for event in result.get_asset_materialization_events():
         metadata = event.event_specific_data.materialization.metadata
         for key in metadata:
-            if "count" in key or "fidelity" in key or "tvd" in key:
-                assert key.startswith("internal")
+            assert not key.startswith("internal:") and "tvd" not in key and "count" not in key, key
+    # The step outputs (private rows among them) lived in the release's internal folder and are gone.
+    assert not (Path(record["internal_dir"]) / "steps").exists()
+    assert not (tmp_path / "storage").exists()
     report_meta = result.asset_materializations_for_node(op_name("fidelity_report"))[0].metadata
     assert "internal" in report_meta["visibility"].value
 
@@ -104,18 +114,40 @@ def test_add_remove_release_keeps_the_exact_n_internal(tmp_path):
     for event in result.get_asset_materialization_events():
         metadata = event.event_specific_data.materialization.metadata
         assert "n (public)" not in metadata
-    encoded_meta = result.asset_materializations_for_node(op_name("unit_ball_encoding"))[0].metadata
-    assert encoded_meta["internal: n"].value == {"visibility": assets_mod.INTERNAL, "n": len(measured)}
+    for event in result.get_asset_materialization_events():  # the exact n is in no event
+        metadata = event.event_specific_data.materialization.metadata
+        assert not any(key.startswith("internal") for key in metadata)
 
 
 def test_budget_check_blocks_before_any_noise(tmp_path):
     with dg.DagsterInstance.ephemeral() as instance:
         result = run_release(tmp_path, instance, budget_epsilon=0.5, epsilon=1.0)
-    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks["budget_available"] is False
+    assert not result.success
     done = {e.step_key for e in result.all_events if e.is_step_success}
-    assert op_name("private_moments") not in done
+    assert op_name("validated_table") not in done  # refused at pre-flight, before any reservation
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    assert "lifetime epsilon" in failure.event_specific_data.error.cause.message
     assert ledger_entries(tmp_path) == []
+    assert not (tmp_path / "releases").exists()
+
+
+def test_a_dataset_without_a_budget_is_refused_and_a_run_cannot_set_one(tmp_path):
+    defs = build_definitions(resources_in(tmp_path))
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = defs.resolve_job_def("release").execute_in_process(
+            run_config=run_config_for(ReleaseConfig(**FAST)), instance=instance, raise_on_error=False
+        )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    assert "splice budget set fair_affairs" in failure.event_specific_data.error.cause.message
+    with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
+        assert book.budget("fair_affairs") is None and book.entries("fair_affairs") == []
+    # No run or resource setting carries a budget: the launchpad cannot raise one.
+    for fields in (ReleaseConfig.model_fields, LedgerResource.model_fields):
+        assert not any("budget" in name for name in fields)
+    raising = {"ops": {CONFIG_OP: {"config": FAST}}, "resources": {"ledger": {"config": {"budget_epsilon": 100.0}}}}
+    with dg.DagsterInstance.ephemeral() as instance, pytest.raises(dg.DagsterInvalidConfigError, match="budget_epsilon"):
+        defs.resolve_job_def("release").execute_in_process(run_config=raising, instance=instance)
 
 
 def test_invalid_config_quotes_the_value():
@@ -177,14 +209,17 @@ def _release_job_for_tests():
 
 def test_schedule_requests_a_run_and_skips_when_budget_is_spent(tmp_path, monkeypatch):
     monkeypatch.setenv("SPLICE_REFRESH_EPSILON", "1.0")
-    ledger = LedgerResource(url=f"sqlite:///{tmp_path / 'ledger.sqlite'}", budget_epsilon=1.0)
+    ledger = LedgerResource(url=f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    skipped = refresh_schedule(dg.build_schedule_context(resources={"ledger": ledger}))
+    assert isinstance(skipped, dg.SkipReason) and "no lifetime budget" in skipped.skip_message
+    set_budget(tmp_path, 1.0)
     tick = datetime.datetime(2026, 11, 30, 3, 0, tzinfo=datetime.timezone.utc)
     context = dg.build_schedule_context(resources={"ledger": ledger}, scheduled_execution_time=tick)
     request = refresh_schedule(context)
     assert isinstance(request, dg.RunRequest)
     assert request.run_config["ops"][CONFIG_OP]["config"]["dataset"] == "fair_affairs"
     # Spend most of the budget, then the next refresh must be skipped with a reason.
-    book = ledger.open("fair_affairs")
+    book = ledger.open()
     from splice_assets import privacy
 
     cal = privacy.calibrate(1.0, 1e-9, 5000, 128, 8)
@@ -200,6 +235,7 @@ def test_sensor_launches_once_per_file(tmp_path, monkeypatch, demo_table):
     landing = tmp_path / "landing"
     (landing / "fair_affairs").mkdir(parents=True)
     monkeypatch.setenv("SPLICE_LANDING_DIR", str(landing))
+    set_budget(tmp_path)
     ledger = LedgerResource(url=f"sqlite:///{tmp_path / 'ledger.sqlite'}")
     empty = new_file_sensor(dg.build_sensor_context(resources={"ledger": ledger}))
     assert isinstance(empty, dg.SkipReason)
@@ -234,8 +270,8 @@ def test_ui_trigger_through_graphql(tmp_path):
         "SPLICE_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
         "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
         "SPLICE_ARTIFACT_DIR": str(tmp_path / "releases"),
-        "SPLICE_IO_DIR": str(tmp_path / "storage"),
     }
+    set_budget(tmp_path)
     # `dagster dev` = webserver + daemon (the daemon dequeues runs submitted from the UI).
     web = subprocess.Popen(
         [str(Path(sys.executable).with_name("dagster")), "dev", "-f", "definitions.py", "-h", "127.0.0.1",

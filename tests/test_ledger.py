@@ -1,4 +1,5 @@
-"""The persistent budget ledger: refusals before noise, composition, races, aborts, relations.
+"""The persistent budget ledger: refusals before noise, composition, races, aborts, relations, recorded budget
+changes, delta_total bounds, and resolving stale reservations (committed, or expired and still counted).
 
 Every test runs against SQLite; the same battery runs against PostgreSQL when SPLICE_TEST_POSTGRES_URL is set
 (e.g. ``eval "$(bash .ci/pg-start.sh)"``), and is skipped cleanly otherwise.
@@ -10,19 +11,22 @@ import math
 import multiprocessing as mp
 import os
 import uuid
-from datetime import timezone
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
 
 from splice_assets.ledger import (
     BUDGET_TOLERANCE,
+    COUNTED_STATUSES,
     BudgetExceeded,
     BudgetLedger,
     LedgerError,
     NoBudget,
     RelationMismatch,
+    default_actor,
     default_ledger_url,
+    entries_table,
     params_hash,
 )
 from splice_assets.measurement import RELATION_REPLACE_ONE
@@ -306,3 +310,139 @@ def test_in_memory_sqlite_works():
         ledger.set_budget("d", 1.0, 1e-6)
         ledger.commit(reserve(ledger, "d"))
         assert ledger.remaining("d") == 0.0
+
+
+# -- recorded budget changes, delta_total bounds -----------------------------------------------------------------
+
+
+def test_budget_changes_record_create_raise_and_lower(ledger, dataset):
+    assert ledger.budget_changes(dataset) == []
+    ledger.set_budget(dataset, 2.0, 1e-6, actor="alice", reason="initial grant")
+    ledger.commit(reserve(ledger, dataset))  # spends epsilon 1
+    ledger.set_budget(dataset, 5.0, 1e-7, actor="bob", reason="board approval 12")
+    ledger.set_budget(dataset, 0.5, 1e-7, reason="incident")  # below the spend: allowed, still recorded
+    created, raised, lowered = ledger.budget_changes(dataset)
+    assert (created.actor, created.old_epsilon_total, created.old_delta_total, created.old_relation) == (
+        "alice", None, None, None)
+    assert (created.epsilon_total, created.delta_total, created.relation, created.reason) == (
+        2.0, 1e-6, RELATION_REPLACE_ONE, "initial grant")
+    assert (raised.actor, raised.old_epsilon_total, raised.old_delta_total, raised.epsilon_total,
+            raised.delta_total, raised.reason) == ("bob", 2.0, 1e-6, 5.0, 1e-7, "board approval 12")
+    assert (lowered.actor, lowered.old_epsilon_total, lowered.epsilon_total) == (default_actor(), 5.0, 0.5)
+    assert created.id < raised.id < lowered.id and created.created_at.tzinfo is not None
+    assert ledger.budget(dataset).epsilon_total == 0.5
+    assert ledger.remaining(dataset) == 0.0
+    with pytest.raises(BudgetExceeded):  # lowering only blocks further releases
+        reserve(ledger, dataset, release_id="after-lowering")
+    assert ledger.budget_changes(dataset + "-other") == []
+
+
+def test_default_actor_falls_back_to_unknown(monkeypatch):
+    import getpass
+
+    def no_user() -> str:
+        raise OSError("no user name")
+
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    assert default_actor() == "unknown"
+
+
+def test_delta_total_is_bounded(ledger, dataset):
+    for bad in (0.5, 0.01, 0.0, -1e-6, math.nan):
+        with pytest.raises(PrivacyParameterError, match=r"\(0, 0\.01\)") as info:
+            ledger.set_budget(dataset, 1.0, bad, actor="alice")
+        assert repr(bad) in str(info.value)
+    with pytest.raises(PrivacyParameterError, match=r"1/n_min = 0\.001 \(n_min=1000\), got 0\.001"):
+        ledger.set_budget(dataset, 1.0, 1e-3, actor="alice", n_min=1000)
+    with pytest.raises(PrivacyParameterError, match="2e-03|0.002"):
+        ledger.set_budget(dataset, 1.0, 2e-3, actor="alice", n_min=1000)
+    assert ledger.budget(dataset) is None and ledger.budget_changes(dataset) == []  # refusals write nothing
+    ledger.set_budget(dataset, 1.0, 9.9e-4, actor="alice", n_min=1000)
+    ledger.set_budget(dataset, 1.0, 9.9e-3, actor="alice")  # no n_min given: only (0, 0.01) applies
+    assert len(ledger.budget_changes(dataset)) == 2
+
+
+# -- stale reservations ------------------------------------------------------------------------------------------
+
+
+def backdate(ledger: BudgetLedger, entry_id: str, age: timedelta) -> None:
+    """Pretend the entry was reserved ``age`` ago (its run died then)."""
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            entries_table.update()
+            .where(entries_table.c.id == entry_id)
+            .values(created_at=datetime.now(timezone.utc) - age)
+        )
+
+
+def test_stale_reservations_honour_the_age_threshold(ledger, dataset):
+    ledger.set_budget(dataset, 10.0, 1e-6, actor="alice")
+    old = reserve(ledger, dataset, release_id="old")
+    middle = reserve(ledger, dataset, release_id="middle")
+    fresh = reserve(ledger, dataset, release_id="fresh")
+    done = reserve(ledger, dataset, release_id="done")
+    backdate(ledger, old, timedelta(hours=3))
+    backdate(ledger, middle, timedelta(minutes=30))
+    backdate(ledger, done, timedelta(hours=3))
+    ledger.commit(done)  # committed: not stale however old
+    assert [e.id for e in ledger.stale_reservations(timedelta(hours=1), dataset=dataset)] == [old]
+    assert [e.id for e in ledger.stale_reservations(timedelta(minutes=10), dataset=dataset)] == [old, middle]
+    assert {old, middle, fresh} == {e.id for e in ledger.stale_reservations(timedelta(0), dataset=dataset)}
+    everywhere = {e.id for e in ledger.stale_reservations(timedelta(hours=1))}
+    assert old in everywhere and middle not in everywhere and fresh not in everywhere
+    other = dataset + "-other"
+    ledger.set_budget(other, 10.0, 1e-6, actor="alice")
+    backdate(ledger, reserve(ledger, other), timedelta(hours=3))
+    assert [e.id for e in ledger.stale_reservations(timedelta(hours=1), dataset=dataset)] == [old]
+    with pytest.raises(LedgerError, match="older_than"):
+        ledger.stale_reservations(timedelta(minutes=-1))
+
+
+def test_resolve_commits_with_a_measurement_and_expires_otherwise(ledger, dataset):
+    ledger.set_budget(dataset, 10.0, 1e-6, actor="alice")
+    released = reserve(ledger, dataset, release_id="released")
+    lost = reserve(ledger, dataset, release_id="lost")
+    spent_before = ledger.spent(dataset)
+    projected_before = ledger.projected(dataset, [CAL.noise_multiplier])
+    assert ledger.resolve(released, noise_released=True, actor="carol").status == "committed"
+    entry = ledger.resolve(lost, noise_released=False, actor="carol")
+    assert entry.status == "expired" and entry.counted and "expired" in COUNTED_STATUSES
+    assert ledger.entry(lost).status == "expired"
+    # Expired still counts: the noise may have been drawn and lost.
+    assert ledger.spent(dataset) == spent_before == (compose_epsilon([CAL.noise_multiplier] * 2, 1e-6), 1e-6)
+    assert ledger.projected(dataset, [CAL.noise_multiplier]) == projected_before
+    assert projected_before == compose_epsilon([CAL.noise_multiplier] * 3, 1e-6)
+    assert [(r.entry_id, r.actor, r.old_status, r.new_status, r.noise_released)
+            for r in ledger.resolutions(dataset)] == [
+        (released, "carol", "reserved", "committed", True), (lost, "carol", "reserved", "expired", False)]
+    for resolved in (released, lost):  # only a reserved entry can be resolved
+        with pytest.raises(LedgerError, match="only a reserved entry can be resolved"):
+            ledger.resolve(resolved, noise_released=False, actor="carol")
+    with pytest.raises(LedgerError, match="'expired'"):
+        ledger.abort(lost)  # never un-counted once expired
+    with pytest.raises(LedgerError, match="no ledger entry"):
+        ledger.resolve("0" * 32, noise_released=True, actor="carol")
+    ledger.commit(lost)  # a slow (not dead) run's own commit after all: still counted, now committed
+    assert ledger.entry(lost).status == "committed" and ledger.spent(dataset) == spent_before
+
+
+def test_expired_entries_block_releases_like_committed_ones(ledger, dataset):
+    ledger.set_budget(dataset, 1.2, 1e-6, actor="alice")
+    entry = reserve(ledger, dataset)
+    ledger.resolve(entry, noise_released=False, actor="carol")
+    with pytest.raises(BudgetExceeded):
+        reserve(ledger, dataset, release_id="second")
+    assert ledger.remaining(dataset) == pytest.approx(0.2, abs=2e-6)  # spent is rounded up
+
+
+def test_admin_abort_is_recorded(ledger, dataset):
+    ledger.set_budget(dataset, 1.0, 1e-6, actor="alice")
+    entry = reserve(ledger, dataset)
+    ledger.abort(entry, actor="dave")
+    assert ledger.spent(dataset)[0] == 0.0
+    (resolution,) = ledger.resolutions(dataset)
+    assert (resolution.entry_id, resolution.actor, resolution.new_status, resolution.noise_released) == (
+        entry, "dave", "aborted", False)
+    protocol = reserve(ledger, dataset, release_id="protocol")
+    ledger.abort(protocol)  # the release protocol's own abort: no actor, not an administrator's resolution
+    assert ledger.entry(protocol).status == "aborted" and len(ledger.resolutions(dataset)) == 1

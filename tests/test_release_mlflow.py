@@ -26,6 +26,8 @@ FAST = dict(k=8, n_directions=128, components=3, rank=1, max_steps=60, n_synthet
 SECRET = "PLANTED_SECRET_93xk"
 EXTREME = 98765432.125
 SOURCE_MARK = "SRCURI_private_q7z"
+UNIQUE_VALUE = "37.0918273645"  # inside the public bound [0, 100]: it survives validation into the measured rows
+UNIQUE_CATEGORY = "CATEGORY_only_here_x4"
 
 
 def environment(tmp: Path) -> dict[str, str]:
@@ -34,7 +36,6 @@ def environment(tmp: Path) -> dict[str, str]:
         "SPLICE_LEDGER_URL": f"sqlite:///{tmp / 'ledger.sqlite'}",
         "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}",
         "SPLICE_ARTIFACT_DIR": str(tmp / "releases"),
-        "SPLICE_IO_DIR": str(tmp / "storage"),
     }
 
 
@@ -45,6 +46,8 @@ def planted_input(tmp: Path) -> Path:
     table["notes"] = SECRET  # column the schema does not declare
     table.loc[7, "occupation"] = SECRET  # category the schema does not declare
     table.loc[11, "affairs"] = repr(EXTREME)  # far outside the public bound [0, 100]
+    table.loc[12, "affairs"] = UNIQUE_VALUE
+    table.loc[13, "occupation_husb"] = UNIQUE_CATEGORY
     path = tmp / f"input_{SOURCE_MARK}.csv"
     table.to_csv(path, index=False)
     return path
@@ -57,8 +60,12 @@ def released(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         for key, value in environment(tmp).items():
             mp.setenv(key, value)
+        (tmp / "dagster.yaml").write_text((REPO / "dagster_home" / "dagster.yaml").read_text())
+        with BudgetLedger(environment(tmp)["SPLICE_LEDGER_URL"]) as book:
+            book.set_budget(DEMO_DATASET, 10.0, 1e-6)
         job = build_definitions().resolve_job_def("release")
-        with dg.DagsterInstance.ephemeral() as instance:
+        # A persistent instance under DAGSTER_HOME, as `dagster dev` and the CLI use: its event log is searched.
+        with dg.DagsterInstance.get() as instance:
             result = job.execute_in_process(
                 run_config=run_config_for(ReleaseConfig(input_path=str(source), **FAST)), instance=instance
             )
@@ -93,15 +100,43 @@ def test_run_logs_every_field(released):
     assert tags["code.package_version"]
     if (REPO / ".git").exists():
         assert len(tags.get("code.git_sha", "")) == 40
-    assert "internal" in tags["visibility.metrics"]
     assert "fit_loss" in metrics and "fit_final_loss" in metrics
-    assert any(k.startswith("internal.") for k in metrics)
+    assert not any(k.startswith("internal") for k in metrics)  # nothing computed from real rows beside the model
     # The logged dataset is the synthetic table, never the private input.
     inputs = run.inputs.dataset_inputs
     assert len(inputs) == 1 and "synthetic" in inputs[0].dataset.name
     assert SOURCE_MARK not in json.dumps([i.dataset.source for i in inputs])
     top = {a.path for a in client_for(tmp).list_artifacts(run.info.run_id)}
-    assert {"public", "internal"} <= top
+    assert "public" in top and "internal" not in top
+
+
+def test_private_values_live_only_in_the_internal_folder(released):
+    """Everything under DAGSTER_HOME (Dagster's run and event storage, the ledger, the MLflow store and its
+    artifacts, the public bundle) except the release's internal folder and the input itself holds none of the
+    planted values nor the input file's fingerprint. (The input's path is in the Dagster run's config, which is
+    how the run finds it; the public bundle and MLflow never hold it: ``test_public_bundle_holds_no_private_value``.)"""
+    tmp, source, record = released["tmp"], released["source"], released["record"]
+    internal = Path(record["internal_dir"])
+    audit = json.loads((internal / "audit.json").read_text())
+    needles = {
+        "unique value": UNIQUE_VALUE.encode(),
+        "unique value (float64 bytes)": struct.pack("<d", float(UNIQUE_VALUE)),
+        "unique category": UNIQUE_CATEGORY.encode(),
+        "undeclared category": SECRET.encode(),
+        "source fingerprint": audit["source_sha256"].encode(),
+    }
+    searched = 0
+    for path in tmp.rglob("*"):
+        if not path.is_file() or path == source or internal in path.parents:
+            continue
+        data = path.read_bytes()
+        searched += 1
+        for what, needle in needles.items():
+            assert needle not in data, f"{what} found in {path.relative_to(tmp)}"
+    assert searched > 20 and any(p.suffix == ".db" for p in tmp.rglob("*.db"))
+    assert not (internal / "steps").exists()  # the step outputs (private rows) were removed at the end
+    # The plants were really in the input, and the internal record does know where it came from.
+    assert UNIQUE_VALUE.encode() in source.read_bytes() and SOURCE_MARK in audit["source_uri"]
 
 
 def public_bytes(released) -> dict[str, bytes]:

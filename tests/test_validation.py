@@ -10,7 +10,15 @@ import pandas as pd
 import pytest
 
 from splice_assets.schema import parse_schema
-from splice_assets.validation import StructuralError, conform, parse_numbers, read_table, validate
+from splice_assets.validation import (
+    DEFAULT_MAX_UNPARSEABLE_SHARE,
+    StructuralError,
+    check_structure,
+    conform,
+    parse_numbers,
+    read_table,
+    validate,
+)
 
 SCHEMA = parse_schema(
     {
@@ -27,6 +35,11 @@ SCHEMA = parse_schema(
         ],
     }
 )
+
+
+#: The record-level tests use frames of a handful of rows, where one bad cell is far over the default limit.
+ANY_SHARE = {"max_unparseable_share": 1.0}
+OPERATOR_ONLY = "(operator-only message: computed from the private input)"
 
 
 def good_rows(n: int = 6) -> pd.DataFrame:
@@ -91,11 +104,88 @@ def test_too_few_rows():
 def test_structural_errors_never_quote_cell_values():
     frame = good_rows()
     frame["income"] = ["SECRET-VALUE"] * 6
-    out = validate(frame, SCHEMA)  # record-level: no error at all
+    out = validate(frame, SCHEMA, **ANY_SHARE)  # record-level when the limit allows it: no error at all
     assert out.table["income"].isna().all()
+    for broken, kwargs in [(frame.drop(columns="age"), ANY_SHARE), (frame, {})]:
+        with pytest.raises(StructuralError) as err:
+            validate(broken, SCHEMA, **kwargs)
+        assert "SECRET" not in str(err.value)
+
+
+def rows(n: int) -> pd.DataFrame:
+    """``n`` good rows as objects, so any cell can be replaced by text."""
+    return pd.concat([good_rows()] * (n // 6 + 1), ignore_index=True).head(n).astype(object)
+
+
+def test_a_numeric_column_of_no_numbers_is_refused_not_imputed(tmp_path):
+    frame = rows(20)
+    frame["age"] = "n/a"
+    path = tmp_path / "t.csv"
+    frame.to_csv(path, index=False)
+    for table in (frame, read_table(path)):  # objects, and the text a CSV is read as
+        with pytest.raises(StructuralError) as err:
+            validate(table, SCHEMA)
+        message = str(err.value)
+        assert message.startswith(
+            "column 'age': 100% of its non-empty cells are not numbers (limit 5%); fix the input or the schema's kind"
+        )
+        assert message.endswith(OPERATOR_ONLY) and "n/a" not in message
+    # The check that runs before `bounds: auto` charges anything refuses it too.
+    with pytest.raises(StructuralError, match="column 'age': 100%"):
+        check_structure(frame, SCHEMA, require_bounds=False)
+
+
+def test_the_share_limit_is_strict_counts_non_empty_cells_and_rounds_up():
+    frame = rows(40)
+    frame.loc[:1, "age"] = "n/a"  # 2 of 40 = 5%: at the limit, repaired
+    frame.loc[2:11, "age"] = None  # empty cells are missing, not "not numbers": 2 of 30 non-empty is over
+    with pytest.raises(StructuralError, match=r"column 'age': 7% .*not numbers \(limit 5%\)"):
+        validate(frame, SCHEMA)
+    frame.loc[2:11, "age"] = 33
+    out = validate(frame, SCHEMA)
+    assert out.report.counts["age"]["unparseable_to_missing"] == 2
+    assert validate(frame, SCHEMA, max_unparseable_share=1).report == out.report
+    with pytest.raises(StructuralError, match=r"column 'age': 5% .*\(limit 4.9%\)"):
+        validate(frame, SCHEMA, max_unparseable_share=0.049)
+    frame["income"] = None  # an empty column has no cells that fail to parse
+    assert validate(frame, SCHEMA, max_unparseable_share=0.05).table["income"].isna().all()
+    with pytest.raises(StructuralError, match=r"column 'age': 5% .*\(limit 0%\)"):
+        validate(frame, SCHEMA, max_unparseable_share=0)
+
+
+def test_discrete_columns_without_other_are_refused_over_the_limit_naming_the_first():
+    frame = rows(20)
+    frame["colour"] = "purple"  # colour declares `other`: never refused
+    frame.loc[:1, "city"] = "Berlin"  # 10%, nullable
+    frame.loc[:4, "grade"] = 9  # 25%, non-nullable
+    frame.loc[:1, "flag"] = "maybe"  # 10%, boolean
+    frame.loc[:1, "income"] = "lots"  # 10%, numeric
     with pytest.raises(StructuralError) as err:
-        validate(frame.drop(columns="age"), SCHEMA)
-    assert "SECRET" not in str(err.value)
+        validate(frame, SCHEMA)
+    assert str(err.value) == (
+        "column 'income': 10% of its non-empty cells are not numbers (limit 5%); fix the input or the schema's kind; "
+        f"4 of 6 columns are over the limit {OPERATOR_ONLY}"
+    )
+    frame["income"] = 1.0
+    with pytest.raises(StructuralError) as err:
+        check_structure(frame, SCHEMA)
+    assert str(err.value) == (
+        "column 'city': 10% of its non-empty cells are not declared categories (limit 5%); fix the input or the "
+        f"schema's categories (or declare an `other`); 3 of 6 columns are over the limit {OPERATOR_ONLY}"
+    )
+    assert "Berlin" not in str(err.value) and "maybe" not in str(err.value)
+    out = validate(frame, SCHEMA, max_unparseable_share=0.25)
+    assert out.report.counts["colour"] == {"unseen_to_other": 20}
+
+
+@pytest.mark.parametrize("bad", [-0.01, 1.5, float("nan"), float("inf"), "0.05", None, True, [0.05]])
+def test_the_share_limit_is_checked_and_quoted(bad):
+    for run in (validate, check_structure):
+        with pytest.raises(ValueError, match=r"max_unparseable_share must be a number in \[0, 1\], got ") as err:
+            run(good_rows(), SCHEMA, max_unparseable_share=bad)
+        assert repr(bad) in str(err.value) and not isinstance(err.value, StructuralError)
+    assert DEFAULT_MAX_UNPARSEABLE_SHARE == 0.05
+    validate(good_rows(), SCHEMA, max_unparseable_share=np.float64(0.5))
 
 
 # --- record level: total rules, never an error ---------------------------------------------------------
@@ -105,7 +195,7 @@ def test_numeric_cells_are_clipped_parsed_or_missing():
     frame = good_rows().astype(object)
     frame["age"] = [np.inf, -np.inf, 1e308, -5, "42", "1,234"]
     frame["income"] = [np.nan, None, " 12.5 ", "1.234,5", "inf", 2.0**60]
-    out = validate(frame, SCHEMA)
+    out = validate(frame, SCHEMA, **ANY_SHARE)
     assert out.table["age"].tolist() == [120, 0, 120, 0, 42, 60]  # "1,234" -> missing -> public midpoint
     income = out.table["income"]
     assert math.isnan(income[0]) and math.isnan(income[1]) and math.isnan(income[3])
@@ -133,7 +223,7 @@ def test_text_columns_validate_like_the_same_values_as_objects():
     strings = frame.astype("str").where(frame.notna(), None)
     as_text, as_objects = strings.astype("str"), strings.astype(object)
     assert all(isinstance(t, pd.StringDtype) for t in as_text.dtypes) and set(as_objects.dtypes) == {np.dtype(object)}
-    from_objects, from_text = validate(as_objects, SCHEMA), validate(as_text, SCHEMA)
+    from_objects, from_text = validate(as_objects, SCHEMA, **ANY_SHARE), validate(as_text, SCHEMA, **ANY_SHARE)
     pd.testing.assert_frame_equal(from_objects.table, from_text.table)
     assert from_objects.report == from_text.report
     assert from_text.report.counts["colour"]["unseen_to_other"] == 1  # "purple"
@@ -150,13 +240,30 @@ def test_categories_unseen_unicode_and_injection():
     frame = good_rows().astype(object)
     frame["colour"] = ["RED ", "ｇｒｅｅｎ", "purple", "=cmd|' /C calc'!A0", None, "red"]
     frame["city"] = ["zu\u0308rich", "PARIS", "Berlin", None, np.nan, "Paris"]
-    out = validate(frame, SCHEMA)
+    out = validate(frame, SCHEMA, **ANY_SHARE)
     assert out.table["colour"].tolist() == ["red", "green", "OTHER", "OTHER", "OTHER", "red"]
     city = out.table["city"]
     assert city[0] == "Zürich" and city[1] == "Paris" and city[2:5].isna().all()
     assert set(out.table["colour"].cat.categories) == {"red", "green", "OTHER"}  # domain never extended
     assert out.report.counts["colour"]["unseen_to_other"] == 2
     assert out.report.counts["city"]["unseen_to_missing"] == 1
+
+
+def test_unknown_categories_follow_one_stated_rule():
+    """`other` if declared, else missing if nullable, else the first declared category, counted by that name."""
+    frame = rows(30)
+    frame.loc[0, ["colour", "city", "grade", "flag"]] = ["purple", "Berlin", 9, "maybe"]  # 1 of 29 non-empty: repaired
+    frame.loc[1, ["colour", "city", "grade", "flag"]] = None
+    out = validate(frame, SCHEMA)
+    assert out.table.loc[0, "colour"] == "OTHER" and pd.isna(out.table.loc[0, "city"])
+    assert out.table.loc[0, "grade"] == 1 and not out.table.loc[0, "flag"]  # first category; false for a boolean
+    assert out.table.loc[1, "colour"] == "OTHER" and out.table.loc[1, "grade"] == 1 and not out.table.loc[1, "flag"]
+    counts = out.report.counts
+    assert counts["colour"] == {"unseen_to_other": 1, "missing_in_non_nullable_imputed": 1}
+    assert counts["city"] == {"unseen_to_missing": 1, "missing": 2}
+    for name in ("grade", "flag"):  # unseen and missing are counted apart
+        assert counts[name] == {"unseen_imputed_to_first_category": 1, "missing_in_non_nullable_imputed": 1}
+    assert out.report.total("unseen_imputed_to_first_category") == 2
 
 
 def test_constant_duplicate_and_all_missing_rows_are_kept():
@@ -202,6 +309,21 @@ def test_csv_gzip_and_parquet_inputs(tmp_path):
     pd.testing.assert_frame_equal(a, b)
 
 
+def test_a_byte_order_mark_before_the_header_is_not_part_of_the_first_name(tmp_path):
+    frame = good_rows()
+    plain, gzipped = tmp_path / "bom.csv", tmp_path / "bom.csv.gz"
+    frame.to_csv(plain, index=False, encoding="utf-8-sig")  # what Excel's "CSV UTF-8" writes
+    with gzip.open(gzipped, "wt", encoding="utf-8-sig") as handle:
+        frame.to_csv(handle, index=False)
+    expected = validate(frame, SCHEMA).table
+    for path in (plain, gzipped):
+        assert path.read_bytes()[:3] == b"\xef\xbb\xbf" or gzip.decompress(path.read_bytes())[:3] == b"\xef\xbb\xbf"
+        table = read_table(path)
+        assert list(table.columns) == list(SCHEMA.column_names)
+        assert table["age"].tolist() == ["30", "40", "50", "60", "70", "80"]
+        pd.testing.assert_frame_equal(validate(table, SCHEMA).table, expected)
+
+
 def test_bundled_demo_validates(demo_table, demo_schema):
     out = validate(demo_table, demo_schema)
     assert len(out.table) == len(demo_table) >= 5000
@@ -215,5 +337,5 @@ def test_values_equal_in_python_but_keyed_differently_stay_apart():
          "columns": [{"name": "c", "kind": "categorical", "categories": ["1", "true"], "nullable": True}]}
     )  # fmt: skip
     frame = pd.DataFrame({"c": pd.Series([1, True, 1.0, "1", "TRUE", None, 7, True], dtype=object)})
-    out = validate(frame, schema).table["c"]
+    out = validate(frame, schema, **ANY_SHARE).table["c"]
     assert out.astype(object).where(out.notna(), None).tolist() == ["1", "true", "1", "1", "true", None, None, "true"]

@@ -1,8 +1,9 @@
 """The release chain as Dagster assets. Each asset wraps library calls and nothing more.
 
 validated_table -> unit_ball_encoding -> private_moments -> mixture_model -> synthetic_table ->
-fidelity_report -> release. Metadata on the private path holds public facts only; anything computed from
-the real rows is labelled ``internal``.
+fidelity_report -> release. Asset metadata (Dagster's event log, outside the internal release folder) holds
+public facts only; what is computed from real rows goes to the release's internal folder, and the step outputs
+themselves to ``ReleaseStepStorage`` in that folder.
 """
 
 
@@ -14,19 +15,19 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from .. import pipeline, release as release_lib
+from .. import pipeline, preflight, release as release_lib
 from ..bounds import BoundsEstimate, auto_columns, estimate_bounds
 from ..datasets import schema_path
 from ..encoding import encode, layout_for
 from ..fit import FitConfig, FittedMixture
 from ..links import describe as describe_links
 from ..measurement import RELATION_REPLACE_ONE, Measurement
-from ..report import build_report
+from ..report import ReportResult, build_report
 from ..sampling import sample_table
 from ..schema import TableSchema, load_schema
 from ..validation import ValidationReport, check_structure, read_table, validate
 from .config import ReleaseConfig, ReleaseSettings
-from .resources import ArtifactStore, LedgerResource, MlflowResource
+from .resources import ArtifactStore, LedgerResource, MlflowResource, release_id_of_run
 
 GROUP = "splice_release"
 # Asset keys live under "splice/" so the final `release` asset does not clash with the `release` job.
@@ -48,7 +49,7 @@ INTERNAL = "internal (computed from real rows; never release)"
 
 def release_id_of(context: dg.AssetExecutionContext) -> str:
     """A release is identified by the root run: re-executions of a failed run keep the same id."""
-    return context.run.root_run_id or context.run_id
+    return release_id_of_run(context.run)
 
 
 @dataclass(frozen=True)
@@ -92,45 +93,70 @@ class SyntheticTable:
     table: pd.DataFrame
 
 
+@dataclass(frozen=True)
+class FidelityReport:
+    """INTERNAL: the report on real rows (its files are in the release's internal folder)."""
+
+    settings: ReleaseSettings
+    result: ReportResult
+
+
 def row_count_metadata(n: int, relation: str) -> dict[str, object]:
-    """The measured row count for the UI: public under replace-one, internal under add-remove (there only the
-    noisy n of the measurement is public)."""
-    if relation == RELATION_REPLACE_ONE:
-        return {"n (public)": n}
-    return {"internal: n": dg.MetadataValue.json({"visibility": INTERNAL, "n": n})}
+    """The measured row count for the UI: public under replace-one. Under add-remove it is private, so it is not
+    shown at all (Dagster's event log lives outside the internal release folder); the noisy n of the measurement
+    is the public one."""
+    return {"n (public)": n} if relation == RELATION_REPLACE_ONE else {}
 
 
-def split_holdout(table: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Public-seeded split; the holdout is never measured and serves the internal report only."""
-    order = np.random.default_rng(np.random.SeedSequence([seed, 0x401D])).permutation(len(table))
-    cut = len(table) - int(round(fraction * len(table)))
-    return (table.iloc[order[:cut]].reset_index(drop=True), table.iloc[order[cut:]].reset_index(drop=True))
+def measurement_plan(settings: ReleaseSettings, schema: TableSchema, n_measured: int):
+    """The plan and calibration of this release's measurement (n enters under replace-one only)."""
+    s = settings
+    return pipeline.make_plan(
+        schema, n_measured, s.epsilon, s.delta, s.n_directions, s.k, s.seed,
+        marginal_share=s.marginal_share, pair_share=s.pair_share, relation=s.relation,
+    )
+
+
+def preflight_release(settings: ReleaseSettings, schema: TableSchema, n_rows: int, book) -> None:
+    """Everything that can fail, checked before the first charge (``preflight.check_release``)."""
+    s = settings
+    bounds_epsilon = s.epsilon * s.bounds_epsilon_share if auto_columns(schema) else 0.0
+    measured = s.epsilon - bounds_epsilon
+    n_measured = n_rows - int(round(s.holdout_fraction * n_rows))
+    plan, calibration = measurement_plan(dataclasses.replace(s, epsilon=measured), schema, max(n_measured, 1))
+    cells = int(sum(plan.marginal_sizes) + sum(plan.pair_sizes))
+    preflight.check_release(
+        schema, s.relation, s.delta, n_measured, layout_for(schema).d, s.n_directions, s.k, s.components, cells,
+        book, preflight.ReleaseCost(calibration.noise_multiplier, (bounds_epsilon,) if bounds_epsilon else ()),
+    )
 
 
 @splice_asset(
     kinds={"pandas", "pandera"},
-    description="Structural validation (fail fast) and total record-level cleaning against the public schema.",
+    description="Structural validation and pre-flight (fail fast, before any charge), total record-level cleaning "
+    "against the public schema, and the split into measured and held-out rows.",
     check_specs=[dg.AssetCheckSpec("structure", asset=dg.AssetKey([PREFIX, "validated_table"]), blocking=True)],
 )
 def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, ledger: LedgerResource):
     settings = config.settings()
     schema = load_schema(schema_path(settings.dataset))
     raw = read_table(settings.resolved_input())
-    estimate = None
-    if auto_columns(schema):
-        # `bounds: auto`: an explicit share of epsilon buys DP bounds, charged as its own ledger entry.
-        check_structure(raw, schema, settings.schema_version, require_bounds=False)
-        bounds_epsilon = settings.epsilon * settings.bounds_epsilon_share
-        if bounds_epsilon <= 0:
-            raise dg.Failure(f"schema {schema.name!r} has auto bounds; set bounds_epsilon_share > 0")
-        with ledger.open(settings.dataset, settings.relation) as book:
+    # Structure and unparseable shares first: bad input is refused before anything is charged.
+    share = settings.max_unparseable_share
+    check_structure(raw, schema, settings.schema_version, require_bounds=False, max_unparseable_share=share)
+    with ledger.open() as book:
+        preflight_release(settings, schema, len(raw), book)
+        estimate = None
+        if auto_columns(schema):
+            # `bounds: auto`: an explicit share of epsilon buys DP bounds, charged as its own ledger entry.
+            bounds_epsilon = settings.epsilon * settings.bounds_epsilon_share
             schema, estimate = estimate_bounds(
                 raw, schema, bounds_epsilon, book, release_id_of(context), settings.relation
             )
-        settings = dataclasses.replace(settings, epsilon=settings.epsilon - bounds_epsilon)
-        context.log.info(f"auto bounds at epsilon={bounds_epsilon:g} (public DP estimates): {estimate.columns}")
-    checked = validate(raw, schema, settings.schema_version)
-    train, holdout = split_holdout(checked.table, settings.holdout_fraction, settings.seed)
+            settings = dataclasses.replace(settings, epsilon=settings.epsilon - bounds_epsilon)
+            context.log.info(f"auto bounds at epsilon={bounds_epsilon:g} (public DP estimates): {estimate.columns}")
+    checked = validate(raw, schema, settings.schema_version, max_unparseable_share=share)
+    train, holdout = pipeline.split_holdout(checked.table, settings.holdout_fraction, settings.seed, settings.relation)
     if len(train) < schema.n_min:
         raise dg.Failure(
             f"after holding out {settings.holdout_fraction:.0%} for evaluation the measured part is below the "
@@ -151,9 +177,6 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
             "measurement epsilon": settings.epsilon,
             "schema_version": schema.version,
             **row_count_metadata(len(train), settings.relation),
-            "internal: repaired cells per kind": dg.MetadataValue.json(
-                {"visibility": INTERNAL, "counts": checked.report.counts}
-            ),
         },
     )
 
@@ -195,16 +218,13 @@ def private_moments(
         yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=True,
                                   metadata={"note": "reused stored measurement"})
     else:
-        plan, calibration = pipeline.make_plan(
-            e.schema, e.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed,
-            marginal_share=s.marginal_share, pair_share=s.pair_share, relation=s.relation,
-        )
+        plan, calibration = measurement_plan(s, e.schema, e.x.shape[0])
         exact = pipeline.exact_statistics(e.x, plan, layout_for(e.schema))
         in_range = pipeline.statistics_in_range(exact)
         yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=in_range)
         if not in_range:
             raise dg.Failure("exact statistics not finite or out of range; nothing was charged")
-        with ledger.open(s.dataset, s.relation) as book:
+        with ledger.open() as book:
             measurement = pipeline.measure_exact(
                 exact, plan, calibration, book, release_id, on_noisy=lambda m: m.save(stem)
             )
@@ -301,19 +321,15 @@ def fidelity_report(
     v = validated_table
     s = v.settings
     release_id = release_id_of(context)
-    with ledger.open(s.dataset) as book:
+    with ledger.open() as book:
         facts = release_lib.public_facts(private_moments.measurement, book, release_id)
     result = build_report(
         v.train, v.holdout, synthetic_table.table, v.schema, facts, s.seed, store.internal_dir(s.dataset, release_id)
     )
-    headline = release_lib.headline_metrics(result.metrics)
+    # Only the report's location goes to Dagster's event log: its numbers are computed from real rows.
     return dg.Output(
-        result,
-        metadata={
-            "visibility": INTERNAL,
-            "report": dg.MetadataValue.path(str(result.html_path)),
-            **{f"internal: {k}": v for k, v in headline.items()},
-        },
+        FidelityReport(s, result),
+        metadata={"visibility": INTERNAL, "report": dg.MetadataValue.path(str(result.html_path))},
     )
 
 
@@ -327,14 +343,14 @@ def release(
     private_moments: MeasuredMoments,
     mixture_model: FittedModel,
     synthetic_table: SyntheticTable,
-    fidelity_report,
+    fidelity_report: FidelityReport,
     ledger: LedgerResource,
     mlflow: MlflowResource,
     store: ArtifactStore,
 ) -> dg.Output[dict]:
     s = validated_table.settings
     release_id = release_id_of(context)
-    with ledger.open(s.dataset) as book:
+    with ledger.open() as book:
         record = release_lib.write_release(
             release_id=release_id,
             settings=s.__dict__,
@@ -342,7 +358,7 @@ def release(
             measurement=private_moments.measurement,
             model=mixture_model.model,
             synthetic=synthetic_table.table,
-            report=fidelity_report,
+            report=fidelity_report.result,
             validation=validated_table.report,
             source_uri=validated_table.source_uri,
             ledger=book,

@@ -45,9 +45,11 @@ def refresh_skip_reason(config: ReleaseConfig, ledger: LedgerResource) -> str | 
         marginal_share=config.marginal_share, pair_share=config.pair_share, relation=config.relation,
     )
     # The cost of a spend is sigma/Delta, which depends on (epsilon, delta) only, so n_min serves for planning.
-    with ledger.open(config.dataset, config.relation) as book:
-        after = book.projected(config.dataset, [calibration.noise_multiplier])
+    with ledger.open() as book:
         budget = book.budget(config.dataset)
+        if budget is None:
+            return f"refresh skipped: no lifetime budget is set for dataset {config.dataset!r} (`splice budget set`)"
+        after = book.projected(config.dataset, [calibration.noise_multiplier])
     if after > budget.epsilon_total + BUDGET_TOLERANCE:
         return (
             f"refresh skipped: dataset {config.dataset!r} would reach epsilon={after:.4f} "

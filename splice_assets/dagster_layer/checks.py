@@ -6,6 +6,7 @@ import dagster as dg
 from .. import pipeline
 from ..expectations import check_synthetic
 from ..ledger import BUDGET_TOLERANCE
+from ..preflight import ReleaseCost, ledger_projection
 from .assets import PREFIX, EncodedInput, SyntheticTable
 from .resources import LedgerResource
 
@@ -13,7 +14,8 @@ from .resources import LedgerResource
 @dg.asset_check(
     asset=dg.AssetKey([PREFIX, "unit_ball_encoding"]),
     blocking=True,
-    description="Blocking: the planned spend fits the dataset's lifetime budget (evaluated before any noise).",
+    description="Blocking: the measurement's spend still fits the dataset's lifetime budget just before its noise "
+    "(pre-flight checked the whole release before any charge; this catches concurrent releases).",
 )
 def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -> dg.AssetCheckResult:
     s = unit_ball_encoding.settings
@@ -21,23 +23,24 @@ def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -
         unit_ball_encoding.schema, unit_ball_encoding.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed,
         marginal_share=s.marginal_share, pair_share=s.pair_share, relation=s.relation,
     )
-    with ledger.open(s.dataset, s.relation) as book:
+    with ledger.open() as book:
         budget = book.budget(s.dataset)
-        spent, at_delta = book.spent(s.dataset)
-        after = book.projected(s.dataset, [calibration.noise_multiplier])
+        if budget is None:
+            return dg.AssetCheckResult(passed=False, description=f"no lifetime budget is set for {s.dataset!r}")
+        spent, after = ledger_projection(book, s.dataset, budget.delta_total, ReleaseCost(calibration.noise_multiplier))
     fits = after <= budget.epsilon_total + BUDGET_TOLERANCE
     return dg.AssetCheckResult(
         passed=bool(fits),
         severity=dg.AssetCheckSeverity.ERROR,
         description=None if fits else (
             f"release at epsilon={s.epsilon} would bring dataset {s.dataset!r} to epsilon={after:.4f} at "
-            f"delta={at_delta:g}, over its lifetime budget {budget.epsilon_total:g}; nothing was charged"
+            f"delta={budget.delta_total:g}, over its lifetime budget {budget.epsilon_total:g}; nothing was charged"
         ),
         metadata={
             "epsilon_spent": spent,
             "epsilon_after_release": after,
             "epsilon_budget": budget.epsilon_total,
-            "delta_total": at_delta,
+            "delta_total": budget.delta_total,
         },
     )
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import dagster as dg
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from .. import preflight
 from ..datasets import DEMO_DATASET, demo_data_path
 from ..fit import NUMERIC_MODELS, FitConfig
 from ..pipeline import check_post_processing
 from ..measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE, RELATIONS
+from ..validation import DEFAULT_MAX_UNPARSEABLE_SHARE
 from ..privacy import DEFAULT_COUNT_SHARE, DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
 
 
@@ -43,6 +44,11 @@ class ReleaseConfig(dg.Config):
     bounds_epsilon_share: float = Field(
         default=0.1,
         description="Share of epsilon spent on DP bounds for schema columns with `bounds: auto` (unused otherwise).",
+    )
+    max_unparseable_share: float = Field(
+        default=DEFAULT_MAX_UNPARSEABLE_SHARE,
+        description="Most share of a column's non-empty cells that may fail to parse (numbers) or be undeclared "
+        "categories (without `other`); above it the release is refused before any charge, naming the column.",
     )
     match_marginals: bool = Field(
         default=True, description="Re-map sampled columns onto the noisy 1-way marginals (rank-preserving)."
@@ -76,33 +82,27 @@ class ReleaseConfig(dg.Config):
         "re-imposes the tilted mixture's 1-/2-way tables and is sampled from; 0 = off (faster). Post-processing.",
     )
 
-    @field_validator("epsilon")
-    @classmethod
-    def _epsilon(cls, value: float) -> float:
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"epsilon must be a finite number > 0, got {value!r}")
-        return value
-
-    @field_validator("delta")
-    @classmethod
-    def _delta(cls, value: float) -> float:
-        if not math.isfinite(value) or not 0 < value < 1:
-            raise ValueError(f"delta must be in (0, 1), got {value!r}")
-        return value
-
-    @field_validator("k", "n_directions", "components", "max_steps")
+    @field_validator("max_steps")
     @classmethod
     def _positive(cls, value: int) -> int:
         if value < 1:
             raise ValueError(f"must be >= 1, got {value!r}")
         return value
 
-    @field_validator("rank", "n_synthetic", "joint_pairs", "field_iterations")
+    @field_validator("joint_pairs", "field_iterations")
     @classmethod
     def _non_negative(cls, value: int) -> int:
         if value < 0:
             raise ValueError(f"must be >= 0, got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _within_limits(self) -> "ReleaseConfig":
+        # The library's pre-flight limits, at launch: a run that cannot succeed is never started.
+        preflight.check_settings(
+            self.epsilon, self.delta, self.k, self.n_directions, self.components, self.rank, self.n_synthetic
+        )
+        return self
 
     @field_validator("marginal_share", "pair_share", "bounds_epsilon_share")
     @classmethod
@@ -123,6 +123,13 @@ class ReleaseConfig(dg.Config):
     @classmethod
     def _post_processing(cls, value: float, info: ValidationInfo) -> float:
         check_post_processing(FitConfig(**{info.field_name: value}))  # the library's own check
+        return value
+
+    @field_validator("max_unparseable_share")
+    @classmethod
+    def _unparseable_share(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"max_unparseable_share must be in [0, 1], got {value!r}")
         return value
 
     @field_validator("holdout_fraction")
@@ -173,6 +180,7 @@ class ReleaseSettings:
     joint_pairs: int = FitConfig.joint_pairs
     field_iterations: int = FitConfig.field_iterations
     relation: str = RELATION_REPLACE_ONE
+    max_unparseable_share: float = DEFAULT_MAX_UNPARSEABLE_SHARE
 
     def resolved_input(self) -> str:
         return self.input_path or str(demo_data_path())

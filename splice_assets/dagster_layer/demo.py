@@ -6,6 +6,8 @@ import time
 
 import dagster as dg
 
+from ..datasets import DEMO_DATASET
+from ..ledger import BudgetLedger, default_ledger_url
 from .assets import op_name
 from .automation import run_config_for
 from .config import ReleaseConfig
@@ -13,9 +15,23 @@ from .definitions import build_definitions
 from .resources import dagster_home
 
 
+#: The demo's lifetime budget, set as an administrator would (`splice budget set`) when the ledger has none.
+DEMO_BUDGET = (10.0, 1e-6)
+
+
+def ensure_demo_budget() -> None:
+    with BudgetLedger(default_ledger_url()) as book:
+        if book.budget(DEMO_DATASET) is None:
+            epsilon, delta = DEMO_BUDGET
+            book.set_budget(DEMO_DATASET, epsilon, delta, actor="make demo", reason="bundled public demo dataset")
+            print(f"lifetime budget of {DEMO_DATASET!r} set to epsilon {epsilon:g} at delta {delta:g} "
+                  f"(as `splice budget set {DEMO_DATASET} --epsilon {epsilon:g} --delta {delta:g}` would)")
+
+
 def main() -> int:
     home = dagster_home()
     home.mkdir(parents=True, exist_ok=True)
+    ensure_demo_budget()
     defs = build_definitions()
     job = defs.resolve_job_def("release")
     start = time.perf_counter()

@@ -1,19 +1,26 @@
-"""Resources: the budget ledger, MLflow tracking and the release artifact store.
+"""Resources: the budget ledger, MLflow tracking, the release artifact store and the step storage.
 
 Defaults are embedded (SQLite files under $DAGSTER_HOME); production points them elsewhere through
-environment variables without code changes: SPLICE_LEDGER_URL, MLFLOW_TRACKING_URI, SPLICE_ARTIFACT_DIR,
-SPLICE_BUDGET_EPSILON / SPLICE_BUDGET_DELTA (lifetime budget per dataset).
+environment variables without code changes: SPLICE_LEDGER_URL, MLFLOW_TRACKING_URI, SPLICE_ARTIFACT_DIR.
+Lifetime budgets are not configured here: an administrator sets them in the ledger (``splice budget set``), so
+nobody who can launch a run can raise them.
+
+Step outputs carry private rows (the validated table, the encoded matrix) and facts computed from them, so they
+never go to Dagster's shared storage: ``ReleaseStepStorage`` keeps them in the release's own internal folder,
+keyed by the release id, and removes them when the release is written.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import shutil
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
 from ..ledger import BudgetLedger, default_ledger_url
-from ..measurement import RELATION_REPLACE_ONE
 from ..locations import (  # noqa: F401 - re-exported for existing callers
     dagster_home,
     default_artifact_dir,
@@ -24,20 +31,13 @@ from ..locations import (  # noqa: F401 - re-exported for existing callers
 
 
 class LedgerResource(dg.ConfigurableResource):
-    """The persistent privacy-budget ledger, with the lifetime budget applied to datasets that have none."""
+    """The persistent privacy-budget ledger. It never sets a budget: a dataset without one is refused."""
 
     url: str = ""
-    budget_epsilon: float = 10.0
-    budget_delta: float = 1e-6
 
-    def open(self, dataset: str, relation: str = RELATION_REPLACE_ONE) -> BudgetLedger:
-        """A ledger handle (use it as a context manager so the connection pool is closed). A dataset without a budget
-        gets the lifetime budget under ``relation``; one with a budget keeps its relation, and the ledger refuses a
-        spend under the other."""
-        ledger = BudgetLedger(self.url or default_ledger_url())
-        if ledger.budget(dataset) is None:
-            ledger.set_budget(dataset, self.budget_epsilon, self.budget_delta, relation)
-        return ledger
+    def open(self) -> BudgetLedger:
+        """A ledger handle (use it as a context manager so the connection pool is closed)."""
+        return BudgetLedger(self.url or default_ledger_url())
 
 
 class MlflowResource(dg.ConfigurableResource):
@@ -54,51 +54,78 @@ class MlflowResource(dg.ConfigurableResource):
 
 
 class ArtifactStore(dg.ConfigurableResource):
-    """Where release folders live: <base_dir>/<dataset>/<release_id>/{public,internal}/."""
+    """Where release folders live: <base_dir>/<dataset>/<release_id>/{public,internal}/. Paths only: a folder is
+    created by whatever writes into it, so a run refused before its first write leaves nothing behind."""
 
     base_dir: str = ""
 
     def release_dir(self, dataset: str, release_id: str) -> Path:
-        path = Path(self.base_dir or default_artifact_dir()) / dataset / release_id
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        return Path(self.base_dir or default_artifact_dir()) / dataset / release_id
 
     def public_dir(self, dataset: str, release_id: str) -> Path:
-        path = self.release_dir(dataset, release_id) / "public"
-        path.mkdir(exist_ok=True)
-        return path
+        return self.release_dir(dataset, release_id) / "public"
 
     def internal_dir(self, dataset: str, release_id: str) -> Path:
-        path = self.release_dir(dataset, release_id) / "internal"
-        path.mkdir(exist_ok=True)
-        return path
+        return self.release_dir(dataset, release_id) / "internal"
 
 
-def env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {name} must be a number, got {raw!r}") from None
+STEPS_FOLDER = "steps"
+
+
+def release_id_of_run(run: Any) -> str:
+    """A release is identified by the root run: re-executions of a failed run keep the same id."""
+    return run.root_run_id or run.run_id
+
+
+class ReleaseStepStorage(dg.ConfigurableIOManager):
+    """Step outputs pickled into <base_dir>/<dataset>/<release_id>/internal/steps/, readable by a re-execution of
+    the same release (same root run) and by no other run; the final ``release`` step removes the folder.
+
+    Every output of the chain carries its settings, hence its dataset; an input is found by its release id.
+    """
+
+    base_dir: str = ""
+    final_asset: str = "release"
+
+    def _root(self) -> Path:
+        return Path(self.base_dir or default_artifact_dir())
+
+    def _file(self, release_id: str, dataset: str, asset: str) -> Path:
+        return self._root() / dataset / release_id / "internal" / STEPS_FOLDER / f"{asset}.pkl"
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        release_id = release_id_of_run(context.step_context.dagster_run)
+        asset = context.asset_key.path[-1]
+        if asset == self.final_asset:
+            # The release is written: nothing downstream needs the step outputs any more.
+            for folder in self._root().glob(f"*/{release_id}/internal/{STEPS_FOLDER}"):
+                shutil.rmtree(folder, ignore_errors=True)
+            return
+        path = self._file(release_id, obj.settings.dataset, asset)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as handle:
+            pickle.dump(obj, handle, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def load_input(self, context: dg.InputContext) -> Any:
+        release_id = release_id_of_run(context.step_context.dagster_run)
+        asset = context.upstream_output.asset_key.path[-1]
+        found = sorted(self._root().glob(f"*/{release_id}/internal/{STEPS_FOLDER}/{asset}.pkl"))
+        if not found:
+            raise dg.Failure(f"no stored output of step {asset!r} for release {release_id!r}; re-execute all steps")
+        with open(found[0], "rb") as handle:
+            return pickle.load(handle)
 
 
 def default_resources() -> dict[str, object]:
     """Resources wired from the environment (EnvVar keeps secrets out of the UI)."""
+    artifacts = os.environ.get("SPLICE_ARTIFACT_DIR", "")
     return {
         "ledger": LedgerResource(
             url=dg.EnvVar("SPLICE_LEDGER_URL") if os.environ.get("SPLICE_LEDGER_URL") else "",
-            budget_epsilon=env_float("SPLICE_BUDGET_EPSILON", 10.0),
-            budget_delta=env_float("SPLICE_BUDGET_DELTA", 1e-6),
         ),
         "mlflow": MlflowResource(
             tracking_uri=dg.EnvVar("MLFLOW_TRACKING_URI") if os.environ.get("MLFLOW_TRACKING_URI") else "",
         ),
-        "store": ArtifactStore(
-            base_dir=dg.EnvVar("SPLICE_ARTIFACT_DIR") if os.environ.get("SPLICE_ARTIFACT_DIR") else "",
-        ),
-        "io_manager": dg.FilesystemIOManager(
-            base_dir=os.environ.get("SPLICE_IO_DIR") or str(dagster_home() / "storage"),
-        ),
+        "store": ArtifactStore(base_dir=artifacts),
+        "io_manager": ReleaseStepStorage(base_dir=artifacts),
     }

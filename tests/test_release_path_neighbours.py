@@ -1,0 +1,221 @@
+"""Neighbouring inputs through the real release path: the vector handed to the Gaussian sampler moves by at most
+Delta (1 + slack), and each query family by exactly its declared share of Delta^2 where one row can reach it.
+
+The sampler (``privacy.gaussian_noise``) is replaced by a stand-in that records its input and stops the run, so
+what is compared is the exact statistic the mechanism would have noised, computed by the same code that releases:
+the holdout split, validation, encoding, the plan's shares and weights, and ``measure_exact``'s assembly. The
+stand-in raises before any noise, so the reservation is aborted and nothing is charged. Both neighbouring
+relations; random neighbours, duplicates, extreme rows, a reordered file. Without a row-order-free split an added
+row moved the vector by 3 to 24 Delta; with the 2-way weight on the 1-way cells the 1-way share is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pytest
+
+from splice_assets import pipeline, privacy
+from splice_assets.dagster_layer.automation import run_config_for
+from splice_assets.dagster_layer.config import ReleaseConfig
+from splice_assets.dagster_layer.definitions import build_definitions
+from splice_assets.dagster_layer.resources import ArtifactStore, LedgerResource, MlflowResource, ReleaseStepStorage
+from splice_assets.encoding import encode, layout_for
+from splice_assets.ledger import BudgetLedger
+from splice_assets.measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
+from splice_assets.privacy import DEFAULT_COUNT_SHARE, DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
+from splice_assets.schema import parse_schema
+from splice_assets.validation import validate
+
+AR, RO = RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
+SCHEMA_YAML = """
+name: toy_neighbours
+version: 1
+n_min: 100
+columns:
+  - {name: amount, kind: continuous, bounds: [0, 1000]}
+  - {name: age, kind: integer, bounds: [18, 90]}
+  - {name: colour, kind: categorical, categories: [red, green, blue, grey]}
+  - {name: grade, kind: ordinal, categories: [1, 2, 3]}
+"""
+SCHEMA = parse_schema(__import__("yaml").safe_load(SCHEMA_YAML))
+EXTREME_ROW = {"amount": 1000.0, "age": 90, "colour": "grey", "grade": 3}
+SLACK_TOLERANCE = 1e-9
+
+
+class Captured(Exception):
+    """Raised by the stand-in sampler once it has the vector."""
+
+
+def private_table(rng: np.random.Generator, n: int) -> pd.DataFrame:
+    """Rows as a CSV gives them (text), a quarter of the amounts on a bound."""
+    amount = rng.gamma(2.0, 60.0, n).clip(0, 1000)
+    amount[rng.uniform(size=n) < 0.25] = 0.0
+    return pd.DataFrame({
+        "amount": amount.round(2), "age": rng.integers(18, 91, n), "colour": rng.choice(["red", "green", "blue"], n),
+        "grade": rng.integers(1, 4, n),
+    })
+
+
+def neighbours(rng: np.random.Generator, table: pd.DataFrame, relation: str) -> dict[str, pd.DataFrame]:
+    """Named neighbours of ``table`` under ``relation``; several reorder every row, as a re-export would."""
+    extreme = pd.DataFrame([EXTREME_ROW])
+    shuffled = lambda t: t.sample(frac=1.0, random_state=int(rng.integers(1 << 30))).reset_index(drop=True)  # noqa: E731
+    row = int(rng.integers(len(table)))
+    if relation == AR:
+        return {
+            "add an extreme row": pd.concat([table, extreme], ignore_index=True),
+            "add an extreme row, reorder": shuffled(pd.concat([table, extreme], ignore_index=True)),
+            "add a duplicate": pd.concat([table, table.iloc[[row]]], ignore_index=True),
+            "remove a row": table.drop(index=row).reset_index(drop=True),
+            "remove a row, reorder": shuffled(table.drop(index=row)),
+        }
+    replaced = table.copy()
+    replaced.iloc[row] = pd.Series(EXTREME_ROW)
+    return {"replace by an extreme row": replaced, "replace by an extreme row, reorder": shuffled(replaced)}
+
+
+def capture_sampler(monkeypatch) -> list[np.ndarray]:
+    seen: list[np.ndarray] = []
+
+    def stand_in(values: np.ndarray, sigma: float) -> np.ndarray:
+        seen.append(np.array(values, dtype=np.float64, copy=True))
+        raise Captured
+
+    monkeypatch.setattr(privacy, "gaussian_noise", stand_in)
+    return seen
+
+
+def library_vector(table: pd.DataFrame, relation: str, holdout: float, seed: int, seen: list) -> np.ndarray:
+    """The release path's functions in the job's order: validate -> split -> encode -> plan -> measure."""
+    checked = validate(table, SCHEMA).table
+    train, _ = pipeline.split_holdout(checked, holdout, seed, relation)
+    plan, calibration = pipeline.make_plan(SCHEMA, len(train), 1.0, 1e-6, relation=relation)
+    with pytest.raises(Captured):
+        pipeline.measure(encode(train, SCHEMA), SCHEMA, plan, calibration)
+    return seen.pop()
+
+
+def nominal_delta(relation: str, n_measured: int) -> tuple[float, float, pipeline.MeasurementPlan]:
+    """(Delta (1 + slack) as calibrated, Delta without slack, the plan) for ``n_measured`` measured rows."""
+    plan, calibration = pipeline.make_plan(SCHEMA, n_measured, 1.0, 1e-6, relation=relation)
+    return calibration.sensitivity, calibration.sensitivity / (1.0 + calibration.slack), plan
+
+
+def family_norms(diff: np.ndarray, plan: pipeline.MeasurementPlan) -> dict[str, float]:
+    """The l2 shift of each query family in the sampler's input: moments, 1-way cells, 2-way cells, count."""
+    edges = np.cumsum([plan.k * plan.n_directions, sum(plan.marginal_sizes), sum(plan.pair_sizes)])
+    moments, one_way, two_way, count = np.split(diff, edges)
+    return {"moments": float(np.linalg.norm(moments)), "1-way": float(np.linalg.norm(one_way)),
+            "2-way": float(np.linalg.norm(two_way)), "count": float(np.linalg.norm(count))}
+
+
+def check_shift(diff: np.ndarray, relation: str, n_measured: int, one_row_measured: bool | None) -> float:
+    """Assert the whole shift is within Delta (1 + slack) and each family within its share; where one measured
+    row is added or removed, or replaced by one in another cell of every table, the tables' shares are met
+    exactly. Returns the shift in units of Delta."""
+    delta, bare, plan = nominal_delta(relation, n_measured)
+    total = float(np.linalg.norm(diff))
+    assert total <= delta * (1 + SLACK_TOLERANCE), f"moved {total / delta:.3f} Delta"
+    shares = {"1-way": DEFAULT_MARGINAL_SHARE, "2-way": DEFAULT_PAIR_SHARE}
+    shares["count"] = DEFAULT_COUNT_SHARE if relation == AR else 0.0
+    shares["moments"] = 1 - sum(shares.values())
+    norms = family_norms(diff, plan)
+    for family, share in shares.items():
+        assert norms[family] <= math.sqrt(share) * delta * (1 + SLACK_TOLERANCE), (family, norms[family] / delta)
+    if one_row_measured:
+        for family in ("1-way", "2-way") + (("count",) if relation == AR else ()):
+            assert norms[family] == pytest.approx(math.sqrt(shares[family]) * bare, rel=1e-9), family
+    return total / delta
+
+
+# -- through the library calls, many neighbours ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("relation", [AR, RO])
+@pytest.mark.parametrize("holdout", [0.0, 0.2])
+def test_neighbours_move_the_sampler_input_by_at_most_delta(monkeypatch, relation, holdout):
+    seen = capture_sampler(monkeypatch)
+    rng = np.random.default_rng(31)
+    worst = 0.0
+    for trial in range(4):
+        n = int(rng.integers(300, 700))
+        table = private_table(rng, n)
+        base = library_vector(table, relation, holdout, trial, seen)
+        n_measured = n - int(round(holdout * n))
+        for name, other in neighbours(rng, table, relation).items():
+            diff = library_vector(other, relation, holdout, trial, seen) - base
+            # With no holdout an added or removed row is always measured: it moves one cell of every table.
+            exact = holdout == 0 and relation == AR
+            worst = max(worst, check_shift(diff, relation, n_measured, exact))
+    assert worst > 0.5  # the neighbours reach a large part of Delta
+
+
+def test_an_extreme_replacement_meets_the_table_shares_exactly_under_replace_one(monkeypatch):
+    seen = capture_sampler(monkeypatch)
+    table = private_table(np.random.default_rng(4), 500)
+    table["colour"], table["grade"], table["amount"] = "red", 1, table["amount"].clip(0, 400)
+    replaced = table.copy()
+    replaced.iloc[17] = pd.Series(EXTREME_ROW)
+    diff = library_vector(replaced, RO, 0.0, 0, seen) - library_vector(table, RO, 0.0, 0, seen)
+    check_shift(diff, RO, 500, one_row_measured=True)
+
+
+def test_the_split_measures_a_neighbour_of_the_measured_part(monkeypatch):
+    rng = np.random.default_rng(8)
+    table = validate(private_table(rng, 800), SCHEMA).table
+    for relation in (AR, RO):
+        train, held = pipeline.split_holdout(table, 0.2, 5, relation)
+        assert len(held) == pytest.approx(160, abs=40 if relation == AR else 0)
+        for name, other in neighbours(rng, table, relation).items():
+            other_train, _ = pipeline.split_holdout(validate(other, SCHEMA).table, 0.2, 5, relation)
+            a = train.astype(str).agg("|".join, axis=1).value_counts()
+            b = other_train.astype(str).agg("|".join, axis=1).value_counts()
+            moved = int(a.sub(b, fill_value=0).abs().sum())
+            assert moved <= (1 if relation == AR else 2), (relation, name, moved)
+            if relation == RO:
+                assert len(other_train) == len(train)  # the measured size is a function of the public n
+
+
+# -- through the Dagster job --------------------------------------------------------------------------------------
+
+
+def job_vector(tmp, table: pd.DataFrame, relation: str, name: str, monkeypatch, seen: list) -> np.ndarray:
+    """Run the release job on ``table`` until the sampler would draw; return what it was handed."""
+    source = tmp / f"{name}.csv"
+    table.to_csv(source, index=False)
+    resources = {
+        "ledger": LedgerResource(url=f"sqlite:///{tmp / 'ledger.sqlite'}"),
+        "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}"),
+        "store": ArtifactStore(base_dir=str(tmp / "releases")),
+        "io_manager": ReleaseStepStorage(base_dir=str(tmp / "releases")),
+    }
+    job = build_definitions(resources).resolve_job_def("release")
+    config = ReleaseConfig(dataset=SCHEMA.name, input_path=str(source), relation=relation, holdout_fraction=0.2)
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = job.execute_in_process(run_config=run_config_for(config), instance=instance, raise_on_error=False)
+    assert not result.success and len(seen) == 1
+    return seen.pop()
+
+
+@pytest.mark.parametrize("relation", [AR, RO])
+def test_the_release_job_keeps_neighbours_within_delta(tmp_path, monkeypatch, relation):
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / f"{SCHEMA.name}.yaml").write_text(SCHEMA_YAML)
+    monkeypatch.setenv("SPLICE_SCHEMA_DIR", str(tmp_path / "schemas"))
+    with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
+        book.set_budget(SCHEMA.name, 10.0, 1e-6, relation)
+    seen = capture_sampler(monkeypatch)
+    rng = np.random.default_rng(2)
+    table = private_table(rng, 600)
+    base = job_vector(tmp_path, table, relation, "base", monkeypatch, seen)
+    shifts = {}
+    for index, (name, other) in enumerate(neighbours(rng, table, relation).items()):
+        diff = job_vector(tmp_path, other, relation, f"neighbour{index}", monkeypatch, seen) - base
+        shifts[name] = check_shift(diff, relation, 600 - 120, None)
+    assert max(shifts.values()) > 0.3, shifts
+    with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
+        assert {e.status for e in book.entries(SCHEMA.name)} == {"aborted"}  # stopped before noise: no charge
