@@ -100,8 +100,9 @@ def test_release_job_with_auto_bounds_splits_epsilon_explicitly(tmp_path, monkey
             column["bounds"] = "auto"
     (schemas / "fair_affairs.yaml").write_text(yaml.safe_dump(raw))
     monkeypatch.setenv("SPLICE_SCHEMA_DIR", str(schemas))
-    from test_dagster_pipeline import FAST, resources_in
+    from test_dagster_pipeline import FAST, resources_in, set_budget
 
+    set_budget(tmp_path)
     defs = build_definitions(resources_in(tmp_path))
     config = ReleaseConfig(**FAST, epsilon=2.0, bounds_epsilon_share=0.25)
     with dg.DagsterInstance.ephemeral() as instance:
@@ -120,3 +121,6 @@ def test_release_job_with_auto_bounds_splits_epsilon_explicitly(tmp_path, monkey
     bundle_schema = yaml.safe_load((Path(record["public_dir"]) / "schema.yaml").read_text())
     affairs = next(c for c in bundle_schema["columns"] if c["name"] == "affairs")
     assert affairs["bounds"] == [lo, hi]
+    # The headline guarantee is the whole release's: measurement plus bounds.
+    assert manifest["privacy"]["epsilon"] == pytest.approx(2.0)
+    assert manifest["privacy"]["measurement_epsilon"] == pytest.approx(1.5)

@@ -189,7 +189,7 @@ def job_vector(tmp, table: pd.DataFrame, relation: str, name: str, monkeypatch, 
     table.to_csv(source, index=False)
     resources = {
         "ledger": LedgerResource(url=f"sqlite:///{tmp / 'ledger.sqlite'}"),
-        "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}"),
+        "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", artifact_root=str(tmp / "mlartifacts")),
         "store": ArtifactStore(base_dir=str(tmp / "releases")),
         "io_manager": ReleaseStepStorage(base_dir=str(tmp / "releases")),
     }
