@@ -27,13 +27,20 @@ from bench.run import prepare
 
 
 def stages(dataset: str, epsilon: float, seed: int) -> None:
-    from splice_assets.encoding import data_layout, encode, layout_for
-    from splice_assets.fit import FitConfig
-    from splice_assets.moments import marginal_cells, marginal_sizes, pair_tables
-    from splice_assets.pipeline import fit, make_plan, measure
-    from splice_assets.product_em import simplex_projection
+    from splice_assets.layout import (
+        data_layout,
+        layout_for,
+        marginal_cells,
+        marginal_sizes,
+        pair_tables,
+    )
+    from splice_assets.model.fit import FitConfig
+    from splice_assets.model.product_em import simplex_projection
+    from splice_assets.postprocess.chain import fit
+    from splice_assets.postprocess.tilt import log_weights, table_cells
+    from splice_assets.private.encoding import encode
+    from splice_assets.private.measuring import make_plan, measure
     from splice_assets.sampling import integer_coordinates, mixture_draws, sample_cube
-    from splice_assets.tilt import log_weights, table_cells
 
     prepared = prepare(dataset)
     if prepared is None:
@@ -88,7 +95,7 @@ def _mean_tvd(tables: list[np.ndarray], truths: list[np.ndarray]) -> float:
 
 
 def compare(dataset: str, epsilon: float, peer: str, top: int, ours: str = "splice") -> None:
-    from splice_assets.metrics import _tvd_codes, codes_matrix
+    from splice_assets.evaluation.metrics import _tvd_codes, codes_matrix
 
     prepared = prepare(dataset)
     if prepared is None:

@@ -29,8 +29,19 @@ from pathlib import Path
 import pandas as pd
 
 from bench.common import (
-    BENCH_DIR, DATASETS_DIR, code_version, DELTA, RAW_DIR, REPO_DIR, RESULTS_DIR, ensure_time_binary, log_tail, read_json,
-    run_timed, split_train_test, thread_env,
+    BENCH_DIR,
+    DATASETS_DIR,
+    DELTA,
+    RAW_DIR,
+    REPO_DIR,
+    RESULTS_DIR,
+    code_version,
+    ensure_time_binary,
+    log_tail,
+    read_json,
+    run_timed,
+    split_train_test,
+    thread_env,
 )  # fmt: skip
 
 METHODS = ("splice", "splice_add_remove", "splice_paper", "aim", "mst")
@@ -118,8 +129,8 @@ def public_domain(schema) -> dict:
 
 def prepare(name: str) -> Prepared | None:
     from splice_assets.datasets import schema_path
+    from splice_assets.private.validation import read_table, validate
     from splice_assets.schema import load_schema
-    from splice_assets.validation import read_table, validate
 
     data = DATASETS_DIR / name / "data.csv.gz"
     if not data.is_file():
@@ -206,7 +217,7 @@ def run_method(p: Prepared, method: str, eps: float, seed: int, threads: int, ai
 
 
 def score(p: Prepared, synthetic: pd.DataFrame) -> dict:
-    from splice_assets.metrics import fidelity_metrics
+    from splice_assets.evaluation.metrics import fidelity_metrics
 
     t = time.perf_counter()
     m = fidelity_metrics(p.train, p.test, synthetic, p.schema, EVAL_SEED, with_trtr=False)
@@ -224,14 +235,14 @@ def score(p: Prepared, synthetic: pd.DataFrame) -> dict:
 
 
 def score_file(p: Prepared, path: Path) -> dict:
-    from splice_assets.validation import read_table, validate
+    from splice_assets.private.validation import read_table, validate
 
     return score(p, validate(read_table(path), p.schema).table)
 
 
 def reference_rows(p: Prepared) -> list[dict]:
     """Non-DP references scored the same way: the real train split itself, and independent columns."""
-    from splice_assets.metrics import independent_marginals_baseline
+    from splice_assets.evaluation.metrics import independent_marginals_baseline
 
     rows = []
     for method, table, note in (

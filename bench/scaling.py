@@ -29,11 +29,26 @@ import yaml
 from dp_accounting.gaussian_mechanism import get_epsilon_gaussian, get_sigma_gaussian
 from scipy.special import ndtr
 
-from bench.common import DELTA, code_version, RAW_DIR, RESULTS_DIR, ensure_time_binary, log_tail, read_json, run_timed, thread_env
+from bench.common import (
+    DELTA,
+    RAW_DIR,
+    RESULTS_DIR,
+    code_version,
+    ensure_time_binary,
+    log_tail,
+    read_json,
+    run_timed,
+    thread_env,
+)
 from bench.report import _fmt, machine_header
 from bench.run import SPLICE_ARGS
-from splice_assets.fit import FitConfig
-from splice_assets.privacy import DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
+from splice_assets.model.fit import FitConfig
+from splice_assets.private.mechanism import (
+    DEFAULT_K,
+    DEFAULT_MARGINAL_SHARE,
+    DEFAULT_N_DIRECTIONS,
+    DEFAULT_PAIR_SHARE,
+)
 
 NS = [12_500, 50_000, 100_000, 200_000, 400_000]
 DS = [6, 12, 24]

@@ -48,13 +48,14 @@ def main() -> None:
 
     timer = StageTimer()
     with timer.stage("import"):
-        from splice_assets.encoding import encode
-        from splice_assets.fit import FitConfig
-        from splice_assets.links import describe
-        from splice_assets.pipeline import fit, make_plan, measure
+        from splice_assets.model.fit import FitConfig
+        from splice_assets.postprocess.chain import fit
+        from splice_assets.postprocess.links import describe
+        from splice_assets.private.encoding import encode
+        from splice_assets.private.measuring import make_plan, measure
+        from splice_assets.private.validation import read_table, validate
         from splice_assets.sampling import sample_table
         from splice_assets.schema import load_schema
-        from splice_assets.validation import read_table, validate
 
     threads = int(os.environ.get("SPLICE_BENCH_THREADS", "1"))
     schema = load_schema(args.schema)

@@ -24,16 +24,28 @@ import click
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from .ledger import BudgetLedger, LedgerError, budgets_table, default_ledger_url
-from .locations import artifact_dir, dagster_home
-from .measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE, RELATIONS
-from .refit import ReleaseLocation, find_release, iter_releases
-from .privacy import (
-    DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE, PrivacyParameterError,
+from splice_assets.measurement import (
+    RELATION_ADD_REMOVE,
+    RELATION_REPLACE_ONE,
+    RELATIONS,
+)
+from splice_assets.private.ledger import (
+    BudgetLedger,
+    LedgerError,
+    budgets_table,
+    default_ledger_url,
+)
+from splice_assets.private.mechanism import (
+    DEFAULT_K,
+    DEFAULT_MARGINAL_SHARE,
+    DEFAULT_N_DIRECTIONS,
+    DEFAULT_PAIR_SHARE,
+    PrivacyParameterError,
     validate_parameters,
 )
-from .schema import SchemaError, load_schema
-
+from splice_assets.release.locations import artifact_dir, dagster_home
+from splice_assets.release.refit import ReleaseLocation, find_release, iter_releases
+from splice_assets.schema import SchemaError, load_schema
 
 
 def _one_line(exc: BaseException) -> str:
@@ -121,7 +133,7 @@ def plan(
     as_json: bool,
 ) -> None:
     """Show sensitivity, sigma, per-order noise and the budget left, from public inputs only (no data read)."""
-    from .pipeline import make_plan
+    from splice_assets.private.measuring import make_plan
 
     try:
         schema = load_schema(schema_path)
@@ -273,7 +285,7 @@ def _entry_dict(entry: Any) -> dict[str, Any]:
 
 
 def _known_dataset(dataset: str, ledger: BudgetLedger | None) -> bool:
-    from .datasets import schema_dir
+    from splice_assets.datasets import schema_dir
 
     return (
         (schema_dir() / f"{dataset}.yaml").is_file()
@@ -380,7 +392,7 @@ def release_command(
     **options: Any,
 ) -> None:
     """Run one release (the Dagster `release` job, in-process): validate, measure (charged), fit, sample, write."""
-    from .datasets import DEMO_DATASET, schema_path
+    from splice_assets.datasets import DEMO_DATASET, schema_path
 
     if schema_file is not None:
         schema = load_schema(schema_file)
@@ -436,10 +448,10 @@ def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], ver
         import dagster as dg
         from pydantic import ValidationError
 
-        from .dagster_layer.assets import op_name
-        from .dagster_layer.automation import run_config_for
-        from .dagster_layer.config import ReleaseConfig
-        from .dagster_layer.definitions import build_definitions
+        from splice_assets.dagster_layer.assets import op_name
+        from splice_assets.dagster_layer.automation import run_config_for
+        from splice_assets.dagster_layer.config import ReleaseConfig
+        from splice_assets.dagster_layer.definitions import build_definitions
 
         try:
             config = ReleaseConfig(dataset=dataset, input_path=input_path, **options)
@@ -662,8 +674,8 @@ def budget_set_command(dataset: str, epsilon: float, delta: float, relation: str
     """Set or change a dataset's lifetime budget: an administrator's action, recorded (who, when, old -> new, why).
 
     Lowering it below what is already spent is allowed: it only refuses further releases."""
-    from .datasets import schema_path
-    from .ledger import BUDGET_TOLERANCE, default_actor
+    from splice_assets.datasets import schema_path
+    from splice_assets.private.ledger import BUDGET_TOLERANCE, default_actor
 
     try:
         path: Path | None = schema_path(dataset)
@@ -755,7 +767,7 @@ def ledger_stale_command(older_than: float, dataset: str | None, as_json: bool) 
 def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, as_json: bool) -> None:
     """Resolve a dead run's reservation: committed if its noisy measurement is stored, else expired (still counted,
     since its noise may have been drawn and lost). Only --abort --confirm-no-noise-drawn un-counts it."""
-    from .ledger import STATUS_RESERVED, default_actor
+    from splice_assets.private.ledger import STATUS_RESERVED, default_actor
 
     if confirm_no_noise and not abort:
         raise fail("--confirm-no-noise-drawn only goes with --abort")
@@ -811,7 +823,7 @@ def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, a
 def refit_command(release_id: str, components: int | None, rank: int | None, steps: int | None, rows: int | None,
                   seed: int | None, as_json: bool) -> None:
     """Refit a release's stored noisy moments into a new zero-cost release (no real rows read)."""
-    from .refit import refit_release
+    from splice_assets.release.refit import refit_release
 
     _quiet_mlflow()
     with warnings.catch_warnings():
@@ -835,8 +847,8 @@ def refit_command(release_id: str, components: int | None, rank: int | None, ste
 @guarded
 def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | None) -> None:
     """Sample rows from a release's fitted model (post-processing: no privacy cost)."""
-    from .release import write_csv_escaped
-    from .sampling import load_model, sample_table
+    from splice_assets.release.bundle import write_csv_escaped
+    from splice_assets.sampling import load_model, sample_table
 
     location = find_release(release_id)
     manifest = location.manifest()

@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .encoding import ScalingMode
-from .moments import direction_scales, draw_directions
+from splice_assets.layout import ScalingMode, direction_scales, draw_directions
 
 #: Neighbouring tables differ by replacing one row; n is public and every statistic is a frequency.
 RELATION_REPLACE_ONE = "replace-one"

@@ -16,15 +16,30 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .encoding import Coordinate, EncodingLayout, data_layout, decode, layout_for
-from .field import PairwiseField, sample_cells, values_in_cells, with_tilt
-from .fit import FitConfig, FittedMixture, MarginalTargets
-from .links import Link, redraw_linked
-from .model import MixtureParameters
-from .moments import coordinate_cells
-from .product_em import simplex_projection
-from .schema import TableSchema
-from .tilt import CellTilt, pool_log_weights, systematic_resample
+from splice_assets.layout import (
+    Coordinate,
+    EncodingLayout,
+    coordinate_cells,
+    data_layout,
+    decode,
+    layout_for,
+)
+from splice_assets.model.fit import FitConfig, FittedMixture, MarginalTargets
+from splice_assets.model.mixture import MixtureParameters
+from splice_assets.model.product_em import simplex_projection
+from splice_assets.postprocess.field import (
+    PairwiseField,
+    sample_cells,
+    values_in_cells,
+    with_tilt,
+)
+from splice_assets.postprocess.links import Link, redraw_linked
+from splice_assets.postprocess.tilt import (
+    CellTilt,
+    pool_log_weights,
+    systematic_resample,
+)
+from splice_assets.schema import TableSchema
 
 # Model files: version 2 is written only for a model with joint parts or a pairwise field, so that a reader that
 # predates them refuses the file instead of silently sampling without them; every other model stays version 1.

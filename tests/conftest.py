@@ -19,6 +19,6 @@ def demo_schema():
 @pytest.fixture
 def demo_table():
     from splice_assets.datasets import demo_data_path
-    from splice_assets.validation import read_table
+    from splice_assets.private.validation import read_table
 
     return read_table(demo_data_path())

@@ -8,19 +8,31 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from test_sensitivity_audit import AUDIT_DELTA, AUDIT_EPS, audit_epsilon
 from toy import TOY_SCHEMA
 
-from splice_assets import pipeline
-from splice_assets.bounds import private_quantile
-from splice_assets.encoding import encode, layout_for
-from splice_assets.ledger import BudgetLedger, RelationMismatch
-from splice_assets.measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE, Measurement, pooled_row_count
-from splice_assets.moments import draw_directions, harmonic, moment_sums
-from splice_assets.privacy import (
-    DEFAULT_COUNT_SHARE, PrivacyParameterError, add_noise_joint, calibrate, query_weights, sensitivity,
+from splice_assets import api
+from splice_assets.layout import draw_directions, harmonic, layout_for
+from splice_assets.measurement import (
+    RELATION_ADD_REMOVE,
+    RELATION_REPLACE_ONE,
+    Measurement,
+    pooled_row_count,
 )
-from splice_assets.release import privacy_statement
-from test_sensitivity_audit import AUDIT_DELTA, AUDIT_EPS, audit_epsilon
+from splice_assets.private import ledger, measuring
+from splice_assets.private.bounds import private_quantile
+from splice_assets.private.encoding import encode
+from splice_assets.private.ledger import BudgetLedger, RelationMismatch
+from splice_assets.private.mechanism import (
+    DEFAULT_COUNT_SHARE,
+    PrivacyParameterError,
+    add_noise_joint,
+    calibrate,
+    query_weights,
+    sensitivity,
+)
+from splice_assets.private.statistics import moment_sums
+from splice_assets.release.bundle import privacy_statement
 
 AR = RELATION_ADD_REMOVE
 L, K = 12, 5
@@ -35,9 +47,9 @@ def toy_rows(rng: np.random.Generator, n: int) -> np.ndarray:
     return encode(table, TOY_SCHEMA)
 
 
-def released(x: np.ndarray, plan: pipeline.MeasurementPlan) -> np.ndarray:
+def released(x: np.ndarray, plan: measuring.MeasurementPlan) -> np.ndarray:
     """f(D) under add-remove as the release path computes it: [S_j / sqrt(j), w c1, w2 c2, wn n]."""
-    stats = pipeline.exact_statistics(x, plan, LAYOUT)
+    stats = measuring.exact_statistics(x, plan, LAYOUT)
     root_j = np.sqrt(np.arange(1, plan.k + 1))[:, None]
     return np.concatenate([
         (stats.moments / root_j).ravel(), plan.marginal_weight * stats.marginals, plan.pair_weight * stats.pairs,
@@ -46,7 +58,7 @@ def released(x: np.ndarray, plan: pipeline.MeasurementPlan) -> np.ndarray:
 
 
 def toy_plan(epsilon: float = 1.0, relation: str = AR, n: int | None = None, **shares: float):
-    return pipeline.make_plan(TOY_SCHEMA, n, epsilon, 1e-6, L, K, relation=relation, **shares)
+    return measuring.make_plan(TOY_SCHEMA, n, epsilon, 1e-6, L, K, relation=relation, **shares)
 
 
 # -- sensitivity and calibration ---------------------------------------------------------------------------------
@@ -102,8 +114,8 @@ def test_calibration_ignores_n_and_halves_the_moment_noise_on_frequencies():
     # Same shares: the moments keep 1 - 0.15 - 0.5 (- the count's 0.01). A moment's noise on the frequency scale is
     # sigma / n under add-remove against sigma under replace-one: half, up to the count's share.
     n = 20_000
-    _, replace = pipeline.make_plan(TOY_SCHEMA, n, 1.0, 1e-6, 256, 16)
-    plan, add_remove = pipeline.make_plan(TOY_SCHEMA, n, 1.0, 1e-6, 256, 16, relation=AR)
+    _, replace = measuring.make_plan(TOY_SCHEMA, n, 1.0, 1e-6, 256, 16)
+    plan, add_remove = measuring.make_plan(TOY_SCHEMA, n, 1.0, 1e-6, 256, 16, relation=AR)
     assert plan.n is None and plan.public_params()["n"] is None
     expected = 0.5 * math.sqrt((1 - 0.15 - 0.5) / (1 - 0.15 - 0.5 - DEFAULT_COUNT_SHARE))
     assert add_remove.sigma / n / replace.sigma == pytest.approx(expected, rel=1e-4)
@@ -115,7 +127,7 @@ def test_the_plan_does_not_depend_on_the_private_row_count():
     small, cal_small = toy_plan(n=100)
     large, cal_large = toy_plan(n=100_000)
     assert small == large and cal_small == cal_large
-    assert pipeline.params_hash(small.public_params()) == pipeline.params_hash(large.public_params())
+    assert ledger.params_hash(small.public_params()) == ledger.params_hash(large.public_params())
 
 
 # -- the noisy row count -------------------------------------------------------------------------------------------
@@ -153,17 +165,17 @@ def rows() -> np.ndarray:
 
 
 def test_measurement_is_on_the_frequency_scale_with_the_noisy_n(rows, tmp_path):
-    plan, cal = pipeline.make_plan(TOY_SCHEMA, None, 2.0, 1e-6, 64, K, relation=AR)
+    plan, cal = measuring.make_plan(TOY_SCHEMA, None, 2.0, 1e-6, 64, K, relation=AR)
     ledger = BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
     ledger.set_budget("toy", 10.0, 1e-6, AR)
-    measurement = pipeline.measure(rows, TOY_SCHEMA, plan, cal, ledger, "r1")
+    measurement = measuring.measure(rows, TOY_SCHEMA, plan, cal, ledger, "r1")
     assert measurement.relation == AR and measurement.noise_multiplier == pytest.approx(cal.noise_multiplier)
     count_std = pooled_std(cal, plan)
     assert abs(measurement.n - len(rows)) <= 5 * count_std + 1
     assert measurement.sigma == pytest.approx(cal.sigma / len(rows), rel=6 * count_std / len(rows))
     # The noisy frequencies scatter around the exact ones with the measurement's stated noise (production noise).
-    exact_plan, _ = pipeline.make_plan(TOY_SCHEMA, len(rows), 2.0, 1e-6, 64, K, relation=RELATION_REPLACE_ONE)
-    exact = pipeline.exact_statistics(rows, exact_plan, LAYOUT)
+    exact_plan, _ = measuring.make_plan(TOY_SCHEMA, len(rows), 2.0, 1e-6, 64, K, relation=RELATION_REPLACE_ONE)
+    exact = measuring.exact_statistics(rows, exact_plan, LAYOUT)
     z = np.concatenate([
         ((measurement.noisy_moments - exact.moments) / measurement.moment_noise_std()[:, None]).ravel(),
         (measurement.noisy_marginals - exact.marginals) / measurement.marginal_noise_std(),
@@ -179,10 +191,10 @@ def test_measurement_is_on_the_frequency_scale_with_the_noisy_n(rows, tmp_path):
     loaded = Measurement.load(tmp_path / "m")
     assert loaded.relation == AR and loaded.n == measurement.n and loaded.noise_multiplier == measurement.noise_multiplier
     # The ledger never mixes relations: a replace-one spend on this dataset is refused before any noise.
-    replace_plan, replace_cal = pipeline.make_plan(TOY_SCHEMA, len(rows), 1.0, 1e-6, 64, K)
+    replace_plan, replace_cal = measuring.make_plan(TOY_SCHEMA, len(rows), 1.0, 1e-6, 64, K)
     spent = ledger.spent("toy")
     with pytest.raises(RelationMismatch, match="add-remove"):
-        pipeline.measure(rows, TOY_SCHEMA, replace_plan, replace_cal, ledger, "r2")
+        measuring.measure(rows, TOY_SCHEMA, replace_plan, replace_cal, ledger, "r2")
     assert ledger.spent("toy") == spent and len(ledger.entries("toy")) == 1
 
 
@@ -195,21 +207,21 @@ def pooled_std(cal, plan) -> float:
 
 def test_public_text_states_the_relation_without_the_exact_n(rows):
     plan, cal = toy_plan(epsilon=0.5)
-    measurement = pipeline.measure(rows, TOY_SCHEMA, plan, cal)
+    measurement = measuring.measure(rows, TOY_SCHEMA, plan, cal)
     text = privacy_statement(measurement)
     assert "adding or removing any one row" in text and f"noisy estimate, {measurement.n}" in text
-    replace_plan, replace_cal = pipeline.make_plan(TOY_SCHEMA, len(rows), 0.5, 1e-6, L, K)
-    assert "replacing any one of the 4000 rows" in privacy_statement(pipeline.measure(rows, TOY_SCHEMA, replace_plan, replace_cal))
+    replace_plan, replace_cal = measuring.make_plan(TOY_SCHEMA, len(rows), 0.5, 1e-6, L, K)
+    assert "replacing any one of the 4000 rows" in privacy_statement(measuring.measure(rows, TOY_SCHEMA, replace_plan, replace_cal))
 
 
 def test_synthesize_samples_the_noisy_n_by_default():
     rng = np.random.default_rng(5)
     table = pd.DataFrame({"a": rng.uniform(0, 1, 3_000), "b": rng.choice(list("xyz"), 3_000), "c": rng.integers(1, 6, 3_000)})
-    from splice_assets.fit import FitConfig
-    from splice_assets.validation import validate
+    from splice_assets.model.fit import FitConfig
+    from splice_assets.private.validation import validate
 
     clean = validate(table, TOY_SCHEMA).table
-    result = pipeline.synthesize(
+    result = api.synthesize(
         clean, TOY_SCHEMA, 2.0, 1e-6, n_directions=L, k=K, relation=AR, fit_config=FitConfig(K=3, max_steps=30)
     )
     assert len(result.synthetic) == result.measurement.n
@@ -261,11 +273,11 @@ def test_add_remove_audit_catches_a_gross_error():
 def test_statistics_of_the_other_relation_are_refused_before_any_charge(rows, tmp_path):
     ledger = BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
     ledger.set_budget("toy", 10.0, 1e-6, AR)
-    replace_plan, _ = pipeline.make_plan(TOY_SCHEMA, len(rows), 1.0, 1e-6, L, K)
+    replace_plan, _ = measuring.make_plan(TOY_SCHEMA, len(rows), 1.0, 1e-6, L, K)
     plan, cal = toy_plan()
-    frequencies = pipeline.exact_statistics(rows, replace_plan, LAYOUT)
+    frequencies = measuring.exact_statistics(rows, replace_plan, LAYOUT)
     with pytest.raises(ValueError, match="do not match the plan's relation 'add-remove'"):
-        pipeline.measure_exact(frequencies, plan, cal, ledger, "r1")
+        measuring.measure_exact(frequencies, plan, cal, ledger, "r1")
     assert ledger.entries("toy") == []
 
 

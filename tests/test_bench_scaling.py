@@ -7,7 +7,7 @@ import pytest
 
 from bench import scaling
 from bench.common import DELTA
-from splice_assets import pipeline
+from splice_assets.private import measuring
 from splice_assets.schema import parse_schema
 
 
@@ -38,7 +38,7 @@ def test_the_equivalent_epsilon_gives_n_rows_the_noise_of_the_smallest_cell():
     schema = parse_schema(scaling.schema_dict(6))
 
     def pair_std(n, eps):
-        plan, calibration = pipeline.make_plan(schema, n, eps, DELTA)
+        plan, calibration = measuring.make_plan(schema, n, eps, DELTA)
         return calibration.sigma / plan.pair_weight
 
     assert scaling.equivalent_epsilon(1.0, 12_500, 12_500) == pytest.approx(1.0, rel=1e-9)

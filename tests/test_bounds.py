@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from splice_assets.bounds import MECHANISM, estimate_bounds, private_quantile
-from splice_assets.ledger import BudgetExceeded, BudgetLedger
-from splice_assets.privacy import compose_epsilon
+from splice_assets.private.bounds import MECHANISM, estimate_bounds, private_quantile
+from splice_assets.private.ledger import BudgetExceeded, BudgetLedger
+from splice_assets.private.mechanism import compose_epsilon
+from splice_assets.private.validation import StructuralError, validate
 from splice_assets.schema import parse_schema
-from splice_assets.validation import StructuralError, validate
 
 SCHEMA = parse_schema(
     {

@@ -15,9 +15,14 @@ from click.testing import CliRunner
 
 from splice_assets.cli import main
 from splice_assets.datasets import DEMO_DATASET, schema_path
-from splice_assets.ledger import BudgetLedger, default_actor, entries_table, params_hash
 from splice_assets.measurement import RELATION_REPLACE_ONE
-from splice_assets.privacy import calibrate, compose_epsilon
+from splice_assets.private.ledger import (
+    BudgetLedger,
+    default_actor,
+    entries_table,
+    params_hash,
+)
+from splice_assets.private.mechanism import calibrate, compose_epsilon
 from splice_assets.schema import load_schema
 
 CAL = calibrate(1.0, 1e-6, n=1000, n_directions=64, k=8)

@@ -11,9 +11,9 @@ import yaml
 from click.testing import CliRunner
 
 from splice_assets.cli import main
-from splice_assets.ledger import BudgetLedger
-from splice_assets.moments import harmonic
-from splice_assets.privacy import DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
+from splice_assets.layout import harmonic
+from splice_assets.private.ledger import BudgetLedger
+from splice_assets.private.mechanism import DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
 
 
 @pytest.fixture

@@ -17,11 +17,20 @@ import pytest
 
 from splice_assets.dagster_layer import assets as assets_mod
 from splice_assets.dagster_layer.assets import CONFIG_OP, op_name
-from splice_assets.dagster_layer.automation import new_file_sensor, refresh_schedule, run_config_for
+from splice_assets.dagster_layer.automation import (
+    new_file_sensor,
+    refresh_schedule,
+    run_config_for,
+)
 from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
-from splice_assets.dagster_layer.resources import ArtifactStore, LedgerResource, MlflowResource, ReleaseStepStorage
-from splice_assets.ledger import BudgetLedger
+from splice_assets.dagster_layer.resources import (
+    ArtifactStore,
+    LedgerResource,
+    MlflowResource,
+    ReleaseStepStorage,
+)
+from splice_assets.private.ledger import BudgetLedger
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = dict(k=8, n_directions=128, components=3, rank=1, max_steps=60, n_synthetic=2000)
@@ -173,9 +182,9 @@ def test_invalid_config_quotes_the_value():
 
 
 def test_retry_after_fit_failure_does_not_charge_twice(tmp_path, monkeypatch):
-    from splice_assets import pipeline
+    from splice_assets.postprocess import chain
 
-    real_fit = pipeline.fit
+    real_fit = chain.fit
     calls = {"n": 0}
 
     def flaky_fit(*args, **kwargs):
@@ -184,7 +193,7 @@ def test_retry_after_fit_failure_does_not_charge_twice(tmp_path, monkeypatch):
             raise RuntimeError("injected fitting failure")
         return real_fit(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "fit", flaky_fit)
+    monkeypatch.setattr(chain, "fit", flaky_fit)
     monkeypatch.setenv("SPLICE_TEST_TMP", str(tmp_path))
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
@@ -220,7 +229,7 @@ def test_schedule_requests_a_run_and_skips_when_budget_is_spent(tmp_path, monkey
     assert request.run_config["ops"][CONFIG_OP]["config"]["dataset"] == "fair_affairs"
     # Spend most of the budget, then the next refresh must be skipped with a reason.
     book = ledger.open()
-    from splice_assets import privacy
+    from splice_assets.private import mechanism as privacy
 
     cal = privacy.calibrate(1.0, 1e-9, 5000, 128, 8)
     entry = book.reserve(dataset="fair_affairs", release_id="r1", mechanism="gaussian", noise_multiplier=cal.noise_multiplier,

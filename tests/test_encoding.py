@@ -7,10 +7,10 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from splice_assets.encoding import decode, encode, layout_for, to_unit_ball
-from splice_assets.moments import direction_scales, draw_directions
+from splice_assets.layout import decode, direction_scales, draw_directions, layout_for
+from splice_assets.private.encoding import encode, to_unit_ball
+from splice_assets.private.validation import conform, validate
 from splice_assets.schema import parse_schema
-from splice_assets.validation import conform, validate
 
 SCHEMA = parse_schema(
     {

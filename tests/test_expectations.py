@@ -6,9 +6,14 @@ import json
 
 import pandas as pd
 import pytest
-
-from splice_assets.expectations import build_suite, check_synthetic, ephemeral_context, run_suite
 from test_metrics import mixed_schema, mixed_table
+
+from splice_assets.evaluation.expectations import (
+    build_suite,
+    check_synthetic,
+    ephemeral_context,
+    run_suite,
+)
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,20 @@ import itertools
 import numpy as np
 import pytest
 from scipy import stats
-
-from splice_assets import pipeline
-from splice_assets.encoding import Coordinate, EncodingLayout
-from splice_assets.field import (
-    PairwiseField, field_pairs, fit_field, sample_cells, values_in_cells, with_tilt,
-)
-from splice_assets.fit import FitConfig
-from splice_assets.model import MixtureParameters
-from splice_assets.moments import marginal_cells
 from toy import TOY_SCHEMA, toy_measurement
+
+from splice_assets.layout import Coordinate, EncodingLayout, marginal_cells
+from splice_assets.model.fit import FitConfig
+from splice_assets.model.mixture import MixtureParameters
+from splice_assets.postprocess import chain
+from splice_assets.postprocess.field import (
+    PairwiseField,
+    field_pairs,
+    fit_field,
+    sample_cells,
+    values_in_cells,
+    with_tilt,
+)
 
 # Three discrete coordinates of 2, 3 and 2 cells: small enough to enumerate the field's joint exactly.
 SMALL = EncodingLayout((Coordinate("x", "value", 2), Coordinate("y", "value", 3), Coordinate("z", "value", 2)))
@@ -166,8 +170,8 @@ def test_the_pipeline_fits_a_field_and_samples_from_it_deterministically_after_s
 
     measurement = toy_measurement(_correlated_rows(np.random.default_rng(6), 2_000))
     config = FitConfig(K=2, max_steps=30, min_steps=10, field_chains=5_000, field_iterations=20)
-    model = pipeline.fit(measurement, TOY_SCHEMA, config)
-    plain = pipeline.fit(measurement, TOY_SCHEMA, dataclasses.replace(config, field_iterations=0))
+    model = chain.fit(measurement, TOY_SCHEMA, config)
+    plain = chain.fit(measurement, TOY_SCHEMA, dataclasses.replace(config, field_iterations=0))
     assert plain.field is None and model.field is not None and model.tilt is not None
     assert model.field.summary() == {"iterations": 20, "residual": model.field.residual, "chains": 5_000, "sweeps": 2}
     first = sample_cube(model, 700, seed=3)
@@ -185,5 +189,5 @@ def test_the_pipeline_fits_a_field_and_samples_from_it_deterministically_after_s
 def test_bad_field_settings_are_rejected_before_fitting_quoting_the_value(name, value):
     measurement = toy_measurement(_correlated_rows(np.random.default_rng(7), 300))
     with pytest.raises(ValueError, match=f"{name} must be an integer >= .*{value}"):
-        pipeline.fit(measurement, TOY_SCHEMA, dataclasses.replace(FitConfig(), **{name: value}))
+        chain.fit(measurement, TOY_SCHEMA, dataclasses.replace(FitConfig(), **{name: value}))
 

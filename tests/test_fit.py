@@ -9,14 +9,21 @@ import pandas as pd
 import pytest
 import torch
 
-from splice_assets.encoding import Coordinate, EncodingLayout, encode, layout_for
-from splice_assets.fit import FitConfig, fit_measurement, fit_mixture
+from splice_assets.layout import (
+    Coordinate,
+    EncodingLayout,
+    direction_scales,
+    draw_directions,
+    harmonic,
+    layout_for,
+)
 from splice_assets.measurement import Measurement
-from splice_assets.model import MixtureParameters, model_moments
-from splice_assets.moments import direction_scales, draw_directions, harmonic
+from splice_assets.model.fit import FitConfig, fit_measurement, fit_mixture
+from splice_assets.model.mixture import MixtureParameters, model_moments
+from splice_assets.private.encoding import encode
+from splice_assets.private.validation import conform, validate
 from splice_assets.sampling import from_parameters, sample_cube, sample_table
 from splice_assets.schema import parse_schema
-from splice_assets.validation import conform, validate
 
 torch.set_num_threads(1)
 
@@ -98,8 +105,8 @@ def test_marginals_enter_the_loss_only_with_a_positive_weight():
     """Targets are kept for matching either way; with ``marginal_loss_weight`` > 0 they also pull the fit (and
     the noise floor counts their cells). Targets here are deliberately far from the moments' truth: summed over the
     4 coordinates, the model's mass in the target cells measured 1.05 without and 2.99 with the loss term (max 4)."""
-    from splice_assets.fit import MarginalTargets
-    from splice_assets.model import MarginalEvaluator, TorchMixture
+    from splice_assets.model.fit import MarginalTargets
+    from splice_assets.model.mixture import MarginalEvaluator, TorchMixture
 
     dirs = draw_directions(2, 64, LAYOUT.d)
     scales = direction_scales(dirs, "ball")
@@ -126,9 +133,9 @@ def test_pairs_enter_the_loss_with_their_weight():
     """2-way targets pull the model's 2-way tables: targets with all mass in cell (0, 0) of every pair, far from
     the moments' truth. Summed over the 5 pairs, the mass in the target cells measured 0.60 without the term and
     2.01 with it (max 5); tolerance: a rise of at least 0.5."""
-    from splice_assets.fit import PairTargets
-    from splice_assets.model import PairEvaluator, TorchMixture
-    from splice_assets.moments import coordinate_pairs, pair_sizes
+    from splice_assets.layout import coordinate_pairs, pair_sizes
+    from splice_assets.model.fit import PairTargets
+    from splice_assets.model.mixture import PairEvaluator, TorchMixture
 
     dirs = draw_directions(2, 64, LAYOUT.d)
     scales = direction_scales(dirs, "ball")
@@ -194,7 +201,7 @@ def _fair_split():
 
 
 def _fair_scores(schema, train, holdout, measurement, config):
-    from splice_assets.metrics import marginal_tvd, sliced_wasserstein
+    from splice_assets.evaluation.metrics import marginal_tvd, sliced_wasserstein
 
     fitted = fit_measurement(measurement, layout_for(schema), config)
     synth = sample_table(fitted, schema, len(train), seed=1)
@@ -205,10 +212,10 @@ def _fair_scores(schema, train, holdout, measurement, config):
 
 def _fair_measurement(schema, train, epsilon: float | None, seed: int = 0) -> Measurement:
     """Exact statistics through the release path; noise (if epsilon) drawn from a SEEDED generator, test only."""
-    from splice_assets import pipeline
+    from splice_assets.private import measuring
 
-    plan, cal = pipeline.make_plan(schema, len(train), epsilon or 1.0, 1e-9)  # the product's default queries
-    stats = pipeline.exact_statistics(encode(train, schema), plan, layout_for(schema))
+    plan, cal = measuring.make_plan(schema, len(train), epsilon or 1.0, 1e-9)  # the product's default queries
+    stats = measuring.exact_statistics(encode(train, schema), plan, layout_for(schema))
     moments, marginals, pairs, sigma = stats.moments, stats.marginals, stats.pairs, 1e-4
     if epsilon is not None:
         rng = np.random.default_rng(seed)
@@ -226,7 +233,11 @@ def _fair_measurement(schema, train, epsilon: float | None, seed: int = 0) -> Me
 
 @pytest.fixture(scope="module")
 def fair_baseline():
-    from splice_assets.metrics import independent_marginals_baseline, marginal_tvd, sliced_wasserstein
+    from splice_assets.evaluation.metrics import (
+        independent_marginals_baseline,
+        marginal_tvd,
+        sliced_wasserstein,
+    )
 
     schema, train, holdout = _fair_split()
     indep = independent_marginals_baseline(train, schema, len(train), 1)

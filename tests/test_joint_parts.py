@@ -8,15 +8,26 @@ import json
 import numpy as np
 import pytest
 import torch
-
-from splice_assets.encoding import histogram_layout
-from splice_assets.model import (
-    MarginalEvaluator, MixtureModule, MixtureParameters, MomentEvaluator, PairEvaluator, TorchMixture,
-)
-from splice_assets.moments import coordinate_pairs, direction_scales, draw_directions, marginal_sizes, pair_counts, pair_sizes
-from splice_assets.sampling import from_parameters, load_model, sample_cube, save_model
-
 from test_marginal_queries import LAYOUT as DATA_LAYOUT
+
+from splice_assets.layout import (
+    coordinate_pairs,
+    direction_scales,
+    draw_directions,
+    histogram_layout,
+    marginal_sizes,
+    pair_sizes,
+)
+from splice_assets.model.mixture import (
+    MarginalEvaluator,
+    MixtureModule,
+    MixtureParameters,
+    MomentEvaluator,
+    PairEvaluator,
+    TorchMixture,
+)
+from splice_assets.private.statistics import pair_counts
+from splice_assets.sampling import from_parameters, load_model, sample_cube, save_model
 
 torch.set_num_threads(1)
 
@@ -144,7 +155,8 @@ def test_module_rejects_bad_joint_pairs(pairs):
 def _dependent_toy(n: int, rng: np.random.Generator) -> np.ndarray:
     """Toy rows where c is nearly a function of b (and a independent): a K = 1 product model cannot hold b x c."""
     from toy import TOY_SCHEMA
-    from splice_assets.encoding import layout_for
+
+    from splice_assets.layout import layout_for
 
     layout = layout_for(TOY_SCHEMA)
     b = rng.integers(0, 3, n)
@@ -157,15 +169,16 @@ def test_fit_chooses_the_misfit_pair_and_holds_its_table():
     truth); with ``joint_pairs = 1`` the fit picks (b, c), the only pair far above the noise, and its table comes
     within 0.05 of the truth (measured 0.615 and 0.003)."""
     from toy import TOY_SCHEMA
-    from splice_assets import pipeline
-    from splice_assets.encoding import layout_for
-    from splice_assets.fit import FitConfig, fit_measurement
+
+    from splice_assets.layout import layout_for
+    from splice_assets.model.fit import FitConfig, fit_measurement
+    from splice_assets.private import measuring
 
     layout = layout_for(TOY_SCHEMA)
     x = _dependent_toy(4000, np.random.default_rng(9))
-    plan, cal = pipeline.make_plan(TOY_SCHEMA, len(x), 1.0, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
-    stats = pipeline.exact_statistics(x, plan, layout)
-    exact = pipeline.measurement_of(plan, cal, layout.d, stats.moments, stats.marginals, stats.pairs)
+    plan, cal = measuring.make_plan(TOY_SCHEMA, len(x), 1.0, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
+    stats = measuring.exact_statistics(x, plan, layout)
+    exact = measuring.measurement_of(plan, cal, layout.d, stats.moments, stats.marginals, stats.pairs)
     index = plan.pairs.index((1, 2))
     truth = np.split(stats.pairs, np.cumsum(plan.pair_sizes)[:-1])[index]
 
@@ -184,8 +197,9 @@ def test_fit_chooses_the_misfit_pair_and_holds_its_table():
 
 def test_negative_joint_settings_are_rejected_with_the_value():
     from toy import TOY_SCHEMA
-    from splice_assets.encoding import layout_for
-    from splice_assets.fit import FitConfig, fit_mixture
+
+    from splice_assets.layout import layout_for
+    from splice_assets.model.fit import FitConfig, fit_mixture
 
     with pytest.raises(ValueError, match="got -1 and 2.0"):
         fit_mixture(np.zeros((2, 4)), np.ones((4, 3)) / 3, np.ones(4), layout_for(TOY_SCHEMA), 0.1, FitConfig(joint_pairs=-1))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from splice_assets import kernels
-from splice_assets.model import series_product
+from splice_assets.model import kernels
+from splice_assets.model.mixture import series_product
 
 torch.set_num_threads(1)
 
@@ -79,8 +79,8 @@ def test_series_chain_matches_repeated_series_products(separable, joint):
 
 
 def test_fused_kernels_are_refused_off_cpu_naming_the_device():
-    from splice_assets.encoding import Coordinate, EncodingLayout
-    from splice_assets.model import MomentEvaluator
+    from splice_assets.layout import Coordinate, EncodingLayout
+    from splice_assets.model.mixture import MomentEvaluator
 
     layout = EncodingLayout((Coordinate("a", "value", 3), Coordinate("b", "value", 2)))
     with pytest.raises(ValueError, match="meta"):

@@ -16,7 +16,8 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from splice_assets.ledger import (
+from splice_assets.measurement import RELATION_REPLACE_ONE
+from splice_assets.private.ledger import (
     BUDGET_TOLERANCE,
     COUNTED_STATUSES,
     BudgetExceeded,
@@ -29,8 +30,13 @@ from splice_assets.ledger import (
     entries_table,
     params_hash,
 )
-from splice_assets.measurement import RELATION_REPLACE_ONE
-from splice_assets.privacy import Calibration, PrivacyParameterError, add_noise, calibrate, compose_epsilon
+from splice_assets.private.mechanism import (
+    Calibration,
+    PrivacyParameterError,
+    add_noise,
+    calibrate,
+    compose_epsilon,
+)
 
 PG_URL = os.environ.get("SPLICE_TEST_POSTGRES_URL")
 

@@ -1,5 +1,5 @@
 """Linked coordinates (``links``): near-functional pairs chosen from noisy 2-way tables, redrawn from their
-conditionals, and wired into ``pipeline.fit``, sampling, the stored model and the release record."""
+conditionals, and wired into ``chain.fit``, sampling, the stored model and the release record."""
 
 from __future__ import annotations
 
@@ -7,13 +7,19 @@ import dataclasses
 
 import numpy as np
 import pytest
-
-from splice_assets import pipeline
-from splice_assets.encoding import layout_for
-from splice_assets.fit import FitConfig
-from splice_assets.links import Link, choose_links, describe, redraw_linked
-from splice_assets.moments import coordinate_pairs, marginal_cells, marginal_sizes, pair_counts, pair_tables
 from toy import TOY_SCHEMA, toy_measurement
+
+from splice_assets.layout import (
+    coordinate_pairs,
+    layout_for,
+    marginal_cells,
+    marginal_sizes,
+    pair_tables,
+)
+from splice_assets.model.fit import FitConfig
+from splice_assets.postprocess import chain
+from splice_assets.postprocess.links import Link, choose_links, describe, redraw_linked
+from splice_assets.private.statistics import pair_counts
 
 SCHEMA = TOY_SCHEMA
 LAYOUT = layout_for(SCHEMA)  # a: numeric, b: categorical x / y / z, c: ordinal 1..5
@@ -104,7 +110,7 @@ def test_matching_a_linked_pair_moves_the_fewest_rows_and_keeps_the_function():
     rows to neighbouring cells (x -> y -> z: 1,400 moves per column), each column on its own, and breaks c = f(b)
     in 13% of the rows (measured); matching with the link moves only x's 1,000 surplus rows per column and keeps
     the function in every row."""
-    from splice_assets.fit import MarginalTargets
+    from splice_assets.model.fit import MarginalTargets
     from splice_assets.sampling import match_to_marginals
 
     n = 20_000
@@ -145,7 +151,7 @@ def test_fewest_moves_hits_the_counts_moving_only_the_surplus(favourite):
 def test_a_moved_numeric_source_lands_inside_its_new_cell_not_at_its_edge():
     """Numeric a (source of a link to b) all in bin 0, targets putting half of it in bin 8: the moved values spread
     over bin 8 (sd of a uniform on the bin: 0.29 bin widths; bound 0.2) and the others stay where they were."""
-    from splice_assets.fit import MarginalTargets
+    from splice_assets.model.fit import MarginalTargets
     from splice_assets.sampling import match_to_marginals
 
     n, width = 4_000, 2.0 / BINS
@@ -169,8 +175,8 @@ def test_a_one_component_fit_gets_the_functional_pair_from_the_link():
     rows = _functional_rows(np.random.default_rng(7), 4_000)
     measurement = toy_measurement(rows)
     config = FitConfig(K=1, max_steps=60, min_steps=10, em_iterations=0, tilt_chi2=0.0)
-    plain = pipeline.fit(measurement, SCHEMA, dataclasses.replace(config, link_lambda=0.0))
-    linked = pipeline.fit(measurement, SCHEMA, config)
+    plain = chain.fit(measurement, SCHEMA, dataclasses.replace(config, link_lambda=0.0))
+    linked = chain.fit(measurement, SCHEMA, config)
     assert plain.links == () and [{link.source, link.target} for link in linked.links] == [{1, 2}]
     without, with_link = (_b_c_tvd(sample_cube(m, 4_000, 0), rows) for m in (plain, linked))
     assert without > 0.4 and with_link < 0.1, (without, with_link)
@@ -182,7 +188,7 @@ def test_links_survive_save_and_load(tmp_path):
     from splice_assets.sampling import load_model, sample_cube, save_model
 
     rows = _functional_rows(np.random.default_rng(8), 2_000)
-    model = pipeline.fit(toy_measurement(rows), SCHEMA, FitConfig(K=2, max_steps=30, min_steps=10))
+    model = chain.fit(toy_measurement(rows), SCHEMA, FitConfig(K=2, max_steps=30, min_steps=10))
     assert model.links and model.tilt is not None
     save_model(model, tmp_path / "m")
     loaded = load_model(tmp_path / "m")
@@ -196,4 +202,4 @@ def test_links_survive_save_and_load(tmp_path):
 def test_bad_link_settings_are_rejected_before_fitting_quoting_the_value(value):
     rows = _functional_rows(np.random.default_rng(9), 300)
     with pytest.raises(ValueError, match=f"link_lambda .* got {value!r}"):
-        pipeline.fit(toy_measurement(rows), SCHEMA, dataclasses.replace(FitConfig(), link_lambda=value))
+        chain.fit(toy_measurement(rows), SCHEMA, dataclasses.replace(FitConfig(), link_lambda=value))

@@ -7,16 +7,32 @@ import numpy as np
 import pytest
 import torch
 
-from splice_assets import pipeline
-from splice_assets.encoding import layout_for
-from splice_assets.model import MarginalEvaluator, MixtureParameters, PairEvaluator, TorchMixture
-from splice_assets.moments import (
-    coordinate_cells, coordinate_pairs, draw_directions, marginal_cells, marginal_counts, marginal_sizes, moment_sums, pair_counts,
+from splice_assets.layout import (
+    coordinate_cells,
+    coordinate_pairs,
+    draw_directions,
+    layout_for,
+    marginal_cells,
+    marginal_sizes,
     pair_sizes,
 )
-from splice_assets.privacy import (
-    PrivacyParameterError, add_noise_joint, calibrate, float_slack, marginal_weight, query_weights, sensitivity,
+from splice_assets.model.mixture import (
+    MarginalEvaluator,
+    MixtureParameters,
+    PairEvaluator,
+    TorchMixture,
 )
+from splice_assets.private import measuring
+from splice_assets.private.mechanism import (
+    PrivacyParameterError,
+    add_noise_joint,
+    calibrate,
+    float_slack,
+    marginal_weight,
+    query_weights,
+    sensitivity,
+)
+from splice_assets.private.statistics import marginal_counts, moment_sums, pair_counts
 from splice_assets.sampling import from_parameters, sample_cube
 from splice_assets.schema import parse_schema
 
@@ -102,8 +118,8 @@ def test_joint_noise_has_the_right_scales():
 
 
 def test_plan_with_marginals_costs_the_same_privacy_but_more_sensitivity():
-    off, cal_off = pipeline.make_plan(SCHEMA, 100, 1.0, 1e-6, 64, 8, marginal_share=0.0, pair_share=0.0)
-    on, cal_on = pipeline.make_plan(SCHEMA, 100, 1.0, 1e-6, 64, 8, marginal_share=0.2, pair_share=0.0)
+    off, cal_off = measuring.make_plan(SCHEMA, 100, 1.0, 1e-6, 64, 8, marginal_share=0.0, pair_share=0.0)
+    on, cal_on = measuring.make_plan(SCHEMA, 100, 1.0, 1e-6, 64, 8, marginal_share=0.2, pair_share=0.0)
     assert off.marginal_sizes == () and on.marginal_sizes == marginal_sizes(LAYOUT)
     assert cal_on.noise_multiplier == pytest.approx(cal_off.noise_multiplier)
     # share of Delta^2: (Delta_on / Delta_off)^2 = 1 / (1 - share)
@@ -152,7 +168,7 @@ def test_marginal_gradients_are_finite_at_the_edges():
 
 
 def test_matching_to_marginals_hits_the_targets_and_keeps_ranks():
-    from splice_assets.fit import MarginalTargets
+    from splice_assets.model.fit import MarginalTargets
     from splice_assets.sampling import match_to_marginals, target_counts
 
     rng = np.random.default_rng(9)
@@ -175,7 +191,7 @@ def test_matching_splits_tied_rows_at_random():
     between two target cells at random, not by row position: over 200 matchings of 400 tied rows cut in half,
     the mean position of the rows sent to the lower cell has mean 199.5 and sd about 5.8 per matching, so 0.41
     over the 200; a cut by position would put it at 99.5."""
-    from splice_assets.fit import MarginalTargets
+    from splice_assets.model.fit import MarginalTargets
     from splice_assets.sampling import match_to_marginals
 
     n, sizes = 400, marginal_sizes(LAYOUT, BINS)
@@ -198,7 +214,7 @@ def test_matching_splits_tied_rows_at_random():
 
 
 def test_simplex_projection_satisfies_its_optimality_conditions():
-    from splice_assets.product_em import simplex_projection
+    from splice_assets.model.product_em import simplex_projection
 
     rng = np.random.default_rng(4)
     for size in (1, 2, 7, 42):
@@ -214,10 +230,14 @@ def test_simplex_projection_satisfies_its_optimality_conditions():
 @pytest.mark.parametrize("bounds", [(1, 16), (0, 99), (17, 90), (0, 1_500_000), (0, 9)])
 def test_matched_integer_columns_decode_into_their_target_cells(bounds):
     """Rounding integers at decode time must not push matched rows into the neighbouring 16-bin cell."""
-    from splice_assets.encoding import decode
-    from splice_assets.fit import MarginalTargets
-    from splice_assets.metrics import column_codes
-    from splice_assets.sampling import integer_coordinates, match_to_marginals, target_counts
+    from splice_assets.evaluation.metrics import column_codes
+    from splice_assets.layout import decode
+    from splice_assets.model.fit import MarginalTargets
+    from splice_assets.sampling import (
+        integer_coordinates,
+        match_to_marginals,
+        target_counts,
+    )
 
     schema = parse_schema(
         {"name": "ints", "version": 1, "n_min": 2, "columns": [{"name": "v", "kind": "integer", "bounds": list(bounds)}]}
@@ -312,14 +332,14 @@ def test_joint_noise_with_per_cell_weights():
 
 
 def test_plan_with_pairs_costs_the_same_privacy_and_round_trips(tmp_path):
-    plan, cal = pipeline.make_plan(SCHEMA, 500, 1.0, 1e-6, 32, 6, marginal_share=0.2, pair_share=0.4)
-    off, cal_off = pipeline.make_plan(SCHEMA, 500, 1.0, 1e-6, 32, 6, marginal_share=0.0, pair_share=0.0)
+    plan, cal = measuring.make_plan(SCHEMA, 500, 1.0, 1e-6, 32, 6, marginal_share=0.2, pair_share=0.4)
+    off, cal_off = measuring.make_plan(SCHEMA, 500, 1.0, 1e-6, 32, 6, marginal_share=0.0, pair_share=0.0)
     assert plan.pairs == PAIRS and plan.mechanism == "gaussian/sliced-chebyshev+marginals+pairs"
     assert off.mechanism == "gaussian/sliced-chebyshev"
     assert cal.noise_multiplier == pytest.approx(cal_off.noise_multiplier)
     assert (cal.sensitivity / cal_off.sensitivity) ** 2 == pytest.approx(1 / 0.4, rel=1e-6)
     x = random_rows(np.random.default_rng(2), 500)
-    m = pipeline.measure(x, SCHEMA, plan, cal)
+    m = measuring.measure(x, SCHEMA, plan, cal)
     exact = pair_counts(x, LAYOUT, PAIRS, plan.numeric_bins).frequencies(500)
     assert m.noisy_pairs.shape == exact.shape == (180,)
     # Noise of the right size (OS entropy, unseeded): over 180 cells the standardised residuals' std has
@@ -365,15 +385,15 @@ def test_pooled_marginals_are_exact_without_noise_and_less_noisy_with_it():
     """Pooling the 1-way histograms with the 2-way margins (inverse variance) is post-processing: exact inputs
     give the exact marginals back, and noisy ones (seeded here) a smaller error. Measured on this layout over 20
     draws: mean squared error ratio pooled / direct 0.46; tolerance 0.85."""
-    from splice_assets.fit import pooled_marginals
     from splice_assets.measurement import Measurement
+    from splice_assets.model.fit import pooled_marginals
 
-    plan, cal = pipeline.make_plan(SCHEMA, 400, 1.0, 1e-6, 16, 4, marginal_share=0.2, pair_share=0.5)
+    plan, cal = measuring.make_plan(SCHEMA, 400, 1.0, 1e-6, 16, 4, marginal_share=0.2, pair_share=0.5)
     x = random_rows(np.random.default_rng(8), 400)
-    stats = pipeline.exact_statistics(x, plan, LAYOUT)
+    stats = measuring.exact_statistics(x, plan, LAYOUT)
 
     def measurement(h1: np.ndarray, h2: np.ndarray) -> Measurement:
-        return pipeline.measurement_of(plan, cal, LAYOUT.d, stats.moments, h1, h2)
+        return measuring.measurement_of(plan, cal, LAYOUT.d, stats.moments, h1, h2)
 
     np.testing.assert_allclose(pooled_marginals(measurement(stats.marginals, stats.pairs)), stats.marginals, atol=1e-12)
     rng = np.random.default_rng(9)
@@ -387,8 +407,7 @@ def test_pooled_marginals_are_exact_without_noise_and_less_noisy_with_it():
 
 
 def test_a_model_layout_has_the_measured_cells_and_pair_tables_split_in_counting_order():
-    from splice_assets.encoding import histogram_layout
-    from splice_assets.moments import pair_tables
+    from splice_assets.layout import histogram_layout, pair_tables
 
     assert marginal_sizes(histogram_layout(LAYOUT, 4 * BINS), BINS) == marginal_sizes(LAYOUT, BINS)
     x = random_rows(np.random.default_rng(11), 300)

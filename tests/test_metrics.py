@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splice_assets import metrics as M
-from splice_assets.encoding import encode
+from splice_assets.evaluation import metrics as M
+from splice_assets.private.encoding import encode
+from splice_assets.private.validation import validate
 from splice_assets.schema import parse_schema
-from splice_assets.validation import validate
 
 MIXED = {
     "name": "toy_mixed",
@@ -154,7 +154,7 @@ def test_w1_unequal_sizes_exact():
 
 
 def test_evaluation_directions_differ_from_measurement():
-    from splice_assets.moments import draw_directions
+    from splice_assets.layout import draw_directions
 
     ev = M.evaluation_directions(0, 16, 5)
     np.testing.assert_allclose(np.linalg.norm(ev, axis=1), 1.0)

@@ -10,12 +10,23 @@ import pytest
 import torch
 from numpy.polynomial import chebyshev as C
 
-from splice_assets import kernels, model
-from splice_assets.encoding import Coordinate, EncodingLayout
-from splice_assets.model import (
-    Bounds, MixtureModule, MixtureParameters, MomentEvaluator, TorchMixture, chebyshev_taylor_expectations, model_moments,
+from splice_assets.layout import (
+    Coordinate,
+    EncodingLayout,
+    direction_scales,
+    draw_directions,
 )
-from splice_assets.moments import direction_scales, draw_directions
+from splice_assets.model import kernels
+from splice_assets.model import mixture as model
+from splice_assets.model.mixture import (
+    Bounds,
+    MixtureModule,
+    MixtureParameters,
+    MomentEvaluator,
+    TorchMixture,
+    chebyshev_taylor_expectations,
+    model_moments,
+)
 
 torch.set_num_threads(1)
 
@@ -408,7 +419,7 @@ def test_stable_path_agrees_with_the_fast_path_on_binned_coordinates(k):
 
 
 def test_binned_marginals_sum_model_bins_into_measured_bins():
-    from splice_assets.model import MarginalEvaluator
+    from splice_assets.model.mixture import MarginalEvaluator
 
     params = _random_params(BINNED, K=2, R=0, rng=np.random.default_rng(13))
     with torch.no_grad():

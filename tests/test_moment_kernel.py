@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from splice_assets.moments import _FIXED_ONE, direction_scales, draw_directions, moment_sums
+from splice_assets.layout import direction_scales, draw_directions
+from splice_assets.private.statistics import _FIXED_ONE, moment_sums
 
 
 def _reference_moment_sums(x: np.ndarray, directions: np.ndarray, k: int, mode: str = "ball", chunk_rows: int = 1024) -> np.ndarray:

@@ -13,13 +13,18 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from splice_assets import preflight
 from splice_assets.dagster_layer.automation import run_config_for
 from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
-from splice_assets.dagster_layer.resources import ArtifactStore, LedgerResource, MlflowResource, ReleaseStepStorage
-from splice_assets.ledger import BudgetLedger, budgets_table
-from splice_assets.privacy import PrivacyParameterError
+from splice_assets.dagster_layer.resources import (
+    ArtifactStore,
+    LedgerResource,
+    MlflowResource,
+    ReleaseStepStorage,
+)
+from splice_assets.private import preflight
+from splice_assets.private.ledger import BudgetLedger, budgets_table
+from splice_assets.private.mechanism import PrivacyParameterError
 
 SCHEMA = {
     "name": "toy_preflight", "version": 1, "n_min": 100,

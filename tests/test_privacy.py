@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from dp_accounting.gaussian_mechanism import get_epsilon_gaussian, get_sigma_gaussian
 
-from splice_assets.moments import harmonic
-from splice_assets.privacy import (
+from splice_assets.layout import harmonic
+from splice_assets.private.mechanism import (
     Calibration,
     PrivacyParameterError,
     add_noise,

@@ -7,7 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
-from splice_assets.product_em import ProductMixture, composite_em, composite_log_likelihood
+from splice_assets.model.product_em import (
+    ProductMixture,
+    composite_em,
+    composite_log_likelihood,
+)
 
 LEVELS = (3, 4, 2, 5, 3)
 PAIRS = tuple(itertools.combinations(range(len(LEVELS)), 2))
@@ -74,11 +78,12 @@ def test_fit_starts_from_em_on_the_measured_tables():
     """With histogram numerics and measured pairs, the fit's start (one step at a negligible rate) already has
     2-way tables close to the (here exact) measured ones; the jittered moment start does not. Measured: mean
     TVD over pairs 0.007 with EM against 0.77 without; tolerances 0.05 and 0.3."""
-    from splice_assets import pipeline
-    from splice_assets.encoding import layout_for
-    from splice_assets.fit import FitConfig, fit_measurement
-    from splice_assets.model import PairEvaluator, TorchMixture
     from toy import TOY_SCHEMA
+
+    from splice_assets.layout import layout_for
+    from splice_assets.model.fit import FitConfig, fit_measurement
+    from splice_assets.model.mixture import PairEvaluator, TorchMixture
+    from splice_assets.private import measuring
 
     schema = TOY_SCHEMA
     layout = layout_for(schema)
@@ -90,9 +95,9 @@ def test_fit_starts_from_em_on_the_measured_tables():
         np.where(group, -1.0, np.where(rng.random(n) < 0.5, 0.0, 1.0)),
         np.where(group, layout.coordinates[2].grid()[rng.integers(0, 2, n)], layout.coordinates[2].grid()[4]),
     ])
-    plan, cal = pipeline.make_plan(schema, n, 1.0, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
-    stats = pipeline.exact_statistics(x, plan, layout)
-    exact = pipeline.measurement_of(plan, cal, layout.d, stats.moments, stats.marginals, stats.pairs)
+    plan, cal = measuring.make_plan(schema, n, 1.0, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
+    stats = measuring.exact_statistics(x, plan, layout)
+    exact = measuring.measurement_of(plan, cal, layout.d, stats.moments, stats.marginals, stats.pairs)
     blocks = np.cumsum(plan.pair_sizes)[:-1]
 
     def start_tvd(em_iterations: int) -> float:
@@ -110,8 +115,8 @@ def test_fit_starts_from_em_on_the_measured_tables():
 
 
 def test_negative_em_iterations_are_rejected_with_the_value():
-    from splice_assets.encoding import layout_for
-    from splice_assets.fit import FitConfig, fit_mixture
+    from splice_assets.layout import layout_for
+    from splice_assets.model.fit import FitConfig, fit_mixture
     from splice_assets.schema import parse_schema
 
     schema = parse_schema({"name": "t", "version": 1, "n_min": 2,
@@ -159,8 +164,8 @@ def test_em_with_a_joint_part_never_decreases_and_fits_the_dependent_pair():
 def test_pair_misfit_and_choice_of_joint_pairs():
     """Misfit is ~1 at the noise level (exact tables plus N(0, s^2) noise: 10 tables, mean within 0.25 of 1),
     and the choice takes the worst pairs first, skips pairs that share a coordinate, and stops at the threshold."""
-    from splice_assets.fit import choose_joint_pairs
-    from splice_assets.product_em import pair_misfit
+    from splice_assets.model.fit import choose_joint_pairs
+    from splice_assets.model.product_em import pair_misfit
 
     rng = np.random.default_rng(8)
     truth = _random_mixture(rng, 3)

@@ -19,7 +19,7 @@ from splice_assets.dagster_layer.automation import run_config_for
 from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
 from splice_assets.datasets import DEMO_DATASET, demo_data_path
-from splice_assets.ledger import BudgetLedger
+from splice_assets.private.ledger import BudgetLedger
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = dict(k=8, n_directions=128, components=3, rank=1, max_steps=60, n_synthetic=2000)
@@ -241,7 +241,7 @@ def test_registered_model_samples_in_a_fresh_process(released):
 
 
 def test_refit_costs_zero_and_links_its_parent(released, monkeypatch):
-    from splice_assets.refit import refit_release
+    from splice_assets.release.refit import refit_release
 
     tmp, parent = released["tmp"], released["record"]
     for key, value in environment(tmp).items():

@@ -18,17 +18,27 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splice_assets import pipeline, privacy
 from splice_assets.dagster_layer.automation import run_config_for
 from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
-from splice_assets.dagster_layer.resources import ArtifactStore, LedgerResource, MlflowResource, ReleaseStepStorage
-from splice_assets.encoding import encode, layout_for
-from splice_assets.ledger import BudgetLedger
+from splice_assets.dagster_layer.resources import (
+    ArtifactStore,
+    LedgerResource,
+    MlflowResource,
+    ReleaseStepStorage,
+)
 from splice_assets.measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
-from splice_assets.privacy import DEFAULT_COUNT_SHARE, DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
+from splice_assets.private import holdout_split, measuring
+from splice_assets.private import mechanism as privacy
+from splice_assets.private.encoding import encode
+from splice_assets.private.ledger import BudgetLedger
+from splice_assets.private.mechanism import (
+    DEFAULT_COUNT_SHARE,
+    DEFAULT_MARGINAL_SHARE,
+    DEFAULT_PAIR_SHARE,
+)
+from splice_assets.private.validation import validate
 from splice_assets.schema import parse_schema
-from splice_assets.validation import validate
 
 AR, RO = RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
 SCHEMA_YAML = """
@@ -92,20 +102,20 @@ def capture_sampler(monkeypatch) -> list[np.ndarray]:
 def library_vector(table: pd.DataFrame, relation: str, holdout: float, seed: int, seen: list) -> np.ndarray:
     """The release path's functions in the job's order: validate -> split -> encode -> plan -> measure."""
     checked = validate(table, SCHEMA).table
-    train, _ = pipeline.split_holdout(checked, holdout, seed, relation)
-    plan, calibration = pipeline.make_plan(SCHEMA, len(train), 1.0, 1e-6, relation=relation)
+    train, _ = holdout_split.split_holdout(checked, holdout, seed, relation)
+    plan, calibration = measuring.make_plan(SCHEMA, len(train), 1.0, 1e-6, relation=relation)
     with pytest.raises(Captured):
-        pipeline.measure(encode(train, SCHEMA), SCHEMA, plan, calibration)
+        measuring.measure(encode(train, SCHEMA), SCHEMA, plan, calibration)
     return seen.pop()
 
 
-def nominal_delta(relation: str, n_measured: int) -> tuple[float, float, pipeline.MeasurementPlan]:
+def nominal_delta(relation: str, n_measured: int) -> tuple[float, float, measuring.MeasurementPlan]:
     """(Delta (1 + slack) as calibrated, Delta without slack, the plan) for ``n_measured`` measured rows."""
-    plan, calibration = pipeline.make_plan(SCHEMA, n_measured, 1.0, 1e-6, relation=relation)
+    plan, calibration = measuring.make_plan(SCHEMA, n_measured, 1.0, 1e-6, relation=relation)
     return calibration.sensitivity, calibration.sensitivity / (1.0 + calibration.slack), plan
 
 
-def family_norms(diff: np.ndarray, plan: pipeline.MeasurementPlan) -> dict[str, float]:
+def family_norms(diff: np.ndarray, plan: measuring.MeasurementPlan) -> dict[str, float]:
     """The l2 shift of each query family in the sampler's input: moments, 1-way cells, 2-way cells, count."""
     edges = np.cumsum([plan.k * plan.n_directions, sum(plan.marginal_sizes), sum(plan.pair_sizes)])
     moments, one_way, two_way, count = np.split(diff, edges)
@@ -168,10 +178,10 @@ def test_the_split_measures_a_neighbour_of_the_measured_part(monkeypatch):
     rng = np.random.default_rng(8)
     table = validate(private_table(rng, 800), SCHEMA).table
     for relation in (AR, RO):
-        train, held = pipeline.split_holdout(table, 0.2, 5, relation)
+        train, held = holdout_split.split_holdout(table, 0.2, 5, relation)
         assert len(held) == pytest.approx(160, abs=40 if relation == AR else 0)
         for name, other in neighbours(rng, table, relation).items():
-            other_train, _ = pipeline.split_holdout(validate(other, SCHEMA).table, 0.2, 5, relation)
+            other_train, _ = holdout_split.split_holdout(validate(other, SCHEMA).table, 0.2, 5, relation)
             a = train.astype(str).agg("|".join, axis=1).value_counts()
             b = other_train.astype(str).agg("|".join, axis=1).value_counts()
             moved = int(a.sub(b, fill_value=0).abs().sum())

@@ -10,9 +10,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
-from splice_assets.report import INTERNAL_BANNER, build_report
 from test_metrics import mixed_schema, mixed_table
+
+from splice_assets.evaluation.report import INTERNAL_BANNER, build_report
 
 
 class _Collector(HTMLParser):

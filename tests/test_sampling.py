@@ -5,11 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from splice_assets.encoding import layout_for
-from splice_assets.model import MixtureParameters
-from splice_assets.sampling import from_parameters, load_model, sample_cube, sample_table, save_model
+from splice_assets.layout import layout_for
+from splice_assets.model.mixture import MixtureParameters
+from splice_assets.private.validation import conform
+from splice_assets.sampling import (
+    from_parameters,
+    load_model,
+    sample_cube,
+    sample_table,
+    save_model,
+)
 from splice_assets.schema import parse_schema
-from splice_assets.validation import conform
 
 SCHEMA = parse_schema(
     {
@@ -81,8 +87,9 @@ def test_matched_sampling_widens_components_and_still_hits_the_marginals():
 
     import pytest
 
-    from splice_assets.fit import MarginalTargets
-    from splice_assets.moments import marginal_counts, marginal_sizes
+    from splice_assets.layout import marginal_sizes
+    from splice_assets.model.fit import MarginalTargets
+    from splice_assets.private.statistics import marginal_counts
     from splice_assets.sampling import target_counts
 
     model = _model()

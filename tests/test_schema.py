@@ -8,7 +8,13 @@ import pytest
 import yaml
 
 from splice_assets.datasets import schema_dir
-from splice_assets.schema import SchemaError, category_key, load_schema, parse_schema, schema_to_dict
+from splice_assets.schema import (
+    SchemaError,
+    category_key,
+    load_schema,
+    parse_schema,
+    schema_to_dict,
+)
 
 GOOD = {
     "name": "toy",

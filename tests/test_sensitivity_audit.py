@@ -16,9 +16,15 @@ import pandas as pd
 import pytest
 from scipy.stats import beta
 
-from splice_assets.encoding import encode
-from splice_assets.moments import draw_directions, moment_sums
-from splice_assets.privacy import add_noise, calibrate, float_slack, sensitivity
+from splice_assets.layout import draw_directions
+from splice_assets.private.encoding import encode
+from splice_assets.private.mechanism import (
+    add_noise,
+    calibrate,
+    float_slack,
+    sensitivity,
+)
+from splice_assets.private.statistics import moment_sums
 from splice_assets.schema import parse_schema
 
 

@@ -1,5 +1,5 @@
 """Cell tilt (``tilt``): potentials fitted to noisy 1-/2-way tables, importance resampling, and its wiring into
-``pipeline.fit``, sampling and the stored model."""
+``chain.fit``, sampling and the stored model."""
 
 from __future__ import annotations
 
@@ -7,16 +7,27 @@ import dataclasses
 
 import numpy as np
 import pytest
+from toy import TOY_SCHEMA, toy_measurement
 
-from splice_assets import pipeline
-from splice_assets.encoding import layout_for
-from splice_assets.fit import FitConfig
-from splice_assets.moments import coordinate_pairs, marginal_counts, marginal_sizes, pair_counts, pair_tables
-from splice_assets.tilt import (
-    _cell_sums, _row_sums, fit_tilt, log_weights, pool_log_weights, systematic_resample, table_cells,
+from splice_assets.layout import (
+    coordinate_pairs,
+    layout_for,
+    marginal_sizes,
+    pair_tables,
+)
+from splice_assets.model.fit import FitConfig
+from splice_assets.postprocess import chain
+from splice_assets.postprocess.tilt import (
+    _cell_sums,
+    _row_sums,
+    fit_tilt,
+    log_weights,
+    pool_log_weights,
+    systematic_resample,
+    table_cells,
     table_starts,
 )
-from toy import TOY_SCHEMA, toy_measurement
+from splice_assets.private.statistics import marginal_counts, pair_counts
 
 SCHEMA = TOY_SCHEMA
 LAYOUT = layout_for(SCHEMA)
@@ -176,7 +187,7 @@ def test_systematic_resampling_picks_each_row_floor_or_ceil_of_its_share():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Wiring: pipeline.fit, sampling, storage
+# Wiring: chain.fit, sampling, storage
 
 
 def _pair_tvd(a: np.ndarray, b: np.ndarray) -> float:
@@ -194,8 +205,8 @@ def test_a_one_component_fit_gains_its_dependence_from_the_tilt():
     rows = _correlated_rows(np.random.default_rng(5), 4_000)
     measurement = toy_measurement(rows)
     config = FitConfig(K=1, max_steps=60, min_steps=10, em_iterations=0, link_lambda=0.0)
-    plain = pipeline.fit(measurement, SCHEMA, dataclasses.replace(config, tilt_chi2=0.0))
-    tilted = pipeline.fit(measurement, SCHEMA, config)
+    plain = chain.fit(measurement, SCHEMA, dataclasses.replace(config, tilt_chi2=0.0))
+    tilted = chain.fit(measurement, SCHEMA, config)
     assert plain.tilt is None and tilted.tilt is not None
     assert tilted.tilt.chi2_end < tilted.tilt.chi2_start
     without, with_tilt = (_pair_tvd(sample_cube(m, 4_000, 0), rows) for m in (plain, tilted))
@@ -211,7 +222,7 @@ def test_the_tilt_is_refitted_on_wider_pools_only_when_the_holdout_stops_it_shor
     config = FitConfig(K=1, max_steps=60, min_steps=10, em_iterations=0, link_lambda=0.0, field_iterations=0)
 
     def tilt_of(**changes):
-        return pipeline.fit(measurement, SCHEMA, dataclasses.replace(config, **changes)).tilt
+        return chain.fit(measurement, SCHEMA, dataclasses.replace(config, **changes)).tilt
 
     reached, narrow, wide = tilt_of(tilt_chi2=1e6), tilt_of(tilt_wide_pool_factor=0), tilt_of()
     assert reached.pool_factor == 4 and reached.iterations == 0
@@ -224,7 +235,7 @@ def test_tilted_sampling_is_deterministic_and_survives_save_and_load(tmp_path):
     from splice_assets.sampling import load_model, sample_cube, save_model
 
     rows = _correlated_rows(np.random.default_rng(6), 2_000)
-    model = pipeline.fit(toy_measurement(rows), SCHEMA, FitConfig(K=2, max_steps=30, min_steps=10))
+    model = chain.fit(toy_measurement(rows), SCHEMA, FitConfig(K=2, max_steps=30, min_steps=10))
     assert model.tilt is not None
     first = sample_cube(model, 700, seed=3)
     assert np.array_equal(first, sample_cube(model, 700, seed=3))
@@ -243,4 +254,4 @@ def test_tilted_sampling_is_deterministic_and_survives_save_and_load(tmp_path):
 def test_bad_tilt_settings_are_rejected_before_fitting_quoting_the_value(field, value):
     rows = _correlated_rows(np.random.default_rng(7), 300)
     with pytest.raises(ValueError, match=field):
-        pipeline.fit(toy_measurement(rows), SCHEMA, dataclasses.replace(FitConfig(), **{field: value}))
+        chain.fit(toy_measurement(rows), SCHEMA, dataclasses.replace(FitConfig(), **{field: value}))

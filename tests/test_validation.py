@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splice_assets.schema import parse_schema
-from splice_assets.validation import (
+from splice_assets.private.validation import (
     DEFAULT_MAX_UNPARSEABLE_SHARE,
     StructuralError,
     check_structure,
@@ -19,6 +18,7 @@ from splice_assets.validation import (
     read_table,
     validate,
 )
+from splice_assets.schema import parse_schema
 
 SCHEMA = parse_schema(
     {

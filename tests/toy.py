@@ -3,9 +3,9 @@ ordinal column, none nullable (d = 3)."""
 
 import numpy as np
 
-from splice_assets import pipeline
-from splice_assets.encoding import layout_for
+from splice_assets.layout import layout_for
 from splice_assets.measurement import Measurement
+from splice_assets.private import measuring
 from splice_assets.schema import parse_schema
 
 TOY_SCHEMA = parse_schema({
@@ -21,11 +21,11 @@ TOY_SCHEMA = parse_schema({
 def toy_measurement(rows: np.ndarray, epsilon: float = 2.0, seed: int = 0) -> Measurement:
     """Exact statistics of cube-encoded toy ``rows`` (L = 32, k = 4, shares 0.2 / 0.5) plus the mechanism's noise at
     ``epsilon``, drawn from a SEEDED generator (test only: the product's noise is unseeded OS entropy)."""
-    plan, cal = pipeline.make_plan(TOY_SCHEMA, len(rows), epsilon, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
-    stats = pipeline.exact_statistics(rows, plan, layout_for(TOY_SCHEMA))
+    plan, cal = measuring.make_plan(TOY_SCHEMA, len(rows), epsilon, 1e-6, 32, 4, marginal_share=0.2, pair_share=0.5)
+    stats = measuring.exact_statistics(rows, plan, layout_for(TOY_SCHEMA))
     rng = np.random.default_rng(seed)
     moment_std = cal.sigma * np.sqrt(np.arange(1, plan.k + 1))[:, None]
-    return pipeline.measurement_of(
+    return measuring.measurement_of(
         plan, cal, rows.shape[1],
         stats.moments + rng.standard_normal(stats.moments.shape) * moment_std,
         stats.marginals + rng.standard_normal(stats.marginals.shape) * cal.sigma / plan.marginal_weight,

@@ -2,7 +2,7 @@
 
 Runs the release path's functions (validate -> holdout split -> encode -> plan -> ``measure``) on a table and on
 neighbours of it, with the sampler replaced by a stand-in that records its input and draws nothing. Compares the
-row-order-free split (``pipeline.split_holdout``) with the positional permutation the release job used before
+row-order-free split (``holdout_split.split_holdout``) with the positional permutation the release job used before
 (held out: the last 20% of a permutation of all n rows under the public seed). Generated public data only.
 
     .venv/bin/python -m bench.experiments.neighbour_shift [--neighbours 20]
@@ -17,11 +17,12 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from splice_assets import pipeline, privacy
-from splice_assets.encoding import encode
 from splice_assets.measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
+from splice_assets.private import holdout_split, measuring
+from splice_assets.private import mechanism as privacy
+from splice_assets.private.encoding import encode
+from splice_assets.private.validation import validate
 from splice_assets.schema import parse_schema
-from splice_assets.validation import validate
 
 SCHEMA = parse_schema({
     "name": "neighbour_shift", "version": 1, "n_min": 100,
@@ -42,7 +43,7 @@ def positional_split(table: pd.DataFrame, fraction: float, seed: int, relation: 
     return table.iloc[order[:cut]].reset_index(drop=True), table.iloc[order[cut:]].reset_index(drop=True)
 
 
-SPLITS = {"row hash (now)": pipeline.split_holdout, "positional (before)": positional_split}
+SPLITS = {"row hash (now)": holdout_split.split_holdout, "positional (before)": positional_split}
 
 
 def table_of(rng: np.random.Generator, n: int) -> pd.DataFrame:
@@ -67,9 +68,9 @@ def sampler_input(table: pd.DataFrame, relation: str, split) -> tuple[np.ndarray
     privacy.gaussian_noise = stand_in
     try:
         train, _ = split(validate(table, SCHEMA).table, HOLDOUT, SEED, relation)
-        plan, calibration = pipeline.make_plan(SCHEMA, len(train), 1.0, 1e-9, relation=relation)
+        plan, calibration = measuring.make_plan(SCHEMA, len(train), 1.0, 1e-9, relation=relation)
         try:
-            pipeline.measure(encode(train, SCHEMA), SCHEMA, plan, calibration)
+            measuring.measure(encode(train, SCHEMA), SCHEMA, plan, calibration)
         except _Captured:
             pass
     finally:

@@ -15,19 +15,32 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from .. import pipeline, preflight, release as release_lib
-from ..bounds import BoundsEstimate, auto_columns, estimate_bounds
-from ..datasets import schema_path
-from ..encoding import encode, layout_for
-from ..fit import FitConfig, FittedMixture
-from ..links import describe as describe_links
-from ..measurement import RELATION_REPLACE_ONE, Measurement
-from ..report import ReportResult, build_report
-from ..sampling import sample_table
-from ..schema import TableSchema, load_schema
-from ..validation import ValidationReport, check_structure, read_table, validate
-from .config import ReleaseConfig, ReleaseSettings
-from .resources import ArtifactStore, LedgerResource, MlflowResource, release_id_of_run
+from splice_assets.dagster_layer.config import ReleaseConfig, ReleaseSettings
+from splice_assets.dagster_layer.resources import (
+    ArtifactStore,
+    LedgerResource,
+    MlflowResource,
+    release_id_of_run,
+)
+from splice_assets.datasets import schema_path
+from splice_assets.evaluation.report import ReportResult, build_report
+from splice_assets.layout import layout_for
+from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
+from splice_assets.model.fit import FitConfig, FittedMixture
+from splice_assets.postprocess import chain
+from splice_assets.postprocess.links import describe as describe_links
+from splice_assets.private import holdout_split, measuring, preflight
+from splice_assets.private.bounds import BoundsEstimate, auto_columns, estimate_bounds
+from splice_assets.private.encoding import encode
+from splice_assets.private.validation import (
+    ValidationReport,
+    check_structure,
+    read_table,
+    validate,
+)
+from splice_assets.release import bundle as release_lib
+from splice_assets.sampling import sample_table
+from splice_assets.schema import TableSchema, load_schema
 
 GROUP = "splice_release"
 # Asset keys live under "splice/" so the final `release` asset does not clash with the `release` job.
@@ -111,7 +124,7 @@ def row_count_metadata(n: int, relation: str) -> dict[str, object]:
 def measurement_plan(settings: ReleaseSettings, schema: TableSchema, n_measured: int):
     """The plan and calibration of this release's measurement (n enters under replace-one only)."""
     s = settings
-    return pipeline.make_plan(
+    return measuring.make_plan(
         schema, n_measured, s.epsilon, s.delta, s.n_directions, s.k, s.seed,
         marginal_share=s.marginal_share, pair_share=s.pair_share, relation=s.relation,
     )
@@ -156,7 +169,7 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
             settings = dataclasses.replace(settings, epsilon=settings.epsilon - bounds_epsilon)
             context.log.info(f"auto bounds at epsilon={bounds_epsilon:g} (public DP estimates): {estimate.columns}")
     checked = validate(raw, schema, settings.schema_version, max_unparseable_share=share)
-    train, holdout = pipeline.split_holdout(checked.table, settings.holdout_fraction, settings.seed, settings.relation)
+    train, holdout = holdout_split.split_holdout(checked.table, settings.holdout_fraction, settings.seed, settings.relation)
     if len(train) < schema.n_min:
         raise dg.Failure(
             f"after holding out {settings.holdout_fraction:.0%} for evaluation the measured part is below the "
@@ -219,13 +232,13 @@ def private_moments(
                                   metadata={"note": "reused stored measurement"})
     else:
         plan, calibration = measurement_plan(s, e.schema, e.x.shape[0])
-        exact = pipeline.exact_statistics(e.x, plan, layout_for(e.schema))
-        in_range = pipeline.statistics_in_range(exact)
+        exact = measuring.exact_statistics(e.x, plan, layout_for(e.schema))
+        in_range = measuring.statistics_in_range(exact)
         yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=in_range)
         if not in_range:
             raise dg.Failure("exact statistics not finite or out of range; nothing was charged")
         with ledger.open() as book:
-            measurement = pipeline.measure_exact(
+            measurement = measuring.measure_exact(
                 exact, plan, calibration, book, release_id, on_noisy=lambda m: m.save(stem)
             )
         del exact
@@ -261,7 +274,7 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
         tilt_chi2=s.tilt_chi2, link_lambda=s.link_lambda, joint_pairs=s.joint_pairs,
         field_iterations=s.field_iterations,
     )
-    model = pipeline.fit(p.measurement, p.schema, config)
+    model = chain.fit(p.measurement, p.schema, config)
     curve = [float(v) for v in model.loss_curve]
     return dg.Output(
         FittedModel(s, p.schema, p.measurement, model),

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from .. import pipeline
-from ..datasets import DEMO_DATASET, schema_path
-from ..ledger import BUDGET_TOLERANCE
-from ..schema import load_schema
-from .assets import ALL_ASSETS, CONFIG_OP
-from .config import ReleaseConfig
-from .resources import LedgerResource
+from splice_assets.dagster_layer.assets import ALL_ASSETS, CONFIG_OP
+from splice_assets.dagster_layer.config import ReleaseConfig
+from splice_assets.dagster_layer.resources import LedgerResource
+from splice_assets.datasets import DEMO_DATASET, schema_path
+from splice_assets.private import measuring
+from splice_assets.private.ledger import BUDGET_TOLERANCE
+from splice_assets.schema import load_schema
 
 release_job = dg.define_asset_job(
     "release",
@@ -40,7 +40,7 @@ def refresh_skip_reason(config: ReleaseConfig, ledger: LedgerResource) -> str | 
         schema = load_schema(schema_path(config.dataset))
     except FileNotFoundError as exc:
         return str(exc)
-    _, calibration = pipeline.make_plan(
+    _, calibration = measuring.make_plan(
         schema, schema.n_min, config.epsilon, config.delta, config.n_directions, config.k, config.seed,
         marginal_share=config.marginal_share, pair_share=config.pair_share, relation=config.relation,
     )

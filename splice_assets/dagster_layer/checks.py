@@ -3,12 +3,12 @@
 
 import dagster as dg
 
-from .. import pipeline
-from ..expectations import check_synthetic
-from ..ledger import BUDGET_TOLERANCE
-from ..preflight import ReleaseCost, ledger_projection
-from .assets import PREFIX, EncodedInput, SyntheticTable
-from .resources import LedgerResource
+from splice_assets.dagster_layer.assets import PREFIX, EncodedInput, SyntheticTable
+from splice_assets.dagster_layer.resources import LedgerResource
+from splice_assets.evaluation.expectations import check_synthetic
+from splice_assets.private import measuring
+from splice_assets.private.ledger import BUDGET_TOLERANCE
+from splice_assets.private.preflight import ReleaseCost, ledger_projection
 
 
 @dg.asset_check(
@@ -19,7 +19,7 @@ from .resources import LedgerResource
 )
 def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -> dg.AssetCheckResult:
     s = unit_ball_encoding.settings
-    _, calibration = pipeline.make_plan(
+    _, calibration = measuring.make_plan(
         unit_ball_encoding.schema, unit_ball_encoding.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed,
         marginal_share=s.marginal_share, pair_share=s.pair_share, relation=s.relation,
     )

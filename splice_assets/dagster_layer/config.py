@@ -7,13 +7,23 @@ from dataclasses import dataclass
 import dagster as dg
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from .. import preflight
-from ..datasets import DEMO_DATASET, demo_data_path
-from ..fit import NUMERIC_MODELS, FitConfig
-from ..pipeline import check_post_processing
-from ..measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE, RELATIONS
-from ..validation import DEFAULT_MAX_UNPARSEABLE_SHARE
-from ..privacy import DEFAULT_COUNT_SHARE, DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
+from splice_assets.datasets import DEMO_DATASET, demo_data_path
+from splice_assets.measurement import (
+    RELATION_ADD_REMOVE,
+    RELATION_REPLACE_ONE,
+    RELATIONS,
+)
+from splice_assets.model.fit import NUMERIC_MODELS, FitConfig
+from splice_assets.postprocess.chain import check_post_processing
+from splice_assets.private import preflight
+from splice_assets.private.mechanism import (
+    DEFAULT_COUNT_SHARE,
+    DEFAULT_K,
+    DEFAULT_MARGINAL_SHARE,
+    DEFAULT_N_DIRECTIONS,
+    DEFAULT_PAIR_SHARE,
+)
+from splice_assets.private.validation import DEFAULT_MAX_UNPARSEABLE_SHARE
 
 
 class ReleaseConfig(dg.Config):

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dagster as dg
 
-from .assets import ALL_ASSETS
-from .automation import new_file_sensor, refresh_schedule, release_job
-from .checks import ALL_CHECKS
-from .resources import default_resources
+from splice_assets.dagster_layer.assets import ALL_ASSETS
+from splice_assets.dagster_layer.automation import (
+    new_file_sensor,
+    refresh_schedule,
+    release_job,
+)
+from splice_assets.dagster_layer.checks import ALL_CHECKS
+from splice_assets.dagster_layer.resources import default_resources
 
 
 def build_definitions(resources: dict[str, object] | None = None) -> dg.Definitions:

@@ -20,11 +20,9 @@ from typing import Any
 
 import dagster as dg
 
-from ..ledger import BudgetLedger, default_ledger_url
-from ..locations import (  # noqa: F401 - re-exported for existing callers
-    dagster_home,
+from splice_assets.private.ledger import BudgetLedger, default_ledger_url
+from splice_assets.release.locations import (
     default_artifact_dir,
-    default_mlflow_artifact_root,
     default_tracking_uri,
     mlflow_artifact_location,
 )

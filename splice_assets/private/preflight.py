@@ -14,10 +14,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .ledger import BUDGET_TOLERANCE, BudgetLedger, NoBudget
-from .measurement import RELATION_REPLACE_ONE
-from .privacy import PrivacyParameterError, compose_epsilon
-from .schema import TableSchema
+from splice_assets.measurement import RELATION_REPLACE_ONE
+from splice_assets.private.ledger import BUDGET_TOLERANCE, BudgetLedger, NoBudget
+from splice_assets.private.mechanism import PrivacyParameterError, compose_epsilon
+from splice_assets.schema import TableSchema
 
 #: Above this epsilon a release protects nothing worth the name, and the PLD accountant's grid grows with it:
 #: composing one release with a pure-epsilon part took 2.5 s / 0.3 GB at epsilon 10, 6.7 s / 0.4 GB at 20,

@@ -1,24 +1,27 @@
-"""Table <-> coordinates in [-1, 1]^d, using only the public schema.
+"""The public coordinate layout every stage shares: coordinates of a schema, the cells of the 1-/2-way
+tables, the public directions, and decoding cube coordinates back into a table.
 
-Every column gets one *value* coordinate: numeric columns by the public min-max map, discrete columns on
-the equally spaced grid ``-1 + 2c/(r-1)``. A nullable numeric column also gets a two-level *missing*
-coordinate (-1 present, +1 missing); a nullable discrete column gets one extra grid level for "missing".
-``to_unit_ball`` then divides by sqrt(d) so that every projection on a unit direction lies in [-1, 1].
+Everything here is a function of the public schema and public seeds (or of rows handed to it, which the
+caller owns): no module here reads private data by itself.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .schema import ColumnSpec, TableSchema
+from splice_assets.schema import ColumnSpec, TableSchema
 
 Role = Literal["value", "missing", "binned"]
+
+
 ScalingMode = Literal["ball", "l1"]
+
+
 SCALING_MODES: tuple[str, ...] = ("ball", "l1")
 
 
@@ -114,54 +117,10 @@ def _nearest_level(x: np.ndarray, levels: int) -> np.ndarray:
     return pos.astype(np.int64)
 
 
-def encode(table: pd.DataFrame, schema: TableSchema) -> np.ndarray:
-    """Encode a *validated* table (see ``validation.validate``) into an (n, d) float64 array in [-1, 1].
-
-    Total on validated input: numeric values are already clipped to the bounds, categories are schema
-    categories or missing. Clipping here again guarantees the [-1, 1] range whatever the input.
-    """
-    n = len(table)
-    columns: list[np.ndarray] = []
-    for spec in schema.columns:
-        series = table[spec.name]
-        missing = series.isna().to_numpy()
-        if spec.is_discrete:
-            assert spec.categories is not None
-            levels = len(spec.categories) + int(spec.nullable)
-            codes = _category_codes(series, spec)
-            if spec.nullable:
-                codes = np.where(missing | (codes < 0), levels - 1, codes)
-            codes = np.clip(codes, 0, levels - 1)
-            columns.append(_grid_position(codes.astype(np.float64), levels))
-            continue
-        assert spec.bounds is not None, f"column {spec.name!r} has no bounds (resolve 'auto' bounds first)"
-        lo, hi = spec.bounds
-        values = series.to_numpy(dtype=np.float64, na_value=np.nan)
-        scaled = np.clip(-1.0 + 2.0 * (np.nan_to_num(values, nan=(lo + hi) / 2.0) - lo) / (hi - lo), -1.0, 1.0)
-        columns.append(np.where(missing, 0.0, scaled))
-        if spec.nullable:
-            columns.append(np.where(missing, 1.0, -1.0))
-    return np.column_stack(columns) if columns else np.zeros((n, 0))
-
-
-def _category_codes(series: pd.Series, spec: ColumnSpec) -> np.ndarray:
-    """0-based schema position of each value, -1 for missing/unknown."""
-    if isinstance(series.dtype, pd.CategoricalDtype) and list(series.cat.categories) == list(spec.categories or ()):
-        return series.cat.codes.to_numpy().astype(np.int64)
-    from .schema import category_key
-
-    index = spec.category_index()
-    return np.array([-1 if pd.isna(v) else index.get(category_key(v), -1) for v in series], dtype=np.int64)
-
 
 def unit_ball_scale(d: int) -> float:
     """The public factor sqrt(d) that maps [-1, 1]^d into the unit ball."""
     return math.sqrt(max(d, 1))
-
-
-def to_unit_ball(x: np.ndarray) -> np.ndarray:
-    """Divide cube coordinates by sqrt(d): then |theta^T x| <= 1 for every unit theta."""
-    return x / unit_ball_scale(x.shape[1])
 
 
 def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
@@ -237,3 +196,85 @@ def output_dtypes(schema: TableSchema) -> dict[str, str]:
         else:
             out[spec.name] = "float64"
     return out
+
+
+def draw_directions(seed: int, n_directions: int, d: int) -> np.ndarray:
+    """L unit directions uniform on S^(d-1), from the recorded *public* seed (never the noise source)."""
+    if n_directions < 1:
+        raise ValueError(f"number of directions L must be >= 1, got {n_directions!r}")
+    if d < 1:
+        raise ValueError(f"dimension d must be >= 1, got {d!r}")
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5D1EC7]))
+    g = rng.standard_normal((n_directions, d))
+    norms = np.linalg.norm(g, axis=1, keepdims=True)
+    # A zero draw has probability 0; guard anyway so the map is total.
+    g[norms[:, 0] == 0.0, 0] = 1.0
+    return g / np.linalg.norm(g, axis=1, keepdims=True)
+
+
+def direction_scales(directions: np.ndarray, mode: ScalingMode) -> np.ndarray:
+    """Public per-direction divisor s_l with |theta_l^T x| / s_l <= 1 for every x in [-1, 1]^d."""
+    if mode == "ball":
+        return np.full(directions.shape[0], unit_ball_scale(directions.shape[1]))
+    if mode == "l1":
+        return np.abs(directions).sum(axis=1)
+    raise ValueError(f"scaling mode must be 'ball' or 'l1', got {mode!r}")
+
+
+def harmonic(k: int) -> float:
+    return math.fsum(1.0 / j for j in range(1, k + 1))
+
+
+DEFAULT_NUMERIC_BINS = 16
+
+
+def marginal_sizes(layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> tuple[int, ...]:
+    """Number of cells of each coordinate's 1-way histogram: its grid levels, or ``numeric_bins`` equal-width public
+    bins for a numeric coordinate (continuous in the data's layout, binned in a model's)."""
+    if numeric_bins < 1:
+        raise ValueError(f"numeric_bins must be >= 1, got {numeric_bins!r}")
+    return tuple(c.levels if c.is_discrete and not c.is_binned else numeric_bins for c in layout.coordinates)
+
+
+def marginal_cells(x: np.ndarray, layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> np.ndarray:
+    """(n, d) cell index of every coordinate: nearest grid level, or the equal-width bin of [-1, 1].
+
+    Column-major, like the loop that fills it (strided column writes of a row-major array were most of the cost).
+    """
+    cells = np.empty(x.shape, dtype=np.int64, order="F")
+    clipped = np.asfortranarray(np.clip(np.nan_to_num(x, nan=0.0), -1.0, 1.0))
+    for i, coord in enumerate(layout.coordinates):
+        cells[:, i] = coordinate_cells(clipped[:, i], coord, numeric_bins)
+    return cells
+
+
+def coordinate_cells(z: np.ndarray, coord: Coordinate, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> np.ndarray:
+    """Cell index of one coordinate's values ``z`` in [-1, 1] (see ``marginal_cells``)."""
+    if coord.is_discrete:
+        bins = coord.levels
+        return np.rint((z + 1.0) * (bins - 1) / 2.0).astype(np.int64) if bins > 1 else np.zeros(len(z), np.int64)
+    return np.minimum(np.floor((z + 1.0) * numeric_bins / 2.0), numeric_bins - 1).astype(np.int64)
+
+
+def coordinate_pairs(layout: EncodingLayout) -> tuple[tuple[int, int], ...]:
+    """Every pair (a, b), a < b, of coordinates from different columns: the 2-way query family (public)."""
+    cols = [c.column for c in layout.coordinates]
+    return tuple((a, b) for a in range(layout.d) for b in range(a + 1, layout.d) if cols[a] != cols[b])
+
+
+def pair_sizes(
+    layout: EncodingLayout, pairs: Sequence[tuple[int, int]], numeric_bins: int = DEFAULT_NUMERIC_BINS
+) -> tuple[int, ...]:
+    """Number of cells of each pair's 2-way histogram (a's cells x b's cells, a-major)."""
+    sizes = marginal_sizes(layout, numeric_bins)
+    return tuple(sizes[a] * sizes[b] for a, b in pairs)
+
+
+def pair_tables(
+    frequencies: np.ndarray, pairs: Sequence[tuple[int, int]], sizes: Sequence[int]
+) -> list[np.ndarray]:
+    """Concatenated 2-way histograms (``pair_counts`` order) as one (cells of a, cells of b) table per pair;
+    ``sizes`` are the coordinates' 1-way cell counts (``marginal_sizes``)."""
+    cuts = np.cumsum([sizes[a] * sizes[b] for a, b in pairs])[:-1]
+    blocks = np.split(np.asarray(frequencies, dtype=np.float64), cuts)
+    return [block.reshape(sizes[a], sizes[b]) for (a, b), block in zip(pairs, blocks)]

@@ -83,8 +83,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from . import kernels
-from .encoding import EncodingLayout
+from splice_assets.layout import EncodingLayout
+from splice_assets.model import kernels
 
 DTYPE = torch.float64
 

@@ -16,10 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .ledger import BudgetLedger, LedgerError, default_ledger_url, params_hash
-from .locations import artifact_dir, mlflow_artifact_location, tracking_uri
-from .measurement import Measurement
-from .schema import load_schema
+from splice_assets.measurement import Measurement
+from splice_assets.private.ledger import (
+    BudgetLedger,
+    LedgerError,
+    default_ledger_url,
+    params_hash,
+)
+from splice_assets.release.locations import (
+    artifact_dir,
+    mlflow_artifact_location,
+    tracking_uri,
+)
+from splice_assets.schema import load_schema
 
 MANIFEST = "release.json"
 
@@ -101,10 +110,10 @@ def refit_release(
     Unset settings default to the parent's. Returns ``write_release``'s summary (release id, folders, MLflow
     run id, registered model version, ...).
     """
-    from . import pipeline
-    from .fit import FitConfig
-    from .release import write_release
-    from .sampling import sample_table
+    from splice_assets.model.fit import FitConfig
+    from splice_assets.postprocess import chain
+    from splice_assets.release.bundle import write_release
+    from splice_assets.sampling import sample_table
 
     base = Path(base_dir) if base_dir is not None else artifact_dir()
     parent = find_release(parent_release_id, base)
@@ -149,7 +158,7 @@ def refit_release(
         # Fail before fitting if the ledger does not know the parent (no committed charged entry to derive from).
         if not any(e.release_id == parent.release_id and e.status == "committed" for e in ledger.entries(dataset)):
             raise LedgerError(f"the ledger has no committed entry for release {parent.release_id!r} of {dataset!r}")
-        model = pipeline.fit(measurement, schema, config)
+        model = chain.fit(measurement, schema, config)
         synthetic = sample_table(model, schema, settings["n_synthetic"], settings["seed"])
         entry_id = ledger.record_zero_cost(
             dataset, child_id, parent.release_id, mechanism="refit",

@@ -25,13 +25,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .fit import FittedMixture
-from .ledger import BudgetLedger
-from .links import describe as describe_links
-from .locations import package_version
-from .measurement import RELATION_REPLACE_ONE, Measurement
-from .schema import TableSchema, schema_to_dict
-from .validation import ValidationReport
+from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
+from splice_assets.model.fit import FittedMixture
+from splice_assets.postprocess.links import describe as describe_links
+from splice_assets.private.ledger import BudgetLedger
+from splice_assets.private.validation import ValidationReport
+from splice_assets.release.locations import package_version
+from splice_assets.schema import TableSchema, schema_to_dict
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
@@ -213,8 +213,8 @@ def write_release(
     """
     if bounds_epsilon is None:
         bounds_epsilon = bounds_estimate.epsilon if bounds_estimate is not None and bounds_estimate.columns else 0.0
-    from .mlflow_model import registered_model_name
-    from .sampling import save_model
+    from splice_assets.release.mlflow_model import registered_model_name
+    from splice_assets.sampling import save_model
 
     public_dir.mkdir(parents=True, exist_ok=True)
     internal_dir.mkdir(parents=True, exist_ok=True)
@@ -336,7 +336,7 @@ def log_to_mlflow(
     manifest (with the run id) is written to the public bundle here."""
     import mlflow
 
-    from .mlflow_model import log_release_model
+    from splice_assets.release.mlflow_model import log_release_model
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -31,8 +31,8 @@ from typing import Any, Callable, Literal
 import numpy as np
 import pandas as pd
 
-from .encoding import _category_codes, encode
-from .schema import ColumnSpec, TableSchema
+from splice_assets.private.encoding import _category_codes, encode
+from splice_assets.schema import ColumnSpec, TableSchema
 
 N_BINS = 16
 MAX_THREE_WAY = 200

@@ -37,7 +37,7 @@ import pandera.pandas as pa
 import pyarrow
 import pyarrow.compute as arrow_compute
 
-from .schema import ColumnSpec, TableSchema, category_key
+from splice_assets.schema import ColumnSpec, TableSchema, category_key
 
 
 class StructuralError(ValueError):

@@ -22,7 +22,6 @@ import numba
 import numpy as np
 import torch
 
-
 # ---------------------------------------------------------------------------------------------------------------
 # Every part's direction-free divided central moments (step 1 and 6 of ``model``), and their absolute twins.
 # With gbar = sum_r p_r g_r, dM_m / dp_r = (g_r - gbar)^m / m! - g_r M_(m-1): the mean moves with p.

@@ -26,8 +26,13 @@ from dp_accounting import dp_event, pld
 from dp_accounting.gaussian_mechanism import get_epsilon_gaussian, get_sigma_gaussian
 from scipy.stats import norm
 
-from .measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE, RELATIONS
-from .moments import MAX_ROWS, harmonic
+from splice_assets.layout import harmonic
+from splice_assets.measurement import (
+    RELATION_ADD_REMOVE,
+    RELATION_REPLACE_ONE,
+    RELATIONS,
+)
+from splice_assets.private.statistics import MAX_ROWS
 
 #: Relative safety margin on the root-finder output of ``get_sigma_gaussian`` (it can miss the delta target by
 #: ~1e-13 relative).
@@ -494,7 +499,8 @@ def compose_epsilon(
 
 def _compose_with_pure(counts: Counter, pure: list[float], delta: float) -> float:
     """PLD composition of Gaussian events (sigma/Delta) and pure epsilon-DP events (pessimistic estimates)."""
-    from dp_accounting.pld import common, privacy_loss_distribution as pld_lib
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
     interval = 1e-4
     total = None

@@ -25,10 +25,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import mlflow.pyfunc
 import numpy as np
 import pandas as pd
-
-import mlflow.pyfunc
 from mlflow.models import ModelSignature
 from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 
@@ -101,15 +100,15 @@ with warnings.catch_warnings(record=True):
             self.default_seed = int(default_seed)
 
         def load_context(self, context: Any) -> None:
-            from .sampling import load_model
-            from .schema import load_schema
+            from splice_assets.sampling import load_model
+            from splice_assets.schema import load_schema
 
             bundle = Path(context.artifacts[BUNDLE])
             self._model = load_model(bundle / MODEL_STEM)
             self._schema = load_schema(bundle / SCHEMA_FILE)
 
         def sample(self, n_rows: int, seed: int | None = None) -> pd.DataFrame:
-            from .sampling import sample_table
+            from splice_assets.sampling import sample_table
 
             return sample_table(self._model, self._schema, int(n_rows), self.default_seed if seed is None else int(seed))
 
@@ -129,7 +128,7 @@ def log_release_model(
 
     Returns the model URI, registered name and version (``None`` when not registered).
     """
-    from .locations import package_version
+    from splice_assets.release.locations import package_version
 
     with tempfile.TemporaryDirectory(prefix="splice-model-") as tmp:
         bundle = Path(tmp) / BUNDLE

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import pandas as pd
 
-from .schema import ColumnSpec, TableSchema
+from splice_assets.schema import ColumnSpec, TableSchema
 
 # Must be set before great_expectations is imported anywhere in the process.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")

@@ -24,8 +24,8 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .expectations import ExpectationSummary, check_synthetic
-from .metrics import (
+from splice_assets.evaluation.expectations import ExpectationSummary, check_synthetic
+from splice_assets.evaluation.metrics import (
     N_BINS,
     FidelityMetrics,
     ReferenceBand,
@@ -33,7 +33,7 @@ from .metrics import (
     fidelity_metrics,
     reference_band,
 )
-from .schema import ColumnSpec, TableSchema
+from splice_assets.schema import ColumnSpec, TableSchema
 
 INTERNAL_BANNER = "INTERNAL — this report reads the real (private) rows. Do not release or share outside the team."
 REAL_COLOR = "#1f77b4"
@@ -436,6 +436,6 @@ def build_report(
 
 
 def _json_value(value: Any) -> Any:
-    from .metrics import _json_safe
+    from splice_assets.evaluation.metrics import _json_safe
 
     return _json_safe(value)

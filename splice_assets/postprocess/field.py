@@ -34,10 +34,9 @@ from dataclasses import dataclass, replace
 import numba
 import numpy as np
 
-from .encoding import EncodingLayout
-from .model import MixtureParameters
-from .moments import marginal_sizes
-from .tilt import table_starts
+from splice_assets.layout import EncodingLayout, marginal_sizes
+from splice_assets.model.mixture import MixtureParameters
+from splice_assets.postprocess.tilt import table_starts
 
 #: Frequency floor inside the log-ratio update: a cell the target or the chains leave empty moves by a bounded
 #: step instead of an infinite one (the chains resolve about 1 / chains anyway).

@@ -27,9 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .encoding import EncodingLayout
-from .moments import coordinate_cells, marginal_sizes, pair_tables
-from .product_em import simplex_projection
+from splice_assets.layout import (
+    EncodingLayout,
+    coordinate_cells,
+    marginal_sizes,
+    pair_tables,
+)
+from splice_assets.model.product_em import simplex_projection
 
 
 @dataclass(frozen=True)

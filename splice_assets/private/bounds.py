@@ -15,8 +15,8 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from .measurement import RELATION_REPLACE_ONE
-from .schema import ColumnSpec, TableSchema
+from splice_assets.measurement import RELATION_REPLACE_ONE
+from splice_assets.schema import ColumnSpec, TableSchema
 
 #: Public candidate grid: 0 and +-10^e for e in [-3, 9], 20 per decade. Data-independent and fine on purpose:
 #: every candidate beyond the data ties, so only a candidate close to the quantile can out-score that flat tail.
@@ -90,7 +90,7 @@ def estimate_bounds(
     (the vector length is the public n under replace-one; under add-remove the domain is unsized). Returns the
     resolved schema and the public record.
     """
-    from .validation import parse_numbers
+    from splice_assets.private.validation import parse_numbers
 
     columns = auto_columns(schema)
     if not columns:

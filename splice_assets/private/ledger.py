@@ -40,8 +40,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.pool import StaticPool
 
-from .measurement import RELATION_REPLACE_ONE
-from .privacy import PrivacyParameterError, compose_epsilon
+from splice_assets.measurement import RELATION_REPLACE_ONE
+from splice_assets.private.mechanism import PrivacyParameterError, compose_epsilon
 
 #: A composed epsilon (already rounded up to 1e-6) may exceed epsilon_total by at most this much.
 BUDGET_TOLERANCE = 1e-9

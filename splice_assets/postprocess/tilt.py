@@ -23,8 +23,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .encoding import EncodingLayout
-from .moments import marginal_cells, marginal_sizes
+from splice_assets.layout import EncodingLayout, marginal_cells, marginal_sizes
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Sliced Chebyshev moments of encoded rows: directions from a public seed, chunked exact sums.
+"""PRIVATE exact statistics of cube-encoded rows: sliced Chebyshev moment sums, 1-way and 2-way counts.
 
 The per-row statistic is ``T_j(clamp(theta_l^T x / s_l))`` for j = 1..k, l = 1..L, where ``s_l`` is the public
 scale of direction l (sqrt(d) in "ball" mode, ||theta_l||_1 in "l1" mode). The projection is clamped to
@@ -11,9 +11,8 @@ summed exactly. Exact integer sums make the sensitivity argument independent of 
 Per chunk of rows one BLAS GEMM gives the projections; a fused numba kernel then runs the clamp, recurrence,
 rounding and int64 accumulation in one pass (compiled once, cached on disk with ``cache=True``).
 
-The second query family is every coordinate's 1-way histogram (grid levels of discrete coordinates, equal-width
-public bins of continuous ones): exact integer counts, each row adding 1 to one cell per coordinate. The third is
-the 2-way histogram of every pair of coordinates from different columns, over the same cells.
+The 1-way counts add 1 per row to one cell of every coordinate's histogram, the 2-way counts 1 per row to one
+cell of every pair's table (cells: ``layout.marginal_cells``).
 """
 
 from __future__ import annotations
@@ -25,35 +24,26 @@ from typing import Sequence
 import numba
 import numpy as np
 
-from .encoding import Coordinate, EncodingLayout, ScalingMode, unit_ball_scale
+from splice_assets.layout import (
+    DEFAULT_NUMERIC_BINS,
+    EncodingLayout,
+    ScalingMode,
+    direction_scales,
+    marginal_cells,
+    marginal_sizes,
+    pair_sizes,
+)
 
 DEFAULT_CHUNK_ROWS = 1024  # the (chunk, L) float64 GEMM output stays cache-sized
+
+
 FRACTION_BITS = 32
+
+
 _FIXED_ONE = float(2**FRACTION_BITS)
+
+
 MAX_ROWS = 2**31 - 1
-
-
-def draw_directions(seed: int, n_directions: int, d: int) -> np.ndarray:
-    """L unit directions uniform on S^(d-1), from the recorded *public* seed (never the noise source)."""
-    if n_directions < 1:
-        raise ValueError(f"number of directions L must be >= 1, got {n_directions!r}")
-    if d < 1:
-        raise ValueError(f"dimension d must be >= 1, got {d!r}")
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5D1EC7]))
-    g = rng.standard_normal((n_directions, d))
-    norms = np.linalg.norm(g, axis=1, keepdims=True)
-    # A zero draw has probability 0; guard anyway so the map is total.
-    g[norms[:, 0] == 0.0, 0] = 1.0
-    return g / np.linalg.norm(g, axis=1, keepdims=True)
-
-
-def direction_scales(directions: np.ndarray, mode: ScalingMode) -> np.ndarray:
-    """Public per-direction divisor s_l with |theta_l^T x| / s_l <= 1 for every x in [-1, 1]^d."""
-    if mode == "ball":
-        return np.full(directions.shape[0], unit_ball_scale(directions.shape[1]))
-    if mode == "l1":
-        return np.abs(directions).sum(axis=1)
-    raise ValueError(f"scaling mode must be 'ball' or 'l1', got {mode!r}")
 
 
 def chebyshev_values(z: np.ndarray, k: int) -> np.ndarray:
@@ -151,43 +141,6 @@ def moment_sums(
     return MomentSums(total, len(x))
 
 
-def harmonic(k: int) -> float:
-    return math.fsum(1.0 / j for j in range(1, k + 1))
-
-
-# --- 1-way marginal queries -----------------------------------------------------------------------------------
-
-DEFAULT_NUMERIC_BINS = 16
-
-
-def marginal_sizes(layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> tuple[int, ...]:
-    """Number of cells of each coordinate's 1-way histogram: its grid levels, or ``numeric_bins`` equal-width public
-    bins for a numeric coordinate (continuous in the data's layout, binned in a model's)."""
-    if numeric_bins < 1:
-        raise ValueError(f"numeric_bins must be >= 1, got {numeric_bins!r}")
-    return tuple(c.levels if c.is_discrete and not c.is_binned else numeric_bins for c in layout.coordinates)
-
-
-def marginal_cells(x: np.ndarray, layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> np.ndarray:
-    """(n, d) cell index of every coordinate: nearest grid level, or the equal-width bin of [-1, 1].
-
-    Column-major, like the loop that fills it (strided column writes of a row-major array were most of the cost).
-    """
-    cells = np.empty(x.shape, dtype=np.int64, order="F")
-    clipped = np.asfortranarray(np.clip(np.nan_to_num(x, nan=0.0), -1.0, 1.0))
-    for i, coord in enumerate(layout.coordinates):
-        cells[:, i] = coordinate_cells(clipped[:, i], coord, numeric_bins)
-    return cells
-
-
-def coordinate_cells(z: np.ndarray, coord: Coordinate, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> np.ndarray:
-    """Cell index of one coordinate's values ``z`` in [-1, 1] (see ``marginal_cells``)."""
-    if coord.is_discrete:
-        bins = coord.levels
-        return np.rint((z + 1.0) * (bins - 1) / 2.0).astype(np.int64) if bins > 1 else np.zeros(len(z), np.int64)
-    return np.minimum(np.floor((z + 1.0) * numeric_bins / 2.0), numeric_bins - 1).astype(np.int64)
-
-
 @dataclass(frozen=True)
 class MarginalCounts:
     """Exact integer counts of every coordinate's 1-way histogram, concatenated; partial counts add up."""
@@ -216,30 +169,6 @@ def marginal_counts(
         cells = marginal_cells(np.asarray(x[start : start + chunk_rows], dtype=np.float64), layout, numeric_bins)
         total += np.bincount((cells + offsets).ravel(), minlength=total.size)
     return MarginalCounts(total, len(x))
-
-
-def coordinate_pairs(layout: EncodingLayout) -> tuple[tuple[int, int], ...]:
-    """Every pair (a, b), a < b, of coordinates from different columns: the 2-way query family (public)."""
-    cols = [c.column for c in layout.coordinates]
-    return tuple((a, b) for a in range(layout.d) for b in range(a + 1, layout.d) if cols[a] != cols[b])
-
-
-def pair_sizes(
-    layout: EncodingLayout, pairs: Sequence[tuple[int, int]], numeric_bins: int = DEFAULT_NUMERIC_BINS
-) -> tuple[int, ...]:
-    """Number of cells of each pair's 2-way histogram (a's cells x b's cells, a-major)."""
-    sizes = marginal_sizes(layout, numeric_bins)
-    return tuple(sizes[a] * sizes[b] for a, b in pairs)
-
-
-def pair_tables(
-    frequencies: np.ndarray, pairs: Sequence[tuple[int, int]], sizes: Sequence[int]
-) -> list[np.ndarray]:
-    """Concatenated 2-way histograms (``pair_counts`` order) as one (cells of a, cells of b) table per pair;
-    ``sizes`` are the coordinates' 1-way cell counts (``marginal_sizes``)."""
-    cuts = np.cumsum([sizes[a] * sizes[b] for a, b in pairs])[:-1]
-    blocks = np.split(np.asarray(frequencies, dtype=np.float64), cuts)
-    return [block.reshape(sizes[a], sizes[b]) for (a, b), block in zip(pairs, blocks)]
 
 
 def pair_counts(

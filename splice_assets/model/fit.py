@@ -24,16 +24,32 @@ from typing import Callable, Sequence, TypeVar
 import numpy as np
 import torch
 
-from .encoding import EncodingLayout, histogram_layout
-from .moments import DEFAULT_NUMERIC_BINS, marginal_sizes, pair_tables
-from .measurement import Measurement
-from .field import PairwiseField
-from .product_em import ProductMixture, composite_em, pair_misfit, simplex_projection
-from .links import Link
-from .tilt import CellTilt
-from .model import (
-    Bounds, MarginalEvaluator, MixtureModule, MixtureParameters, MomentEvaluator, PairEvaluator, TorchMixture,
+from splice_assets.layout import (
+    DEFAULT_NUMERIC_BINS,
+    EncodingLayout,
+    histogram_layout,
+    marginal_sizes,
+    pair_tables,
 )
+from splice_assets.measurement import Measurement
+from splice_assets.model.mixture import (
+    Bounds,
+    MarginalEvaluator,
+    MixtureModule,
+    MixtureParameters,
+    MomentEvaluator,
+    PairEvaluator,
+    TorchMixture,
+)
+from splice_assets.model.product_em import (
+    ProductMixture,
+    composite_em,
+    pair_misfit,
+    simplex_projection,
+)
+from splice_assets.postprocess.field import PairwiseField
+from splice_assets.postprocess.links import Link
+from splice_assets.postprocess.tilt import CellTilt
 
 
 @dataclass(frozen=True)

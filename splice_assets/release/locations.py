@@ -48,6 +48,6 @@ def package_version() -> str:
     try:
         return metadata.version("splice-assets")
     except metadata.PackageNotFoundError:
-        from . import __version__
+        from splice_assets import __version__
 
         return __version__

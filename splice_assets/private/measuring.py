@@ -1,41 +1,43 @@
-"""The public library call: validated table + schema -> measurement -> fitted model -> synthetic rows.
+"""The Gaussian measurement: plan from public parameters, exact statistics, ledger reservation, noise.
 
-Scripts, the benchmark and the Dagster assets all go through these functions, so the privacy-relevant
-order is written once: exact moments (private, never stored) -> ledger reservation -> noise -> artifact ->
-commit. Everything after ``measure`` is post-processing of the ``Measurement`` and costs no privacy.
+The privacy-relevant order is written once here: exact statistics (private, never stored) -> range check ->
+ledger reservation -> noise -> persist -> commit. Everything after it reads only the ``Measurement``.
 """
 
 from __future__ import annotations
 
-import math
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import numpy as np
-import pandas as pd
 
-from . import privacy
-from .privacy import DEFAULT_COUNT_SHARE, DEFAULT_K, DEFAULT_MARGINAL_SHARE, DEFAULT_N_DIRECTIONS, DEFAULT_PAIR_SHARE
-from .encoding import EncodingLayout, ScalingMode, encode, layout_for
-from .field import fit_field
-from .fit import FitConfig, FittedMixture, fit_measurement
-from .ledger import params_hash
-from .measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE, Measurement, pooled_row_count
-from .moments import (
-    DEFAULT_NUMERIC_BINS, coordinate_pairs, draw_directions, marginal_cells, marginal_counts, marginal_sizes,
-    moment_sums,
-    pair_counts, pair_sizes,
+from splice_assets.layout import (
+    DEFAULT_NUMERIC_BINS,
+    EncodingLayout,
+    ScalingMode,
+    coordinate_pairs,
+    draw_directions,
+    layout_for,
+    marginal_sizes,
+    pair_sizes,
 )
-from .sampling import TILT_CHUNK_ROWS, integer_coordinates, matched_rows, proposal_rows, sample_table
-from .schema import TableSchema
-from .links import choose_links
-from .tilt import CellTilt, fit_tilt, table_cells, table_starts
-
-# Streams of the public-seed pool the cell tilt is fitted on and of the pairwise field's sample and chains
-# (distinct from sampling's stream).
-_TAG_TILT_POOL = 0x7117_B001
-_TAG_FIELD = 0xF1E1_D001
+from splice_assets.measurement import (
+    RELATION_ADD_REMOVE,
+    RELATION_REPLACE_ONE,
+    Measurement,
+    pooled_row_count,
+)
+from splice_assets.private import mechanism as privacy
+from splice_assets.private.ledger import params_hash
+from splice_assets.private.mechanism import (
+    DEFAULT_COUNT_SHARE,
+    DEFAULT_K,
+    DEFAULT_MARGINAL_SHARE,
+    DEFAULT_N_DIRECTIONS,
+    DEFAULT_PAIR_SHARE,
+)
+from splice_assets.private.statistics import marginal_counts, moment_sums, pair_counts
+from splice_assets.schema import TableSchema
 
 
 class MomentsOutOfRange(RuntimeError):
@@ -133,47 +135,6 @@ def make_plan(
         pair_count=len(pairs), pair_cells=int(sum(cells)), pair_weight=pair_weight, count_weight=count_weight,
     )
     return plan, calibration
-
-
-#: Streams of the public seed that key the holdout split's row hashes (the second breaks ties of the first).
-_TAG_HOLDOUT = 0x401D
-
-
-def _row_keys(table: pd.DataFrame, seed: int, stream: int) -> np.ndarray:
-    """A keyed 64-bit hash of each row's own values (SipHash keyed by the public seed): no other row enters it."""
-    state = np.random.SeedSequence([int(seed), _TAG_HOLDOUT, stream]).generate_state(2, np.uint64)
-    key = f"{int(state[0]) & 0xFFFF_FFFF:08x}{int(state[1]) & 0xFFFF_FFFF:08x}"
-    return pd.util.hash_pandas_object(table, index=False, hash_key=key).to_numpy(dtype=np.uint64)
-
-
-def split_holdout(
-    table: pd.DataFrame, fraction: float, seed: int, relation: str = RELATION_REPLACE_ONE
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(measured rows, held-out rows) of a validated table. The holdout is never measured; it serves the internal
-    report only.
-
-    Sensitivity: the split must turn neighbouring inputs into neighbouring measured parts, whatever the row order.
-    Every row gets a keyed hash of its own values under the public seed.
-    - add-remove: a row is held out iff its hash falls below ``fraction`` of the hash range. Membership depends on
-      that row alone, so adding or removing one input row adds or removes at most that row from the measured part.
-    - replace-one: the measured part is the n - round(fraction * n) rows with the smallest hashes, a size fixed by
-      the public n. Replacing one row removes one key from the order and inserts one, so the measured set loses at
-      most one row and gains at most one: a replace-one neighbour with the same public size.
-    Neither depends on the row order (a positional permutation would: under add-remove one row more re-shuffles
-    every row, which moved the released statistics by 3 to 24 Delta). Identical rows hash alike, so which copy is
-    held out does not change the measured multiset.
-    """
-    n = len(table)
-    if fraction == 0 or n == 0:
-        return table.reset_index(drop=True), table.iloc[:0].reset_index(drop=True)
-    keys = _row_keys(table, seed, 0)
-    if relation == RELATION_ADD_REMOVE:
-        held = keys < np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
-    else:
-        order = np.lexsort((_row_keys(table, seed, 1), keys))  # the second hash breaks (rare) ties of the first
-        held = np.zeros(n, dtype=bool)
-        held[order[n - int(round(fraction * n)):]] = True
-    return table[~held].reset_index(drop=True), table[held].reset_index(drop=True)
 
 
 class SpendRecorder(Protocol):
@@ -352,132 +313,3 @@ def measurement_of(
         pair_weight=plan.pair_weight,
         noise_multiplier=calibration.noise_multiplier,
     )
-
-
-def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
-    """Post-processing only: the fit sees the measurement and the public schema, never rows.
-
-    The mixture is fitted first. With measured 2-way tables, near-functional pairs are then read from them
-    (``links``, ``config.link_lambda > 0``), and with ``config.tilt_chi2 > 0`` a cell tilt toward the noisy tables
-    is fitted on a pool drawn from the linked mixture and stopped on a second one (``tilt``); if that holdout stops
-    it short of ``tilt_chi2``, it is refitted from there on ``config.tilt_wide_pool_factor`` times wider pools.
-    With ``config.field_iterations > 0`` (and histogram numerics), a pairwise field is then fitted to a sample of
-    the tilted mixture (``field``), and the tilt is fitted again, the same way, on pools drawn from the field.
-    """
-    check_post_processing(config)
-    layout = layout_for(schema)
-    model = fit_measurement(measurement, layout, config)
-    if not measurement.pairs or not measurement.marginal_sizes:
-        return model
-    if config.link_lambda > 0:
-        links = choose_links(
-            measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda
-        )
-        model = replace(model, links=links)
-    if config.tilt_chi2 == 0:
-        return model
-    rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))
-    integer_bounds = integer_coordinates(schema)
-
-    def fit_on_pools(
-        proposal: FittedMixture, pool_factor: int, sampling_factor: int, initial: np.ndarray | None = None
-    ) -> CellTilt:
-        """The tilt fitted (from ``initial`` potentials, or none) on a pool and stopped on a holdout pool of
-        pool_factor * min(n, chunk) / 2 rows each, drawn from the proposal (``sampling.proposal_rows``); sampled
-        later with ``sampling_factor`` pool rows per output row."""
-        pool_rows = max(1, pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
-        bins, pairs = measurement.numeric_bins, measurement.pairs
-        pool, holdout = (  # row-major per-table cells (uint16), as fit_tilt's kernels read them
-            table_cells(proposal_rows(proposal, pool_rows, rng, integer_bounds), layout, bins, pairs, "C", True)
-            for _ in range(2)
-        )
-        potentials, chi2_start, chi2_end, iterations = fit_tilt(
-            pool, holdout, measurement.noisy_marginals, measurement.marginal_noise_std(),
-            measurement.noisy_pairs, measurement.pair_noise_std(), config.tilt_chi2, config.tilt_max_iterations,
-            initial=initial, starts=table_starts(layout, bins, pairs),
-        )
-        return CellTilt(bins, pairs, potentials, sampling_factor, chi2_start, chi2_end, iterations)
-
-    def tilted(proposal: FittedMixture) -> FittedMixture:
-        tilt = fit_on_pools(proposal, config.tilt_pool_factor, config.tilt_pool_factor)
-        wide = config.tilt_wide_pool_factor
-        if tilt.chi2_end > config.tilt_chi2 and wide > config.tilt_pool_factor:
-            # The holdout stopped the tilt short of the noise level: the pool's support, not the noise, was the
-            # limit. Refit on wider pools from where it stopped (about half the iterations of a fresh start).
-            wider = fit_on_pools(proposal, wide, max(config.tilt_pool_factor, wide // 2), tilt.potentials)
-            tilt = replace(wider, chi2_start=tilt.chi2_start, iterations=tilt.iterations + wider.iterations)
-        return replace(proposal, tilt=tilt)
-
-    model = tilted(model)
-    if config.field_iterations == 0 or len(model.layout.continuous_index):  # the field needs histogram numerics
-        return model
-    # The field is fitted to the tilted mixture's own sample (its denoised tables), under the public seed; then it
-    # replaces the mixture as the proposal, and the tilt is fitted again on its pools.
-    field_rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_FIELD]))
-    cells = marginal_cells(matched_rows(model, config.field_chains, field_rng, integer_bounds), layout,
-                           measurement.numeric_bins)
-    pairwise = fit_field(cells, layout, measurement.numeric_bins, field_rng, config.field_iterations,
-                         sweeps=config.field_sweeps)
-    return tilted(replace(model, field=pairwise, tilt=None))
-
-
-def check_post_processing(config: FitConfig) -> None:
-    """The tilt and link settings, checked before any fitting (and where a release config enters); messages quote
-    the bad value."""
-    chi2, strength = config.tilt_chi2, config.link_lambda
-    if isinstance(chi2, bool) or not isinstance(chi2, (int, float)) or not math.isfinite(chi2) or chi2 < 0:
-        raise ValueError(f"tilt_chi2 must be a finite number >= 0, got {chi2!r}")
-    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not 0 <= strength <= 1:
-        raise ValueError(f"link_lambda must be a number in [0, 1] (0 = no links), got {strength!r}")
-    for name, least in (("tilt_pool_factor", 1), ("tilt_wide_pool_factor", 0), ("tilt_max_iterations", 0),
-                        ("field_iterations", 0), ("field_chains", 1), ("field_sweeps", 1)):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class SynthesisResult:
-    measurement: Measurement
-    model: FittedMixture
-    synthetic: pd.DataFrame
-    seconds: dict[str, float] = field(default_factory=dict)
-
-
-def synthesize(
-    table: pd.DataFrame,
-    schema: TableSchema,
-    epsilon: float,
-    delta: float,
-    n_rows: int | None = None,
-    n_directions: int = DEFAULT_N_DIRECTIONS,
-    k: int = DEFAULT_K,
-    seed: int = 0,
-    fit_config: FitConfig | None = None,
-    ledger: SpendRecorder | None = None,
-    release_id: str = "adhoc",
-    marginal_share: float = DEFAULT_MARGINAL_SHARE,
-    pair_share: float = DEFAULT_PAIR_SHARE,
-    relation: str = RELATION_REPLACE_ONE,
-) -> SynthesisResult:
-    """encode -> measure -> fit -> sample, for a table already passed through ``validation.validate``.
-
-    ``n_rows`` defaults to the measurement's n: the table's under replace-one, the noisy one under add-remove."""
-    seconds: dict[str, float] = {}
-    start = time.perf_counter()
-    x = encode(table, schema)
-    seconds["encode"] = time.perf_counter() - start
-    plan, calibration = make_plan(
-        schema, len(table), epsilon, delta, n_directions, k, seed, marginal_share=marginal_share,
-        pair_share=pair_share, relation=relation,
-    )
-    start = time.perf_counter()
-    measurement = measure(x, schema, plan, calibration, ledger, release_id)
-    seconds["measure"] = time.perf_counter() - start
-    start = time.perf_counter()
-    model = fit(measurement, schema, fit_config or FitConfig(seed=seed))
-    seconds["fit"] = time.perf_counter() - start
-    start = time.perf_counter()
-    synthetic = sample_table(model, schema, n_rows or measurement.n, seed)
-    seconds["sample"] = time.perf_counter() - start
-    return SynthesisResult(measurement, model, synthetic, seconds)

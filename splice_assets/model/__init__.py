@@ -1,0 +1,1 @@
+"""The mixture model and its fit. Reads only the Measurement (noisy statistics) and the public schema."""

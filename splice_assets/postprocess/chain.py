@@ -1,0 +1,119 @@
+"""Post-processing of a Measurement into a fitted model: mixture fit -> links -> tilt -> field -> tilt.
+
+Reads only the Measurement and the public schema, never rows; costs no privacy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from splice_assets.layout import (
+    layout_for,
+    marginal_cells,
+)
+from splice_assets.measurement import (
+    Measurement,
+)
+from splice_assets.model.fit import FitConfig, FittedMixture, fit_measurement
+from splice_assets.postprocess.field import fit_field
+from splice_assets.postprocess.links import choose_links
+from splice_assets.postprocess.tilt import CellTilt, fit_tilt, table_cells, table_starts
+from splice_assets.sampling import (
+    TILT_CHUNK_ROWS,
+    integer_coordinates,
+    matched_rows,
+    proposal_rows,
+)
+from splice_assets.schema import TableSchema
+
+# Streams of the public-seed pool the cell tilt is fitted on and of the pairwise field's sample and chains
+# (distinct from sampling's stream).
+_TAG_TILT_POOL = 0x7117_B001
+
+
+_TAG_FIELD = 0xF1E1_D001
+
+
+def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
+    """Post-processing only: the fit sees the measurement and the public schema, never rows.
+
+    The mixture is fitted first. With measured 2-way tables, near-functional pairs are then read from them
+    (``links``, ``config.link_lambda > 0``), and with ``config.tilt_chi2 > 0`` a cell tilt toward the noisy tables
+    is fitted on a pool drawn from the linked mixture and stopped on a second one (``tilt``); if that holdout stops
+    it short of ``tilt_chi2``, it is refitted from there on ``config.tilt_wide_pool_factor`` times wider pools.
+    With ``config.field_iterations > 0`` (and histogram numerics), a pairwise field is then fitted to a sample of
+    the tilted mixture (``field``), and the tilt is fitted again, the same way, on pools drawn from the field.
+    """
+    check_post_processing(config)
+    layout = layout_for(schema)
+    model = fit_measurement(measurement, layout, config)
+    if not measurement.pairs or not measurement.marginal_sizes:
+        return model
+    if config.link_lambda > 0:
+        links = choose_links(
+            measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda
+        )
+        model = replace(model, links=links)
+    if config.tilt_chi2 == 0:
+        return model
+    rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))
+    integer_bounds = integer_coordinates(schema)
+
+    def fit_on_pools(
+        proposal: FittedMixture, pool_factor: int, sampling_factor: int, initial: np.ndarray | None = None
+    ) -> CellTilt:
+        """The tilt fitted (from ``initial`` potentials, or none) on a pool and stopped on a holdout pool of
+        pool_factor * min(n, chunk) / 2 rows each, drawn from the proposal (``sampling.proposal_rows``); sampled
+        later with ``sampling_factor`` pool rows per output row."""
+        pool_rows = max(1, pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
+        bins, pairs = measurement.numeric_bins, measurement.pairs
+        pool, holdout = (  # row-major per-table cells (uint16), as fit_tilt's kernels read them
+            table_cells(proposal_rows(proposal, pool_rows, rng, integer_bounds), layout, bins, pairs, "C", True)
+            for _ in range(2)
+        )
+        potentials, chi2_start, chi2_end, iterations = fit_tilt(
+            pool, holdout, measurement.noisy_marginals, measurement.marginal_noise_std(),
+            measurement.noisy_pairs, measurement.pair_noise_std(), config.tilt_chi2, config.tilt_max_iterations,
+            initial=initial, starts=table_starts(layout, bins, pairs),
+        )
+        return CellTilt(bins, pairs, potentials, sampling_factor, chi2_start, chi2_end, iterations)
+
+    def tilted(proposal: FittedMixture) -> FittedMixture:
+        tilt = fit_on_pools(proposal, config.tilt_pool_factor, config.tilt_pool_factor)
+        wide = config.tilt_wide_pool_factor
+        if tilt.chi2_end > config.tilt_chi2 and wide > config.tilt_pool_factor:
+            # The holdout stopped the tilt short of the noise level: the pool's support, not the noise, was the
+            # limit. Refit on wider pools from where it stopped (about half the iterations of a fresh start).
+            wider = fit_on_pools(proposal, wide, max(config.tilt_pool_factor, wide // 2), tilt.potentials)
+            tilt = replace(wider, chi2_start=tilt.chi2_start, iterations=tilt.iterations + wider.iterations)
+        return replace(proposal, tilt=tilt)
+
+    model = tilted(model)
+    if config.field_iterations == 0 or len(model.layout.continuous_index):  # the field needs histogram numerics
+        return model
+    # The field is fitted to the tilted mixture's own sample (its denoised tables), under the public seed; then it
+    # replaces the mixture as the proposal, and the tilt is fitted again on its pools.
+    field_rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_FIELD]))
+    cells = marginal_cells(matched_rows(model, config.field_chains, field_rng, integer_bounds), layout,
+                           measurement.numeric_bins)
+    pairwise = fit_field(cells, layout, measurement.numeric_bins, field_rng, config.field_iterations,
+                         sweeps=config.field_sweeps)
+    return tilted(replace(model, field=pairwise, tilt=None))
+
+
+def check_post_processing(config: FitConfig) -> None:
+    """The tilt and link settings, checked before any fitting (and where a release config enters); messages quote
+    the bad value."""
+    chi2, strength = config.tilt_chi2, config.link_lambda
+    if isinstance(chi2, bool) or not isinstance(chi2, (int, float)) or not math.isfinite(chi2) or chi2 < 0:
+        raise ValueError(f"tilt_chi2 must be a finite number >= 0, got {chi2!r}")
+    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not 0 <= strength <= 1:
+        raise ValueError(f"link_lambda must be a number in [0, 1] (0 = no links), got {strength!r}")
+    for name, least in (("tilt_pool_factor", 1), ("tilt_wide_pool_factor", 0), ("tilt_max_iterations", 0),
+                        ("field_iterations", 0), ("field_chains", 1), ("field_sweeps", 1)):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")

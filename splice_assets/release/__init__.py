@@ -1,0 +1,1 @@
+"""Release management: public and internal bundles, MLflow records, zero-cost refits, locations."""
