@@ -8,11 +8,11 @@ export GX_ANALYTICS_ENABLED ?= false
 export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR ?= false
 export PYTHONUNBUFFERED = 1
 
-.PHONY: install demo test test-slow bench dagster-ui mlflow-ui clean
+.PHONY: install demo test gates test-slow bench dagster-ui mlflow-ui clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]' 2>&1 \
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[all,test]' 2>&1 \
 		| grep -v "is ignored: it is neither a file nor a directory" || true
 	$(PY) -c "import splice_assets, torch, dagster, mlflow, great_expectations" 
 	@touch $(STAMP)
@@ -25,10 +25,17 @@ demo: install
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider
 
+# Static gates (CI runs them before the tests): lint, types (strict on the privacy-critical modules), and the
+# import contract that keeps the model, post-processing and sampling away from private rows.
+gates: install
+	$(VENV)/bin/ruff check splice_assets tests bench definitions.py
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
 test-slow: install
 	$(PY) -m pytest -q -m slow
 
-# Benchmark vs AIM/MST (bench/README section in README.md); e.g. make bench BENCH_ARGS="--quick".
+# Benchmark vs AIM/MST (docs/benchmarks.md); e.g. make bench BENCH_ARGS="--quick".
 bench: install
 	$(PY) -m bench.run $(BENCH_ARGS)
 

@@ -80,7 +80,7 @@ def machine_info() -> dict[str, str]:
     except (OSError, AttributeError):
         pass
     return {
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": str(os.cpu_count()),
         "cpu": cpu,
         "memory": mem,

@@ -91,13 +91,13 @@ def write_results_md(df: pd.DataFrame, path: Path) -> None:
         "are in-process seconds (for AIM/MST `validate` = discretisation, and the measurements happen inside `fit`).",
         "AIM/MST: smartnoise-synth in its own venv, numeric columns in 16 equal-width bins over the public bounds,",
         "preprocessing ε = 0, i.i.d. sampling from the fitted model (mbi `method=\"sample\"`), bin midpoints decoded.",
-        "TVD on 16 bins; SW1/MMD on the [-1, 1] encoding (flatters SPLICE, see method.md §9); TSTR = best learner's",
+        "TVD on 16 bins; SW1/MMD on the [-1, 1] encoding (flatters SPLICE, see docs/benchmarks.md); TSTR = best learner's",
         "AUC (classification) or R² (regression); detection AUC = real-vs-synthetic classifier (0.5 is ideal);",
         "`dup` = share of duplicate synthetic rows. `ref_real_train` / `ref_independent` are non-DP references.",
         "Neighbouring relations: smartnoise calibrates AIM/MST for add/remove neighbours. `splice_add_remove` is SPLICE",
         "under that relation (n private, a noisy n released): compare it with `aim` / `mst`. `splice` is the product",
         "default, replace-one (n public): compare it with `aim_replace` / `mst_replace`, the peers at the ε that makes",
-        "them (ε, δ)-DP under replace-one too (README, bench notes).",
+        "them (ε, δ)-DP under replace-one too (docs/benchmarks.md).",
         "",
     ]
     if not len(s):

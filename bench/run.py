@@ -289,7 +289,7 @@ def save_rows(new_rows: list[dict]) -> None:
         from bench.report import sync_readme, write_results_md
 
         write_results_md(both, RESULTS_MD)
-        sync_readme(RESULTS_MD, REPO_DIR / "README.md")
+        sync_readme(RESULTS_MD, REPO_DIR / "docs" / "benchmarks.md")
 
 
 def main(argv: list[str] | None = None) -> None:

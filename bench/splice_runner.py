@@ -1,8 +1,8 @@
 """One SPLICE run in its own process (the bench wraps it in /usr/bin/time -v).
 
-Reads the train CSV, validates it with the public schema, then runs the stages of
-``splice_assets.pipeline.synthesize`` one by one (same calls, same order) so each stage's time and peak RSS
-can be reported; writes the synthetic CSV and a JSON of stage timings.
+Reads the train CSV, then runs the stages of ``Synthesizer.fit`` one by one (the same methods in the same
+order) so each stage's time and peak RSS can be reported; writes the synthetic CSV and a JSON of stage timings.
+The bench data are public, so the measurement is not accounted in a ledger (``ledger=None``).
 
     python -m bench.splice_runner --train T.csv --schema S.yaml --epsilon 1 --delta 1e-9 --seed 0 \
         --out synth.csv --stats stats.json
@@ -15,6 +15,11 @@ import json
 import os
 import time
 from pathlib import Path
+
+
+def given(**values: object) -> dict[str, object]:
+    """The options set on the command line (the rest keep the product's defaults)."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def main() -> None:
@@ -48,40 +53,38 @@ def main() -> None:
 
     timer = StageTimer()
     with timer.stage("import"):
-        from splice_assets.model.fit import FitConfig
-        from splice_assets.postprocess.chain import fit
+        from splice_assets import (
+            MeasurementSettings,
+            ModelSettings,
+            PostProcessingSettings,
+            Synthesizer,
+        )
         from splice_assets.postprocess.links import describe
-        from splice_assets.private.encoding import encode
-        from splice_assets.private.measuring import make_plan, measure
-        from splice_assets.private.validation import read_table, validate
-        from splice_assets.sampling import sample_table
+        from splice_assets.private.validation import read_table
         from splice_assets.schema import load_schema
 
     threads = int(os.environ.get("SPLICE_BENCH_THREADS", "1"))
     schema = load_schema(args.schema)
+    measurement_settings = MeasurementSettings(**given(
+        n_directions=args.n_directions, k=args.k, marginal_share=args.marginal_share, pair_share=args.pair_share
+    ))
+    model_settings = ModelSettings(**given(components=args.K))
+    post = PostProcessingSettings(**given(tilt_chi2=args.tilt_chi2, link_lambda=args.link_lambda))
+    expert = given(R=args.R, numeric_model=args.numeric_model, pair_loss_weight=args.pair_loss_weight,
+                   em_iterations=args.em_iterations, tilt_max_iterations=args.tilt_max_iterations)
+    synth = Synthesizer(schema, args.epsilon, args.delta, args.relation, args.seed, measurement_settings,
+                        model_settings, post, expert=expert)
     with timer.stage("validate"):
-        table = validate(read_table(args.train), schema).table
-    # The stages of pipeline.synthesize, called one by one.
+        table = synth.prepare(read_table(args.train), ledger=None).table
     with timer.stage("encode"):
-        x = encode(table, schema)
+        x = synth.encode(table)
     with timer.stage("measure"):
-        chosen = {"n_directions": args.n_directions, "k": args.k, "marginal_share": args.marginal_share,
-                  "pair_share": args.pair_share}
-        plan, calibration = make_plan(
-            schema, len(table), args.epsilon, args.delta, seed=args.seed, relation=args.relation,
-            **{k: v for k, v in chosen.items() if v is not None},
-        )
-        measurement = measure(x, schema, plan, calibration)
+        measurement = synth.measure(x, ledger=None)
     del x
     with timer.stage("fit"):
-        shape = {"K": args.K, "R": args.R, "numeric_model": args.numeric_model,
-                 "pair_loss_weight": args.pair_loss_weight, "em_iterations": args.em_iterations,
-                 "tilt_chi2": args.tilt_chi2, "tilt_max_iterations": args.tilt_max_iterations,
-                 "link_lambda": args.link_lambda}
-        config = FitConfig(seed=args.seed, threads=threads, **{k: v for k, v in shape.items() if v is not None})
-        model = fit(measurement, schema, config)
+        model = synth.fit_model(threads)
     with timer.stage("sample"):
-        synthetic = sample_table(model, schema, measurement.n, args.seed)  # the noisy n under add-remove
+        synthetic = synth.sample()  # the noisy n under add-remove
     if args.out:
         with timer.stage("write"):
             synthetic.to_csv(args.out, index=False)

@@ -1,75 +1,267 @@
-"""The public library call (being replaced by ``Synthesizer``).
+"""The public library call: ``Synthesizer(schema, epsilon=..., delta=...).fit(table, ledger=...).sample(n)``.
+
+The stages, in the one order every caller uses (``fit`` runs them all; the Dagster assets run them one per
+asset; the CLI and the bench go through Dagster or ``fit``):
+
+1. ``prepare``: structure and unparseable shares, pre-flight against the ledger (nothing charged yet), DP bounds
+   for ``bounds: auto`` columns (charged), record-level cleaning;
+2. ``encode``: the cleaned rows into [-1, 1]^d by the public layout;
+3. ``measure``: the exact statistics, a ledger reservation, noise, commit: the only step that charges;
+4. ``fit_model``: post-processing of the measurement (mixture, links, tilt, field): no rows, no cost;
+5. ``sample``: synthetic rows from the fitted model.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
+import yaml
 
-from splice_assets.measurement import (
-    RELATION_REPLACE_ONE,
-    Measurement,
+from splice_assets.config import (
+    MeasurementSettings,
+    ModelSettings,
+    PostProcessingSettings,
+    SynthesizerSettings,
+    fit_config,
 )
-from splice_assets.model.fit import FitConfig, FittedMixture
-from splice_assets.postprocess.chain import fit
+from splice_assets.layout import layout_for
+from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
+from splice_assets.model.fit import FittedMixture
+from splice_assets.private.bounds import BoundsEstimate, auto_columns, estimate_bounds
 from splice_assets.private.encoding import encode
-from splice_assets.private.measuring import SpendRecorder, make_plan, measure
-from splice_assets.private.mechanism import (
-    DEFAULT_K,
-    DEFAULT_MARGINAL_SHARE,
-    DEFAULT_N_DIRECTIONS,
-    DEFAULT_PAIR_SHARE,
+from splice_assets.private.ledger import BudgetLedger
+from splice_assets.private.measuring import (
+    MeasurementPlan,
+    SpendRecorder,
+    exact_statistics,
+    make_plan,
+    measure_exact,
 )
-from splice_assets.sampling import (
-    sample_table,
-)
-from splice_assets.schema import TableSchema
+from splice_assets.private.mechanism import Calibration
+from splice_assets.private.validation import ValidatedTable, check_structure, validate
+from splice_assets.schema import TableSchema, load_schema, schema_to_dict
+
+SETTINGS_FILE = "settings.json"
+
+
+class NotFitted(RuntimeError):
+    """A stage that needs a measurement or a model ran before ``measure`` / ``fit_model``."""
 
 
 @dataclass(frozen=True)
-class SynthesisResult:
-    measurement: Measurement
-    model: FittedMixture
-    synthetic: pd.DataFrame
-    seconds: dict[str, float] = field(default_factory=dict)
+class PrivacyFacts:
+    """The public privacy facts of a fitted synthesizer. ``epsilon`` is the whole guarantee: the measurement's
+    plus the pure epsilon of any DP bounds estimate (basic composition); ``n`` is public under replace-one and
+    the noisy estimate under add-remove."""
+
+    epsilon: float
+    delta: float
+    relation: str
+    measurement_epsilon: float
+    bounds_epsilon: float
+    sigma: float
+    sensitivity: float
+    noise_multiplier: float
+    n: int
+    ledger_entry_id: str | None
 
 
-def synthesize(
-    table: pd.DataFrame,
-    schema: TableSchema,
-    epsilon: float,
-    delta: float,
-    n_rows: int | None = None,
-    n_directions: int = DEFAULT_N_DIRECTIONS,
-    k: int = DEFAULT_K,
-    seed: int = 0,
-    fit_config: FitConfig | None = None,
-    ledger: SpendRecorder | None = None,
-    release_id: str = "adhoc",
-    marginal_share: float = DEFAULT_MARGINAL_SHARE,
-    pair_share: float = DEFAULT_PAIR_SHARE,
-    relation: str = RELATION_REPLACE_ONE,
-) -> SynthesisResult:
-    """encode -> measure -> fit -> sample, for a table already passed through ``validation.validate``.
+class Synthesizer:
+    """A differentially private synthesizer of one table under a public schema.
 
-    ``n_rows`` defaults to the measurement's n: the table's under replace-one, the noisy one under add-remove."""
-    seconds: dict[str, float] = {}
-    start = time.perf_counter()
-    x = encode(table, schema)
-    seconds["encode"] = time.perf_counter() - start
-    plan, calibration = make_plan(
-        schema, len(table), epsilon, delta, n_directions, k, seed, marginal_share=marginal_share,
-        pair_share=pair_share, relation=relation,
-    )
-    start = time.perf_counter()
-    measurement = measure(x, schema, plan, calibration, ledger, release_id)
-    seconds["measure"] = time.perf_counter() - start
-    start = time.perf_counter()
-    model = fit(measurement, schema, fit_config or FitConfig(seed=seed))
-    seconds["fit"] = time.perf_counter() - start
-    start = time.perf_counter()
-    synthetic = sample_table(model, schema, n_rows or measurement.n, seed)
-    seconds["sample"] = time.perf_counter() - start
-    return SynthesisResult(measurement, model, synthetic, seconds)
+    ``fit`` charges the ledger once (plus once for DP bounds when the schema has ``bounds: auto``); ``sample``,
+    ``refit``, ``save`` and ``load`` are post-processing and cost nothing.
+    """
+
+    def __init__(
+        self,
+        schema: TableSchema,
+        epsilon: float,
+        delta: float,
+        relation: str = RELATION_REPLACE_ONE,
+        seed: int = 0,
+        measurement: MeasurementSettings | None = None,
+        model: ModelSettings | None = None,
+        postprocessing: PostProcessingSettings | None = None,
+        bounds_epsilon_share: float = 0.1,
+        max_unparseable_share: float | None = None,
+        expert: dict[str, Any] | None = None,
+    ) -> None:
+        extra = {} if max_unparseable_share is None else {"max_unparseable_share": max_unparseable_share}
+        self.settings = SynthesizerSettings(
+            epsilon, delta, relation, seed, measurement or MeasurementSettings(), model or ModelSettings(),
+            postprocessing or PostProcessingSettings(), bounds_epsilon_share, expert=dict(expert or {}), **extra,
+        )
+        self.schema = schema
+        self.bounds: BoundsEstimate | None = None
+        self.measurement: Measurement | None = None
+        self.model: FittedMixture | None = None
+
+    @classmethod
+    def from_settings(cls, schema: TableSchema, settings: SynthesizerSettings) -> Synthesizer:
+        s = settings
+        return cls(schema, s.epsilon, s.delta, s.relation, s.seed, s.measurement, s.model, s.postprocessing,
+                   s.bounds_epsilon_share, s.max_unparseable_share, dict(s.expert))
+
+    # -- the stages ----------------------------------------------------------------------------------------------
+
+    @property
+    def bounds_epsilon(self) -> float:
+        """The share of epsilon that DP bounds take: nonzero only when the schema has ``bounds: auto`` columns."""
+        return self.settings.epsilon * self.settings.bounds_epsilon_share if auto_columns(self.schema) else 0.0
+
+    @property
+    def measurement_epsilon(self) -> float:
+        return self.settings.epsilon - (self.bounds.epsilon if self.bounds is not None else self.bounds_epsilon)
+
+    def plan(self, n_measured: int) -> tuple[MeasurementPlan, Calibration]:
+        """The measurement's public plan and calibration for ``n_measured`` rows (n enters under replace-one)."""
+        s, m = self.settings, self.settings.measurement
+        return make_plan(
+            self.schema, n_measured, self.measurement_epsilon, s.delta, m.n_directions, m.k, s.seed,
+            marginal_share=m.marginal_share, pair_share=m.pair_share, relation=s.relation,
+        )
+
+    def check(self, raw: pd.DataFrame, ledger: BudgetLedger | None, n_measured: int | None = None,
+              expected_version: int | None = None) -> None:
+        """Everything that can fail, before any charge: structure, unparseable shares and (with a ledger) the
+        pre-flight of ``preflight.check_release``. ``n_measured`` defaults to every row of ``raw``."""
+        from splice_assets.private import preflight
+
+        share = self.settings.max_unparseable_share
+        check_structure(raw, self.schema, expected_version, require_bounds=False, max_unparseable_share=share)
+        if ledger is None:
+            return
+        n = len(raw) if n_measured is None else n_measured
+        plan, calibration = self.plan(max(n, 1))
+        cells = int(sum(plan.marginal_sizes) + sum(plan.pair_sizes))
+        pure = (self.bounds_epsilon,) if self.bounds_epsilon else ()
+        m = self.settings.measurement
+        preflight.check_release(
+            self.schema, self.settings.relation, self.settings.delta, n, layout_for(self.schema).d, m.n_directions,
+            m.k, self.settings.model.components, cells, ledger,
+            preflight.ReleaseCost(calibration.noise_multiplier, pure),
+        )
+
+    def prepare(self, raw: pd.DataFrame, ledger: BudgetLedger | None, release_id: str = "adhoc",
+                n_measured: int | None = None, expected_version: int | None = None) -> ValidatedTable:
+        """``check``, then DP bounds for ``bounds: auto`` columns (charged; the schema takes the estimates), then
+        record-level cleaning. Returns the cleaned table and its INTERNAL repair report."""
+        self.check(raw, ledger, n_measured, expected_version)
+        if auto_columns(self.schema):
+            self.schema, self.bounds = estimate_bounds(
+                raw, self.schema, self.bounds_epsilon, ledger, release_id, self.settings.relation
+            )
+        return validate(raw, self.schema, expected_version, max_unparseable_share=self.settings.max_unparseable_share)
+
+    def encode(self, table: pd.DataFrame) -> np.ndarray:
+        """Cleaned rows into [-1, 1]^d (PRIVATE: the caller keeps the result in memory or the internal folder)."""
+        return encode(table, self.schema)
+
+    def measure(
+        self,
+        x: np.ndarray,
+        ledger: SpendRecorder | None,
+        release_id: str = "adhoc",
+        on_noisy: Callable[[Measurement], None] | None = None,
+    ) -> Measurement:
+        """The one Gaussian measurement of encoded rows: exact statistics -> reservation -> noise -> ``on_noisy``
+        (persist) -> commit (``measuring.measure_exact``). ``ledger=None`` accounts nothing: public data only."""
+        plan, calibration = self.plan(x.shape[0])
+        stats = exact_statistics(x, plan, layout_for(self.schema))
+        self.measurement = measure_exact(stats, plan, calibration, ledger, release_id, on_noisy)
+        return self.measurement
+
+    def fit_model(self, threads: int | None = 1) -> FittedMixture:
+        """Post-processing of the measurement into the fitted model (``postprocess.chain.fit``)."""
+        from splice_assets.postprocess import chain
+
+        if self.measurement is None:
+            raise NotFitted("measure (or load) a synthesizer before fitting its model")
+        self.model = chain.fit(self.measurement, self.schema, fit_config(self.settings, threads))
+        return self.model
+
+    def fit(self, table: pd.DataFrame, *, ledger: BudgetLedger | None, release_id: str = "adhoc",
+            threads: int | None = 1) -> Synthesizer:
+        """Every stage on a raw table: check, bounds, clean, encode, measure (charged), fit. ``ledger`` is
+        required; ``None`` draws the noise without accounting, for public data such as benchmarks only."""
+        cleaned = self.prepare(table, ledger, release_id)
+        self.measure(self.encode(cleaned.table), ledger, release_id)
+        self.fit_model(threads)
+        return self
+
+    def sample(self, n_rows: int | None = None, seed: int | None = None) -> pd.DataFrame:
+        """Synthetic rows (default: as many as measured, the noisy n under add-remove; the settings' seed)."""
+        from splice_assets.sampling import sample_table
+
+        if self.model is None or self.measurement is None:
+            raise NotFitted("fit (or load) a synthesizer before sampling")
+        n = self.measurement.n if n_rows is None else int(n_rows)
+        return sample_table(self.model, self.schema, n, self.settings.seed if seed is None else int(seed),
+                            match_marginals=self.settings.postprocessing.match_marginals)
+
+    def refit(self, model: ModelSettings | None = None, postprocessing: PostProcessingSettings | None = None,
+              seed: int | None = None, threads: int | None = 1) -> Synthesizer:
+        """A new synthesizer fitted to the same noisy measurement with other settings: zero privacy cost."""
+        if self.measurement is None:
+            raise NotFitted("fit (or load) a synthesizer before refitting it")
+        settings = dataclasses.replace(
+            self.settings, model=model or self.settings.model,
+            postprocessing=postprocessing or self.settings.postprocessing,
+            seed=self.settings.seed if seed is None else seed,
+        )
+        child = Synthesizer.from_settings(self.schema, settings)
+        child.measurement, child.bounds = self.measurement, self.bounds
+        child.fit_model(threads)
+        return child
+
+    # -- public facts and persistence ------------------------------------------------------------------------
+
+    @property
+    def privacy(self) -> PrivacyFacts:
+        m = self.measurement
+        if m is None:
+            raise NotFitted("a synthesizer has privacy facts once it is measured")
+        bounds = self.bounds.epsilon if self.bounds is not None and self.bounds.columns else 0.0
+        return PrivacyFacts(m.epsilon + bounds, m.delta, m.relation, m.epsilon, bounds, m.sigma, m.sensitivity,
+                            m.noise_multiplier, m.n, m.ledger_entry_id)
+
+    def save(self, folder: str | Path) -> Path:
+        """Write the public artifacts: noisy measurement, model, schema (with any DP bounds) and settings."""
+        from splice_assets.sampling import save_model
+
+        if self.model is None or self.measurement is None:
+            raise NotFitted("fit a synthesizer before saving it")
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.measurement.save(folder / "measurement")
+        save_model(self.model, folder / "model")
+        (folder / "schema.yaml").write_text(yaml.safe_dump(schema_to_dict(self.schema), sort_keys=False))
+        bounds = None if self.bounds is None else dataclasses.asdict(self.bounds)
+        (folder / SETTINGS_FILE).write_text(json.dumps(
+            {"settings": self.settings.to_dict(), "bounds": bounds}, indent=2, default=list
+        ))
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Synthesizer:
+        """Inverse of ``save``: a fitted synthesizer that can sample and refit (no rows, no cost)."""
+        from splice_assets.sampling import load_model
+
+        folder = Path(folder)
+        saved = json.loads((folder / SETTINGS_FILE).read_text())
+        synth = cls.from_settings(load_schema(folder / "schema.yaml"), SynthesizerSettings.from_dict(saved["settings"]))
+        if saved.get("bounds"):
+            bounds = dict(saved["bounds"])
+            bounds["columns"] = {k: tuple(v) for k, v in bounds["columns"].items()}
+            synth.bounds = BoundsEstimate(**bounds)
+        synth.measurement = Measurement.load(folder / "measurement")
+        synth.model = load_model(folder / "model")
+        return synth

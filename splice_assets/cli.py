@@ -16,9 +16,10 @@ import math
 import os
 import shutil
 import warnings
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 from sqlalchemy.engine import make_url
@@ -366,7 +367,6 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
 @click.option("--k", "k", default=None, type=int, help=f"Highest Chebyshev order k [default: {DEFAULT_K}].")
 @click.option("--L", "--n-directions", "n_directions", default=None, type=int, help=f"Directions L [default: {DEFAULT_N_DIRECTIONS}].")
 @click.option("--K", "--components", "components", default=None, type=int, help="Mixture components K [default: 20].")
-@click.option("--R", "--rank", "rank", default=None, type=int, help="Covariance rank R [default: 0, diagonal].")
 @click.option("--steps", "max_steps", default=None, type=int, help="Maximum fitting steps [default: 600].")
 @click.option("--rows", "n_synthetic", default=None, type=int, help="Synthetic rows [default: as many as measured].")
 @click.option("--seed", default=None, type=int, help="Public seed (directions, init, sampling, split) [default: 0].")
@@ -814,13 +814,12 @@ def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, a
 @main.command("refit")
 @click.argument("release_id")
 @click.option("--K", "--components", "components", default=None, type=int, help="Mixture components [default: parent's].")
-@click.option("--R", "--rank", "rank", default=None, type=int, help="Covariance rank [default: parent's].")
 @click.option("--steps", default=None, type=int, help="Maximum fitting steps [default: parent's].")
 @click.option("--rows", default=None, type=int, help="Synthetic rows [default: parent's].")
 @click.option("--seed", default=None, type=int, help="Fit/sampling seed [default: parent's].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @guarded
-def refit_command(release_id: str, components: int | None, rank: int | None, steps: int | None, rows: int | None,
+def refit_command(release_id: str, components: int | None, steps: int | None, rows: int | None,
                   seed: int | None, as_json: bool) -> None:
     """Refit a release's stored noisy moments into a new zero-cost release (no real rows read)."""
     from splice_assets.release.refit import refit_release
@@ -828,7 +827,7 @@ def refit_command(release_id: str, components: int | None, rank: int | None, ste
     _quiet_mlflow()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        record = refit_release(release_id, components, rank, steps, rows, seed)
+        record = refit_release(release_id, components, steps, rows, seed)
     if as_json:
         _json_out(record)
         return

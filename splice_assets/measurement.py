@@ -144,7 +144,7 @@ class Measurement:
         return npz, meta
 
     @classmethod
-    def load(cls, stem: str | Path) -> "Measurement":
+    def load(cls, stem: str | Path) -> Measurement:
         stem = Path(stem)
         meta = json.loads(stem.with_suffix(".json").read_text())
         if meta.pop("format_version", None) != FORMAT_VERSION:

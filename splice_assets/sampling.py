@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -340,7 +341,8 @@ def integer_coordinates(schema: TableSchema) -> dict[int, tuple[float, float]]:
     layout = layout_for(schema)
     specs = {spec.name: spec for spec in schema.columns}
     return {
-        i: tuple(specs[c.column].bounds)  # type: ignore[misc]
+        # An integer column's bounds are set (not None) once the schema is resolved.
+        i: tuple(cast("tuple[float, float]", specs[c.column].bounds))  # type: ignore[misc]
         for i, c in enumerate(layout.coordinates)
         if c.role == "value" and specs[c.column].kind == "integer"
     }
@@ -361,7 +363,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
     stem.parent.mkdir(parents=True, exist_ok=True)
     npz, meta_path = stem.with_suffix(".npz"), stem.with_suffix(".json")
     p = model.params
-    arrays = {
+    arrays: dict[str, Any] = {
         "weights": p.weights,
         "means": p.means,
         "factors": p.factors,
@@ -462,6 +464,10 @@ def load_model(stem: str | Path) -> FittedMixture:
     params.check(layout)
     cfg = dict(meta["config"])
     cfg["candidate_K"] = tuple(cfg.get("candidate_K", ()))
+    if "holdout_fraction" in cfg:  # models saved before the field was renamed
+        cfg["holdout_direction_fraction"] = cfg.pop("holdout_fraction")
+    known = {f.name for f in fields(FitConfig)}
+    cfg = {k: v for k, v in cfg.items() if k in known}
     return FittedMixture(
         layout=layout,
         params=params,

@@ -11,7 +11,6 @@ import pytest
 from test_sensitivity_audit import AUDIT_DELTA, AUDIT_EPS, audit_epsilon
 from toy import TOY_SCHEMA
 
-from splice_assets import api
 from splice_assets.layout import draw_directions, harmonic, layout_for
 from splice_assets.measurement import (
     RELATION_ADD_REMOVE,
@@ -214,18 +213,18 @@ def test_public_text_states_the_relation_without_the_exact_n(rows):
     assert "replacing any one of the 4000 rows" in privacy_statement(measuring.measure(rows, TOY_SCHEMA, replace_plan, replace_cal))
 
 
-def test_synthesize_samples_the_noisy_n_by_default():
+def test_synthesizer_samples_the_noisy_n_by_default(tmp_path):
     rng = np.random.default_rng(5)
     table = pd.DataFrame({"a": rng.uniform(0, 1, 3_000), "b": rng.choice(list("xyz"), 3_000), "c": rng.integers(1, 6, 3_000)})
-    from splice_assets.model.fit import FitConfig
-    from splice_assets.private.validation import validate
+    from splice_assets import MeasurementSettings, ModelSettings, Synthesizer
 
-    clean = validate(table, TOY_SCHEMA).table
-    result = api.synthesize(
-        clean, TOY_SCHEMA, 2.0, 1e-6, n_directions=L, k=K, relation=AR, fit_config=FitConfig(K=3, max_steps=30)
-    )
-    assert len(result.synthetic) == result.measurement.n
-    assert abs(result.measurement.n - 3_000) < 100
+    ledger = BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    ledger.set_budget(TOY_SCHEMA.name, 10.0, 1e-6, AR)
+    synth = Synthesizer(TOY_SCHEMA, 2.0, 1e-6, relation=AR, measurement=MeasurementSettings(n_directions=L, k=K),
+                        model=ModelSettings(components=3, max_steps=30)).fit(table, ledger=ledger)
+    assert len(synth.sample()) == synth.measurement.n == synth.privacy.n
+    assert abs(synth.privacy.n - 3_000) < 100
+    assert [e.status for e in ledger.entries(TOY_SCHEMA.name)] == ["committed"]
 
 
 def test_dp_quantile_under_add_remove_uses_an_unsized_domain():

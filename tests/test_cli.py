@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
+from helpers import fails_cleanly, ok
 
-from splice_assets.cli import main
 from splice_assets.datasets import DEMO_DATASET, demo_data_path
 
-FAST = ["--k", "8", "--L", "128", "--K", "3", "--R", "1", "--steps", "60", "--rows", "2000"]
+FAST = ["--k", "8", "--L", "128", "--K", "3", "--steps", "60", "--rows", "2000"]
 COMMANDS = ["release", "releases", "show", "budget", "refit", "sample", "export", "plan"]
 
 
@@ -29,23 +28,10 @@ def environment(tmp: Path) -> dict[str, str]:
     }
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def ok(*args: str):
-    result = invoke(*args)
-    assert result.exit_code == 0, (args, result.output, result.exception)
-    return result
 
 
-def fails_cleanly(*args: str) -> str:
-    result = invoke(*args)
-    assert result.exit_code != 0, (args, result.output)
-    assert isinstance(result.exception, SystemExit), (args, repr(result.exception))  # no uncaught exception
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), (args, result.stderr)
-    return lines[0]
 
 
 def run_process(*args: str) -> subprocess.CompletedProcess:
@@ -120,7 +106,7 @@ def test_budget_refit_is_free_and_linked(cli_env):
     before = json.loads(ok("budget", DEMO_DATASET, "--json").stdout)
     assert before["epsilon_spent"] > 0 and [h["release_id"] for h in before["history"]] == [rid]
     assert "remaining" in ok("budget", DEMO_DATASET).output
-    child = json.loads(ok("refit", rid, "--K", "2", "--R", "1", "--steps", "30", "--rows", "300", "--json").stdout)
+    child = json.loads(ok("refit", rid, "--K", "2", "--steps", "30", "--rows", "300", "--json").stdout)
     assert child["parent_release_id"] == rid and child["epsilon_cost"] == 0.0
     after = json.loads(ok("budget", DEMO_DATASET, "--json").stdout)
     assert after["epsilon_spent"] == before["epsilon_spent"]

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from helpers import fails_cleanly, ok
 
-from splice_assets.cli import main
 from splice_assets.datasets import DEMO_DATASET, schema_path
 from splice_assets.measurement import RELATION_REPLACE_ONE
 from splice_assets.private.ledger import (
@@ -45,23 +44,10 @@ def env(tmp_path, monkeypatch) -> dict[str, Path | str]:
     return {**values, "tmp": tmp_path}
 
 
-def invoke(*args: object):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def ok(*args: object):
-    result = invoke(*args)
-    assert result.exit_code == 0, (args, result.output, result.exception)
-    return result
 
 
-def fails_cleanly(*args: object) -> str:
-    result = invoke(*args)
-    assert result.exit_code != 0, (args, result.output)
-    assert isinstance(result.exception, SystemExit), (args, repr(result.exception))  # no uncaught exception
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), (args, result.stderr)
-    return lines[0]
 
 
 def open_ledger(env) -> BudgetLedger:
@@ -76,7 +62,7 @@ def reserve(ledger: BudgetLedger, dataset: str, release_id: str, age: timedelta 
     )
     with ledger.engine.begin() as conn:
         conn.execute(entries_table.update().where(entries_table.c.id == entry_id)
-                     .values(created_at=datetime.now(timezone.utc) - age))
+                     .values(created_at=datetime.now(UTC) - age))
     return entry_id
 
 

@@ -163,7 +163,7 @@ def test_holdout_selects_K():
     dirs = draw_directions(4, 128, LAYOUT.d)
     scales = direction_scales(dirs, "ball")
     m = model_moments(TRUTH, LAYOUT, dirs, scales, 8)
-    fm = fit_mixture(m, dirs, scales, LAYOUT, 0.0, FitConfig(numeric_model="gaussian", R=1, max_steps=150, holdout_fraction=0.25, candidate_K=(1, 3)))
+    fm = fit_mixture(m, dirs, scales, LAYOUT, 0.0, FitConfig(numeric_model="gaussian", R=1, max_steps=150, holdout_direction_fraction=0.25, candidate_K=(1, 3)))
     assert set(fm.holdout_losses) == {1, 3}
     assert fm.config.K == 3 and fm.params.K == 3
 

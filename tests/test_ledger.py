@@ -11,7 +11,7 @@ import math
 import multiprocessing as mp
 import os
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -231,7 +231,7 @@ def test_entry_fields(ledger, dataset):
     entry_id = reserve(ledger, dataset, release_id="rel-1")
     (entry,) = ledger.entries(dataset)
     assert entry.id == entry_id and len(entry_id) == 32 and int(entry_id, 16) >= 0
-    assert entry.created_at.tzinfo is not None and entry.created_at.utcoffset() == timezone.utc.utcoffset(None)
+    assert entry.created_at.tzinfo is not None and entry.created_at.utcoffset() == UTC.utcoffset(None)
     assert (entry.dataset, entry.release_id, entry.status, entry.relation) == (dataset, "rel-1", "reserved",
                                                                                 RELATION_REPLACE_ONE)
     assert entry.noise_multiplier == CAL.noise_multiplier
@@ -377,7 +377,7 @@ def backdate(ledger: BudgetLedger, entry_id: str, age: timedelta) -> None:
         conn.execute(
             entries_table.update()
             .where(entries_table.c.id == entry_id)
-            .values(created_at=datetime.now(timezone.utc) - age)
+            .values(created_at=datetime.now(UTC) - age)
         )
 
 

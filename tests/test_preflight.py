@@ -11,17 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers import ledger_url, release_resources
 from pydantic import ValidationError
 
 from splice_assets.dagster_layer.automation import run_config_for
 from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
-from splice_assets.dagster_layer.resources import (
-    ArtifactStore,
-    LedgerResource,
-    MlflowResource,
-    ReleaseStepStorage,
-)
 from splice_assets.private import preflight
 from splice_assets.private.ledger import BudgetLedger, budgets_table
 from splice_assets.private.mechanism import PrivacyParameterError
@@ -51,17 +46,8 @@ def world(tmp_path, monkeypatch):
     return tmp_path
 
 
-def ledger_url(tmp: Path) -> str:
-    return f"sqlite:///{tmp / 'ledger.sqlite'}"
-
-
 def run(tmp: Path, **settings):
-    resources = {
-        "ledger": LedgerResource(url=ledger_url(tmp)),
-        "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", artifact_root=str(tmp / "mlartifacts")),
-        "store": ArtifactStore(base_dir=str(tmp / "releases")),
-        "io_manager": ReleaseStepStorage(base_dir=str(tmp / "releases")),
-    }
+    resources = release_resources(tmp)
     config = ReleaseConfig(**{"dataset": SCHEMA["name"], "input_path": str(tmp / "input.csv"), **FAST, **settings})
     with dg.DagsterInstance.ephemeral() as instance:
         return build_definitions(resources).resolve_job_def("release").execute_in_process(
@@ -95,14 +81,13 @@ def set_budget(tmp: Path, epsilon: float = 10.0, delta: float = 1e-6, relation: 
 
 @pytest.mark.parametrize("setting, value, words", [
     ("k", 20_000, "k must be an integer in [1, 64], got 20000"),
-    ("n_directions", 200_000_000, "L (n_directions) must be an integer in [1, 8192], got 200000000"),
+    ("n_directions", 200_000_000, "n_directions (L) must be an integer in [1, 8192], got 200000000"),
     ("epsilon", 1e6, "epsilon must be a number in (0, 20], got 1000000.0"),
     ("epsilon", -1.0, "got -1.0"),
-    ("components", 10_000, "K (components) must be an integer in [1, 500], got 10000"),
-    ("rank", 1_000, "R (rank) must be an integer in [0, 64], got 1000"),
-    ("n_synthetic", 10**9, "synthetic rows must be an integer in [0, 10000000], got 1000000000"),
+    ("components", 10_000, "components (K) must be an integer in [1, 500], got 10000"),
+    ("n_synthetic", 10**9, "n_synthetic must be in [0, 10000000], got 1000000000"),
     ("delta", 0.5 + 0.5, "delta"),
-    ("max_unparseable_share", 1.5, "max_unparseable_share must be in [0, 1], got 1.5"),
+    ("max_unparseable_share", 1.5, "max_unparseable_share must be a number in [0, 1], got 1.5"),
 ])
 def test_settings_that_cannot_succeed_are_refused_at_launch(setting, value, words):
     with pytest.raises(ValidationError) as caught:

@@ -121,7 +121,7 @@ def test_negative_em_iterations_are_rejected_with_the_value():
 
     schema = parse_schema({"name": "t", "version": 1, "n_min": 2,
                            "columns": [{"name": "b", "kind": "categorical", "categories": ["x", "y"]}]})
-    with pytest.raises(ValueError, match="em_iterations must be >= 0, got -3"):
+    with pytest.raises(ValueError, match="em_iterations must be an integer >= 0, got -3"):
         fit_mixture(np.zeros((2, 4)), np.ones((4, 1)), np.ones(4), layout_for(schema), 0.1, FitConfig(em_iterations=-3))
 
 

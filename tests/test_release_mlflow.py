@@ -22,7 +22,7 @@ from splice_assets.datasets import DEMO_DATASET, demo_data_path
 from splice_assets.private.ledger import BudgetLedger
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = dict(k=8, n_directions=128, components=3, rank=1, max_steps=60, n_synthetic=2000)
+FAST = dict(k=8, n_directions=128, components=3, max_steps=60, n_synthetic=2000)
 SECRET = "PLANTED_SECRET_93xk"
 EXTREME = 98765432.125
 SOURCE_MARK = "SRCURI_private_q7z"
@@ -84,7 +84,7 @@ def test_run_logs_every_field(released):
     tmp, record = released["tmp"], released["record"]
     run = client_for(tmp).get_run(record["mlflow_run_id"])
     params, tags, metrics = run.data.params, run.data.tags, run.data.metrics
-    for key in ("dataset", "epsilon", "delta", "k", "n_directions", "components", "rank", "max_steps",
+    for key in ("dataset", "epsilon", "delta", "k", "n_directions", "components", "max_steps",
                 "n_synthetic", "seed", "holdout_fraction", "tilt_chi2", "link_lambda", "joint_pairs"):
         assert key in params, key
     assert "input_path" not in params and "source_uri" not in params
@@ -248,7 +248,7 @@ def test_refit_costs_zero_and_links_its_parent(released, monkeypatch):
         monkeypatch.setenv(key, value)
     ledger = BudgetLedger(environment(tmp)["SPLICE_LEDGER_URL"])
     spent_before = ledger.spent(DEMO_DATASET)
-    child = refit_release(parent["release_id"], K=2, R=1, steps=40, n_rows=500)
+    child = refit_release(parent["release_id"], K=2, steps=40, n_rows=500)
     assert ledger.spent(DEMO_DATASET) == spent_before
     entry = [e for e in ledger.entries(DEMO_DATASET) if e.release_id == child["release_id"]]
     assert len(entry) == 1 and entry[0].epsilon == 0.0 and entry[0].parent_release_id == parent["release_id"]

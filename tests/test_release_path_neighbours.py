@@ -17,16 +17,11 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import release_resources
 
 from splice_assets.dagster_layer.automation import run_config_for
 from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
-from splice_assets.dagster_layer.resources import (
-    ArtifactStore,
-    LedgerResource,
-    MlflowResource,
-    ReleaseStepStorage,
-)
 from splice_assets.measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
 from splice_assets.private import holdout_split, measuring
 from splice_assets.private import mechanism as privacy
@@ -197,13 +192,7 @@ def job_vector(tmp, table: pd.DataFrame, relation: str, name: str, monkeypatch, 
     """Run the release job on ``table`` until the sampler would draw; return what it was handed."""
     source = tmp / f"{name}.csv"
     table.to_csv(source, index=False)
-    resources = {
-        "ledger": LedgerResource(url=f"sqlite:///{tmp / 'ledger.sqlite'}"),
-        "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", artifact_root=str(tmp / "mlartifacts")),
-        "store": ArtifactStore(base_dir=str(tmp / "releases")),
-        "io_manager": ReleaseStepStorage(base_dir=str(tmp / "releases")),
-    }
-    job = build_definitions(resources).resolve_job_def("release")
+    job = build_definitions(release_resources(tmp)).resolve_job_def("release")
     config = ReleaseConfig(dataset=SCHEMA.name, input_path=str(source), relation=relation, holdout_fraction=0.2)
     with dg.DagsterInstance.ephemeral() as instance:
         result = job.execute_in_process(run_config=run_config_for(config), instance=instance, raise_on_error=False)

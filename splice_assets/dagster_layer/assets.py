@@ -7,7 +7,6 @@ themselves to ``ReleaseStepStorage`` in that folder.
 """
 
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
+from splice_assets.api import Synthesizer
 from splice_assets.dagster_layer.config import ReleaseConfig, ReleaseSettings
 from splice_assets.dagster_layer.resources import (
     ArtifactStore,
@@ -24,23 +24,15 @@ from splice_assets.dagster_layer.resources import (
 )
 from splice_assets.datasets import schema_path
 from splice_assets.evaluation.report import ReportResult, build_report
-from splice_assets.layout import layout_for
 from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
-from splice_assets.model.fit import FitConfig, FittedMixture
-from splice_assets.postprocess import chain
 from splice_assets.postprocess.links import describe as describe_links
-from splice_assets.private import holdout_split, measuring, preflight
-from splice_assets.private.bounds import BoundsEstimate, auto_columns, estimate_bounds
-from splice_assets.private.encoding import encode
+from splice_assets.private import holdout_split, measuring
 from splice_assets.private.validation import (
     ValidationReport,
-    check_structure,
     read_table,
-    validate,
 )
 from splice_assets.release import bundle as release_lib
-from splice_assets.sampling import sample_table
-from splice_assets.schema import TableSchema, load_schema
+from splice_assets.schema import load_schema
 
 GROUP = "splice_release"
 # Asset keys live under "splice/" so the final `release` asset does not clash with the `release` job.
@@ -68,41 +60,37 @@ def release_id_of(context: dg.AssetExecutionContext) -> str:
 @dataclass(frozen=True)
 class ValidatedInput:
     settings: ReleaseSettings
-    schema: TableSchema
+    synth: Synthesizer
     train: pd.DataFrame
     holdout: pd.DataFrame
     report: ValidationReport
     source_uri: str
-    bounds: BoundsEstimate | None = None
 
 
 @dataclass(frozen=True)
 class EncodedInput:
     settings: ReleaseSettings
-    schema: TableSchema
+    synth: Synthesizer
     x: np.ndarray
 
 
 @dataclass(frozen=True)
 class MeasuredMoments:
     settings: ReleaseSettings
-    schema: TableSchema
-    measurement: Measurement
+    synth: Synthesizer
     reused: bool
 
 
 @dataclass(frozen=True)
 class FittedModel:
     settings: ReleaseSettings
-    schema: TableSchema
-    measurement: Measurement
-    model: FittedMixture
+    synth: Synthesizer
 
 
 @dataclass(frozen=True)
 class SyntheticTable:
     settings: ReleaseSettings
-    schema: TableSchema
+    synth: Synthesizer
     table: pd.DataFrame
 
 
@@ -121,74 +109,44 @@ def row_count_metadata(n: int, relation: str) -> dict[str, object]:
     return {"n (public)": n} if relation == RELATION_REPLACE_ONE else {}
 
 
-def measurement_plan(settings: ReleaseSettings, schema: TableSchema, n_measured: int):
-    """The plan and calibration of this release's measurement (n enters under replace-one only)."""
-    s = settings
-    return measuring.make_plan(
-        schema, n_measured, s.epsilon, s.delta, s.n_directions, s.k, s.seed,
-        marginal_share=s.marginal_share, pair_share=s.pair_share, relation=s.relation,
-    )
-
-
-def preflight_release(settings: ReleaseSettings, schema: TableSchema, n_rows: int, book) -> None:
-    """Everything that can fail, checked before the first charge (``preflight.check_release``)."""
-    s = settings
-    bounds_epsilon = s.epsilon * s.bounds_epsilon_share if auto_columns(schema) else 0.0
-    measured = s.epsilon - bounds_epsilon
-    n_measured = n_rows - int(round(s.holdout_fraction * n_rows))
-    plan, calibration = measurement_plan(dataclasses.replace(s, epsilon=measured), schema, max(n_measured, 1))
-    cells = int(sum(plan.marginal_sizes) + sum(plan.pair_sizes))
-    preflight.check_release(
-        schema, s.relation, s.delta, n_measured, layout_for(schema).d, s.n_directions, s.k, s.components, cells,
-        book, preflight.ReleaseCost(calibration.noise_multiplier, (bounds_epsilon,) if bounds_epsilon else ()),
-    )
-
-
 @splice_asset(
     kinds={"pandas", "pandera"},
-    description="Structural validation and pre-flight (fail fast, before any charge), total record-level cleaning "
-    "against the public schema, and the split into measured and held-out rows.",
+    description="Structural validation and pre-flight (fail fast, before any charge), DP bounds where the schema "
+    "asks, record-level cleaning, and the split into measured and held-out rows.",
     check_specs=[dg.AssetCheckSpec("structure", asset=dg.AssetKey([PREFIX, "validated_table"]), blocking=True)],
 )
 def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, ledger: LedgerResource):
     settings = config.settings()
-    schema = load_schema(schema_path(settings.dataset))
+    synth = settings.synthesizer(load_schema(schema_path(settings.dataset)))
     raw = read_table(settings.resolved_input())
-    # Structure and unparseable shares first: bad input is refused before anything is charged.
-    share = settings.max_unparseable_share
-    check_structure(raw, schema, settings.schema_version, require_bounds=False, max_unparseable_share=share)
+    n_measured = len(raw) - int(round(settings.holdout_fraction * len(raw)))
     with ledger.open() as book:
-        preflight_release(settings, schema, len(raw), book)
-        estimate = None
-        if auto_columns(schema):
-            # `bounds: auto`: an explicit share of epsilon buys DP bounds, charged as its own ledger entry.
-            bounds_epsilon = settings.epsilon * settings.bounds_epsilon_share
-            schema, estimate = estimate_bounds(
-                raw, schema, bounds_epsilon, book, release_id_of(context), settings.relation
-            )
-            settings = dataclasses.replace(settings, epsilon=settings.epsilon - bounds_epsilon)
-            context.log.info(f"auto bounds at epsilon={bounds_epsilon:g} (public DP estimates): {estimate.columns}")
-    checked = validate(raw, schema, settings.schema_version, max_unparseable_share=share)
-    train, holdout = holdout_split.split_holdout(checked.table, settings.holdout_fraction, settings.seed, settings.relation)
-    if len(train) < schema.n_min:
+        checked = synth.prepare(raw, book, release_id_of(context), n_measured, settings.schema_version)
+    if synth.bounds is not None:
+        context.log.info(f"auto bounds at epsilon={synth.bounds.epsilon:g} (public DP estimates): "
+                         f"{synth.bounds.columns}")
+    train, holdout = holdout_split.split_holdout(
+        checked.table, settings.holdout_fraction, settings.seed, settings.relation
+    )
+    if len(train) < synth.schema.n_min:
         raise dg.Failure(
             f"after holding out {settings.holdout_fraction:.0%} for evaluation the measured part is below the "
-            f"schema's public n_min={schema.n_min}; lower holdout_fraction"
+            f"schema's public n_min={synth.schema.n_min}; lower holdout_fraction"
         )
     yield dg.AssetCheckResult(
         check_name="structure",
         passed=True,
-        metadata={"columns": len(schema.columns), "schema_version": schema.version},
+        metadata={"columns": len(synth.schema.columns), "schema_version": synth.schema.version},
     )
     yield dg.Output(
-        ValidatedInput(settings, schema, train, holdout, checked.report, settings.resolved_input(), estimate),
+        ValidatedInput(settings, synth, train, holdout, checked.report, settings.resolved_input()),
         metadata={
-            "dataset": schema.name,
+            "dataset": synth.schema.name,
             "auto bounds (DP estimates)": dg.MetadataValue.json(
-                {} if estimate is None else {"epsilon": estimate.epsilon, "bounds": estimate.columns}
+                {} if synth.bounds is None else {"epsilon": synth.bounds.epsilon, "bounds": synth.bounds.columns}
             ),
-            "measurement epsilon": settings.epsilon,
-            "schema_version": schema.version,
+            "measurement epsilon": synth.measurement_epsilon,
+            "schema_version": synth.schema.version,
             **row_count_metadata(len(train), settings.relation),
         },
     )
@@ -200,17 +158,17 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
 )
 def unit_ball_encoding(validated_table: ValidatedInput) -> dg.Output[EncodedInput]:
     v = validated_table
-    x = encode(v.train, v.schema)
-    layout = layout_for(v.schema)
+    x = v.synth.encode(v.train)
     return dg.Output(
-        EncodedInput(v.settings, v.schema, x),
-        metadata={"d": layout.d, **row_count_metadata(x.shape[0], v.settings.relation), "scaling": "ball (1/sqrt(d))"},
+        EncodedInput(v.settings, v.synth, x),
+        metadata={"d": x.shape[1], **row_count_metadata(x.shape[0], v.settings.relation),
+                  "scaling": "ball (1/sqrt(d))"},
     )
 
 
 @splice_asset(
     kinds={"numpy"},
-    description="Noisy sliced Chebyshev moments under a ledger-recorded (epsilon, delta) spend.",
+    description="Noisy sliced Chebyshev moments and 1-/2-way tables under a ledger-recorded (epsilon, delta) spend.",
     check_specs=[dg.AssetCheckSpec(
         "moments_in_range_before_noise", asset=dg.AssetKey([PREFIX, "private_moments"]), blocking=True
     )],
@@ -222,29 +180,25 @@ def private_moments(
     store: ArtifactStore,
 ):
     e = unit_ball_encoding
-    s = e.settings
-    release_id = release_id_of(context)
-    stem = store.public_dir(s.dataset, release_id) / "measurement"
+    synth, s = e.synth, e.settings
+    stem = store.public_dir(s.dataset, release_id_of(context)) / "measurement"
     if stem.with_suffix(".json").exists():
         # A retry of this step: reuse the stored noisy moments, never draw (and pay for) fresh noise.
-        measurement, reused = Measurement.load(stem), True
+        synth.measurement, reused = Measurement.load(stem), True
         yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=True,
                                   metadata={"note": "reused stored measurement"})
     else:
-        plan, calibration = measurement_plan(s, e.schema, e.x.shape[0])
-        exact = measuring.exact_statistics(e.x, plan, layout_for(e.schema))
-        in_range = measuring.statistics_in_range(exact)
-        yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=in_range)
-        if not in_range:
-            raise dg.Failure("exact statistics not finite or out of range; nothing was charged")
         with ledger.open() as book:
-            measurement = measuring.measure_exact(
-                exact, plan, calibration, book, release_id, on_noisy=lambda m: m.save(stem)
-            )
-        del exact
+            try:
+                synth.measure(e.x, book, release_id_of(context), on_noisy=lambda m: m.save(stem))
+            except measuring.MomentsOutOfRange:
+                yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=False)
+                raise dg.Failure("exact statistics not finite or out of range; nothing was charged") from None
+        yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=True)
         reused = False
+    measurement = synth.measurement
     yield dg.Output(
-        MeasuredMoments(s, e.schema, measurement, reused),
+        MeasuredMoments(s, synth, reused),
         metadata={
             "epsilon": measurement.epsilon,
             "delta": measurement.delta,
@@ -268,19 +222,12 @@ def private_moments(
 )
 def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
     p = private_moments
-    s = p.settings
-    config = FitConfig(
-        K=s.components, R=s.rank, numeric_model=s.numeric_model, max_steps=s.max_steps, seed=s.seed,
-        tilt_chi2=s.tilt_chi2, link_lambda=s.link_lambda, joint_pairs=s.joint_pairs,
-        field_iterations=s.field_iterations,
-    )
-    model = chain.fit(p.measurement, p.schema, config)
+    model = p.synth.fit_model()
     curve = [float(v) for v in model.loss_curve]
     return dg.Output(
-        FittedModel(s, p.schema, p.measurement, model),
+        FittedModel(p.settings, p.synth),
         metadata={
-            "K": s.components,
-            "R": s.rank,
+            "K": model.params.K,
             "steps": model.steps,
             "converged": bool(model.converged),
             "final_loss": curve[-1] if curve else float("nan"),
@@ -305,12 +252,11 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
 def synthetic_table(mixture_model: FittedModel) -> dg.Output[SyntheticTable]:
     m = mixture_model
     s = m.settings
-    n_rows = s.n_synthetic or m.measurement.n  # the public n, or the noisy one under add-remove
-    table = sample_table(m.model, m.schema, n_rows, s.seed, match_marginals=s.match_marginals)
+    table = m.synth.sample(s.n_synthetic or None, s.seed)  # default: the public n, or the noisy one (add-remove)
     return dg.Output(
-        SyntheticTable(s, m.schema, table),
+        SyntheticTable(s, m.synth, table),
         metadata={
-            "rows": n_rows,
+            "rows": len(table),
             "sampling_seed": s.seed,
             "output schema": dg.MetadataValue.table_schema(
                 dg.TableSchema(columns=[dg.TableColumn(c, str(t)) for c, t in table.dtypes.items()])
@@ -334,10 +280,11 @@ def fidelity_report(
     v = validated_table
     s = v.settings
     release_id = release_id_of(context)
+    synth = private_moments.synth
     with ledger.open() as book:
-        facts = release_lib.public_facts(private_moments.measurement, book, release_id)
+        facts = release_lib.public_facts(synth.measurement, book, release_id, bounds_epsilon=synth.privacy.bounds_epsilon)
     result = build_report(
-        v.train, v.holdout, synthetic_table.table, v.schema, facts, s.seed, store.internal_dir(s.dataset, release_id)
+        v.train, v.holdout, synthetic_table.table, synth.schema, facts, s.seed, store.internal_dir(s.dataset, release_id)
     )
     # Only the report's location goes to Dagster's event log: its numbers are computed from real rows.
     return dg.Output(
@@ -362,14 +309,15 @@ def release(
     store: ArtifactStore,
 ) -> dg.Output[dict]:
     s = validated_table.settings
+    synth = mixture_model.synth
     release_id = release_id_of(context)
     with ledger.open() as book:
         record = release_lib.write_release(
             release_id=release_id,
             settings=s.__dict__,
-            schema=validated_table.schema,
-            measurement=private_moments.measurement,
-            model=mixture_model.model,
+            schema=synth.schema,
+            measurement=synth.measurement,
+            model=synth.model,
             synthetic=synthetic_table.table,
             report=fidelity_report.result,
             validation=validated_table.report,
@@ -380,7 +328,7 @@ def release(
             tracking_uri=mlflow.uri(),
             artifact_location=mlflow.artifact_location(),
             dagster_run_id=context.run_id,
-            bounds_estimate=validated_table.bounds,
+            bounds_estimate=synth.bounds,
         )
     context.log.info(f"release {release_id}: public bundle at {record['public_dir']}")
     return dg.Output(

@@ -6,7 +6,6 @@ import dagster as dg
 from splice_assets.dagster_layer.assets import PREFIX, EncodedInput, SyntheticTable
 from splice_assets.dagster_layer.resources import LedgerResource
 from splice_assets.evaluation.expectations import check_synthetic
-from splice_assets.private import measuring
 from splice_assets.private.ledger import BUDGET_TOLERANCE
 from splice_assets.private.preflight import ReleaseCost, ledger_projection
 
@@ -18,11 +17,8 @@ from splice_assets.private.preflight import ReleaseCost, ledger_projection
     "(pre-flight checked the whole release before any charge; this catches concurrent releases).",
 )
 def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -> dg.AssetCheckResult:
-    s = unit_ball_encoding.settings
-    _, calibration = measuring.make_plan(
-        unit_ball_encoding.schema, unit_ball_encoding.x.shape[0], s.epsilon, s.delta, s.n_directions, s.k, s.seed,
-        marginal_share=s.marginal_share, pair_share=s.pair_share, relation=s.relation,
-    )
+    s, synth = unit_ball_encoding.settings, unit_ball_encoding.synth
+    _, calibration = synth.plan(unit_ball_encoding.x.shape[0])
     with ledger.open() as book:
         budget = book.budget(s.dataset)
         if budget is None:
@@ -51,7 +47,7 @@ def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -
     description="Great-expectations suite from the schema on the SYNTHETIC rows only (BOOLEAN_ONLY results).",
 )
 def synthetic_expectations(synthetic_table: SyntheticTable) -> dg.AssetCheckResult:
-    summary = check_synthetic(synthetic_table.table, synthetic_table.schema)
+    summary = check_synthetic(synthetic_table.table, synthetic_table.synth.schema)
     return dg.AssetCheckResult(
         passed=bool(summary.success),
         severity=dg.AssetCheckSeverity.WARN,

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -119,7 +120,7 @@ def build_suite(
     null_rate_bounds: Mapping[str, tuple[float, float]] | None = None,
     name: str | None = None,
     context: Any = None,
-) -> "gx.ExpectationSuite":
+) -> gx.ExpectationSuite:
     """The expectation suite implied by the schema (public: depends on the schema and the given bounds only).
 
     ``null_rate_bounds`` maps a nullable column to (min, max) share of missing values; it becomes an
@@ -162,7 +163,7 @@ def build_suite(
     return suite
 
 
-def run_suite(synthetic: pd.DataFrame, suite: "gx.ExpectationSuite", context: Any = None) -> Any:
+def run_suite(synthetic: pd.DataFrame, suite: gx.ExpectationSuite, context: Any = None) -> Any:
     """Validate a DataFrame of SYNTHETIC rows in an ephemeral context; returns GE's raw validation result
     (``BOOLEAN_ONLY``: the per-expectation ``result`` dicts carry no values)."""
     if context is None:

@@ -25,8 +25,9 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -608,7 +609,10 @@ def tstr(
     scores = []
     for name, make in _learners(task, seed).items():
         s_tstr = _score(make, task, x_syn, y_syn, x_te, y_te, n_classes)
-        s_trtr = _score(make, task, x_real, y_real, x_te, y_te, n_classes) if trtr else None
+        s_trtr = (
+            _score(make, task, x_real, y_real, x_te, y_te, n_classes)
+            if trtr and x_real is not None and y_real is not None else None
+        )
         scores.append(LearnerScores(name, s_tstr, s_trtr))
 
     def key(d: dict[str, float] | None) -> float:

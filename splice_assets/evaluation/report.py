@@ -15,9 +15,10 @@ import io
 import json
 import math
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,7 @@ from matplotlib.figure import Figure
 from splice_assets.evaluation.expectations import ExpectationSummary, check_synthetic
 from splice_assets.evaluation.metrics import (
     N_BINS,
+    DCRResult,
     FidelityMetrics,
     ReferenceBand,
     column_codes,
@@ -164,7 +166,7 @@ def _heatmaps(metrics: FidelityMetrics) -> Figure:
 
 
 def _grouped_bars(
-    groups: list[str], series: dict[str, list[float]], title: str, ylabel: str, hline: float | None = None,
+    groups: list[str], series: Mapping[str, Sequence[float | None]], title: str, ylabel: str, hline: float | None = None,
     ylim: tuple[float, float] | None = None,
 ) -> Figure:  # fmt: skip
     fig = Figure(figsize=(6.4, 3.0))
@@ -270,7 +272,7 @@ def _tstr_section(metrics: FidelityMetrics, refs: ReferenceBand | None) -> str:
     if t is None:
         return "<section><h2>Train on synthetic, test on real</h2><p>The schema declares no target.</p></section>"
     learners = [s.learner for s in t.learners]
-    series: dict[str, list[float]] = {
+    series: dict[str, list[float | None]] = {
         "TSTR (synthetic)": [s.tstr.get(t.primary) for s in t.learners],
         "TRTR (real train)": [(s.trtr or {}).get(t.primary) for s in t.learners],
     }
@@ -310,7 +312,7 @@ def _privacy_section(metrics: FidelityMetrics, refs: ReferenceBand | None) -> st
     p = metrics.privacy
     if p is None:
         return ""
-    runs = [("synthetic", p)]
+    runs: list[tuple[str, DCRResult | None]] = [("synthetic", p)]
     if refs is not None:
         runs += [("independent marginals", refs.independent.privacy), ("real half (not trained on)", refs.real_halves.privacy)]
     rows = [

@@ -76,7 +76,7 @@ class DiscreteCentral(torch.autograd.Function):
     absolute twin (not differentiable)."""
 
     @staticmethod
-    def forward(ctx, probs: torch.Tensor, grid: np.ndarray, inv_factorial: np.ndarray):  # type: ignore[override]
+    def forward(ctx, probs: torch.Tensor, grid: np.ndarray, inv_factorial: np.ndarray):
         probs_np = probs.detach().contiguous().numpy()
         central = np.empty((*probs.shape[:2], inv_factorial.shape[0]))
         abs_central = np.empty_like(central)
@@ -87,7 +87,7 @@ class DiscreteCentral(torch.autograd.Function):
         return torch.from_numpy(central), abs_t
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor, _grad_abs: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor, _grad_abs: torch.Tensor):
         probs, grid, inv_factorial, central = ctx.arrays
         g_probs = np.empty_like(probs)
         _central_backward(grad.detach().contiguous().numpy(), probs, grid, inv_factorial, central, g_probs)
@@ -154,7 +154,7 @@ class JointCentral(torch.autograd.Function):
     (K, n, n) and their absolute twin (not differentiable)."""
 
     @staticmethod
-    def forward(ctx, table: torch.Tensor, grid_a: np.ndarray, grid_b: np.ndarray,  # type: ignore[override]
+    def forward(ctx, table: torch.Tensor, grid_a: np.ndarray, grid_b: np.ndarray,
                 inv_factorial: np.ndarray):
         table_np = table.detach().contiguous().numpy()
         n = inv_factorial.shape[0]
@@ -166,7 +166,7 @@ class JointCentral(torch.autograd.Function):
         return torch.from_numpy(mixed), abs_t
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor, _grad_abs: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor, _grad_abs: torch.Tensor):
         table, grid_a, grid_b, inv_factorial, mixed = ctx.arrays
         g_table = np.empty_like(table)
         _mixed_backward(grad.detach().contiguous().numpy(), table, grid_a, grid_b, inv_factorial, mixed, g_table)
@@ -310,7 +310,7 @@ class SeriesChain(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, acc0: torch.Tensor, central: torch.Tensor, mixed: torch.Tensor, wpow: np.ndarray,  # type: ignore[override]
+    def forward(ctx, acc0: torch.Tensor, central: torch.Tensor, mixed: torch.Tensor, wpow: np.ndarray,
                 joint_pow: np.ndarray) -> torch.Tensor:
         central_np, mixed_np = central.detach().contiguous().numpy(), mixed.detach().contiguous().numpy()
         steps = _chain_steps(acc0, central_np, wpow, mixed_np, joint_pow)
@@ -318,7 +318,7 @@ class SeriesChain(torch.autograd.Function):
         return torch.from_numpy(steps[-1].transpose(0, 2, 1).copy())
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor):
         central, wpow, mixed, joint_pow = ctx.arrays
         steps = ctx.steps
         g_acc0, g_central, g_mixed = np.empty(steps.shape[1:]), np.empty(central.shape), np.empty(mixed.shape)
@@ -406,7 +406,7 @@ class TaylorExpectations(torch.autograd.Function):
     """(mu (...), central (..., k+1)) -> (E[T_j(mu + u)] (..., k), P_(k-1) and P_k (..., 2, k+1), not differentiable)."""
 
     @staticmethod
-    def forward(ctx, mu: torch.Tensor, central: torch.Tensor):  # type: ignore[override]
+    def forward(ctx, mu: torch.Tensor, central: torch.Tensor):
         rows_mu, rows_central = mu.detach().reshape(-1).contiguous().numpy(), _rows_last(central)
         ctx.arrays = rows_mu, rows_central
         n, N = rows_central.shape
@@ -417,7 +417,7 @@ class TaylorExpectations(torch.autograd.Function):
         return torch.from_numpy(moments.T.copy()).reshape(*central.shape[:-1], n - 1), last_t
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor, _grad_last: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor, _grad_last: torch.Tensor):
         rows_mu, rows_central = ctx.arrays
         g_mu, g_central = np.empty_like(rows_mu), np.empty_like(rows_central)
         _taylor_backward(_rows_last(grad), rows_mu, rows_central, g_mu, g_central)

@@ -77,8 +77,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import cast
 
 import numpy as np
 import torch
@@ -280,7 +281,7 @@ class TorchMixture:
         )
 
     @classmethod
-    def from_numpy(cls, params: MixtureParameters, layout: EncodingLayout, device: str | torch.device = "cpu") -> "TorchMixture":
+    def from_numpy(cls, params: MixtureParameters, layout: EncodingLayout, device: str | torch.device = "cpu") -> TorchMixture:
         levels = [layout.coordinates[i].levels for i in layout.discrete_index]
         rmax = max(levels, default=1)
         padded = np.zeros((params.K, len(levels), rmax))
@@ -364,8 +365,8 @@ class MomentEvaluator:
         # Fast path, step 2: every part's divided central moments in direction l are w^m M_m (a joint part's
         # sum_s w_a^s w_b^(m-s) M[s, m-s]), so the chain needs w^m per (part, direction).
         if self.fused:
-            w_joint = [w_np[:, disc][:, [ta, tb]].T for ta, tb in self.joint_positions]
-            w_joint = np.stack(w_joint) if w_joint else np.zeros((0, 2, w_np.shape[0]))
+            joint_weights = [w_np[:, disc][:, [ta, tb]].T for ta, tb in self.joint_positions]
+            w_joint = np.stack(joint_weights) if joint_weights else np.zeros((0, 2, w_np.shape[0]))
             self.chain_powers = kernels.chain_powers(w_np[:, disc][:, self.separable], w_joint, k)
             self.abs_chain_powers = tuple(np.abs(t) for t in self.chain_powers)
             self.sep_grid = (np.ascontiguousarray(grid[self.separable]), inv_factorial)
@@ -584,7 +585,7 @@ class MomentEvaluator:
         for u, table in enumerate(q.joint):
             # nu depends on the direction here: contract c with the merge table one b at a time.
             nu = self._joint_nu(table, u, rows)
-            pairs = sum(nu[..., b : b + 1] * (c @ table_b[b]) for b in range(k1))
+            pairs = cast(torch.Tensor, sum(nu[..., b : b + 1] * (c @ table_b[b]) for b in range(k1)))
             c = (pairs * self.alpha_cheb[len(sep) + u, rows][:, self.pair_e]) @ self.segment
         return c[..., 1:]
 
@@ -630,8 +631,10 @@ class Bounds:
 class MixtureModule(torch.nn.Module):
     """Unconstrained raw tensors -> a ``TorchMixture`` inside ``Bounds`` (always a valid mixture)."""
 
-    def __init__(self, layout: EncodingLayout, K: int, R: int, bounds: Bounds = Bounds(), device: str | torch.device = "cpu",
-                 joint_pairs: Sequence[tuple[int, int]] = ()) -> None:
+    level_mask: torch.Tensor  # a buffer (registered in __init__)
+
+    def __init__(self, layout: EncodingLayout, K: int, R: int, bounds: Bounds = Bounds(),
+                 device: str | torch.device = "cpu", joint_pairs: Sequence[tuple[int, int]] = ()) -> None:
         super().__init__()
         if K < 1 or R < 0:
             raise ValueError(f"need K >= 1 and R >= 0, got K={K}, R={R}")
@@ -682,7 +685,7 @@ class MixtureModule(torch.nn.Module):
         joint = []
         for (ta, tb), logits in zip(self.joint_positions, self.joint_logits):
             table = torch.softmax(logits, dim=-1).reshape(logits.shape[0], -1, int(self.level_mask[tb].sum()))
-            pad = lambda m: torch.nn.functional.pad(m, (0, probs.shape[2] - m.shape[1]))  # noqa: E731
+            pad = lambda m: torch.nn.functional.pad(m, (0, probs.shape[2] - m.shape[1]))  # noqa: E731, B023
             margins = torch.stack([pad(table.sum(2)), pad(table.sum(1))], dim=1)
             probs = probs.index_copy(1, torch.tensor([ta, tb], device=probs.device), margins)
             joint.append(table)

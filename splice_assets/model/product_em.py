@@ -11,8 +11,8 @@ composite likelihood never decreases. An iteration costs O(K * cells), independe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -123,10 +123,10 @@ def composite_em(
             new_joint.append(total / total.sum(axis=(1, 2), keepdims=True))
         probs = tuple((c + _FLOOR) / (c + _FLOOR).sum(axis=1, keepdims=True) for c in counts)
         if new_joint:
-            probs = list(probs)
+            marginals = list(probs)
             for (a, b), table in zip(start.joint_pairs, new_joint):
-                probs[a], probs[b] = table.sum(axis=2), table.sum(axis=1)
-            probs, joint = tuple(probs), tuple(new_joint)
+                marginals[a], marginals[b] = table.sum(axis=2), table.sum(axis=1)
+            probs, joint = tuple(marginals), tuple(new_joint)
     return ProductMixture(weights, probs, start.joint_pairs, joint)
 
 

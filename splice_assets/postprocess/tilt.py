@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numba
 import numpy as np
@@ -69,7 +70,7 @@ def table_starts(layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tupl
 
 def table_cells(
     cube: np.ndarray, layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]],
-    order: str = "F", local: bool = False,
+    order: Literal["C", "F"] = "F", local: bool = False,
 ) -> np.ndarray:
     """(n, d + len(pairs)) int32: every row's cell in every 1-way table, then in every 2-way table, as indices
     into the tables concatenated (1-way cells first). Built one table at a time; column-major by default (read one
@@ -78,7 +79,7 @@ def table_cells(
     With ``local``, each table's own cell index instead (add ``table_starts`` for the concatenated one), as uint16
     when every table has at most 65,536 cells: half the memory of the tilt's wide pools."""
     sizes, starts, pair_starts = _table_offsets(layout, numeric_bins, pairs)
-    dtype = np.int32
+    dtype: type[np.integer[Any]] = np.int32
     if local:
         largest = max([int(sizes.max(initial=1))] + [int(sizes[a] * sizes[b]) for a, b in pairs])
         dtype = np.uint16 if largest <= np.iinfo(np.uint16).max + 1 else np.int32

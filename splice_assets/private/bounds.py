@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -26,7 +26,9 @@ MECHANISM = "exponential/private-quantile-bounds"
 
 
 class PureSpendRecorder(Protocol):
-    def reserve_pure(self, **entry: object) -> str: ...
+    def reserve_pure(
+        self, *, dataset: str, release_id: str, mechanism: str, epsilon: float, relation: str, params_hash: str
+    ) -> str: ...
 
     def commit(self, entry_id: str) -> None: ...
 
@@ -63,7 +65,7 @@ def private_quantile(values: np.ndarray, alpha: float, epsilon: float, relation:
     d_in = 2 if replace_one else 1
     domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=len(values) if replace_one else None)
 
-    def make(scale: float):
+    def make(scale: float) -> Any:  # opendp's Measurement methods are untyped
         return dp.m.make_private_quantile(domain, dp.symmetric_distance(), dp.max_divergence(), list(CANDIDATES),
                                           alpha, scale)
 

@@ -19,7 +19,8 @@ def _row_keys(table: pd.DataFrame, seed: int, stream: int) -> np.ndarray:
     """A keyed 64-bit hash of each row's own values (SipHash keyed by the public seed): no other row enters it."""
     state = np.random.SeedSequence([int(seed), _TAG_HOLDOUT, stream]).generate_state(2, np.uint64)
     key = f"{int(state[0]) & 0xFFFF_FFFF:08x}{int(state[1]) & 0xFFFF_FFFF:08x}"
-    return pd.util.hash_pandas_object(table, index=False, hash_key=key).to_numpy(dtype=np.uint64)
+    keys: np.ndarray = pd.util.hash_pandas_object(table, index=False, hash_key=key).to_numpy(dtype=np.uint64)
+    return keys
 
 
 def split_holdout(

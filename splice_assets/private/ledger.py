@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
 from typing import Any
@@ -245,11 +245,11 @@ def default_ledger_url() -> str:
 
 
 def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _as_utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _make_engine(url: str) -> Engine:
@@ -334,7 +334,7 @@ class BudgetLedger:
     def close(self) -> None:
         self.engine.dispose()
 
-    def __enter__(self) -> "BudgetLedger":
+    def __enter__(self) -> BudgetLedger:
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -483,7 +483,7 @@ class BudgetLedger:
             .limit(1)
         ).one_or_none()
         if relation != budget.relation or other is not None:
-            existing = budget.relation if relation != budget.relation else other.relation
+            existing = budget.relation if relation != budget.relation or other is None else other.relation
             raise RelationMismatch(
                 f"dataset {budget.dataset!r} is accounted under relation {existing!r}; "
                 f"refusing a release under {relation!r} (never mix relations in one ledger)"

@@ -6,8 +6,9 @@ ledger reservation -> noise -> persist -> commit. Everything after it reads only
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -140,7 +141,20 @@ def make_plan(
 class SpendRecorder(Protocol):
     """What ``measure`` needs from a budget ledger."""
 
-    def reserve(self, **entry: object) -> str: ...
+    def reserve(
+        self,
+        *,
+        dataset: str,
+        release_id: str,
+        mechanism: str,
+        noise_multiplier: float,
+        sigma: float,
+        sensitivity: float,
+        epsilon: float,
+        delta: float,
+        relation: str,
+        params_hash: str,
+    ) -> str: ...
 
     def commit(self, entry_id: str) -> None: ...
 
@@ -165,7 +179,8 @@ def exact_statistics(x: np.ndarray, plan: MeasurementPlan, layout: EncodingLayou
     under replace-one, left as sums and counts (with the row count) under add-remove."""
     if plan.relation == RELATION_REPLACE_ONE and x.shape[0] != plan.n:
         raise ValueError(f"the plan says n={plan.n} rows but the table has a different row count")
-    divisor = plan.n if plan.relation == RELATION_REPLACE_ONE else 1
+    # Under replace-one the check above has made plan.n the (int) row count.
+    divisor = plan.n if plan.relation == RELATION_REPLACE_ONE and plan.n is not None else 1
     directions = draw_directions(plan.seed, plan.n_directions, x.shape[1])
     moments = moment_sums(x, directions, plan.k, plan.scaling).moments(divisor)
     marginals = (
@@ -293,7 +308,7 @@ def measurement_of(
         seed=plan.seed,
         n_directions=plan.n_directions,
         k=plan.k,
-        n=plan.n if n is None else int(n),
+        n=cast(int, plan.n) if n is None else int(n),
         d=d,
         scaling=plan.scaling,
         noisy_moments=moments,

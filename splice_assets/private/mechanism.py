@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
+from typing import cast
 
 import numpy as np
 from dp_accounting import dp_event, pld
@@ -87,7 +88,7 @@ def validate_parameters(
 
 def _check_shape(n: int | None, n_directions: int, k: int, n_private: bool = False) -> None:
     """Check L and k, and the public n unless ``n_private`` (add-remove, where n is not an input)."""
-    if not n_private and (not _is_int(n) or n < 1):
+    if not n_private and (n is None or not _is_int(n) or n < 1):
         raise PrivacyParameterError(f"row count n must be an integer >= 1, got {n!r}")
     if not _is_int(k) or k < 1:
         raise PrivacyParameterError(f"moment order k must be an integer >= 1, got {k!r}")
@@ -135,7 +136,8 @@ def sensitivity(
         moment_factor * n_directions * harmonic(k) + table_factor * marginal_weight**2 * marginal_coordinates
         + table_factor * pair_weight**2 * pair_count + count_weight**2
     )
-    return math.sqrt(squared) if relation == RELATION_ADD_REMOVE else math.sqrt(squared) / n
+    # Under replace-one, _check_shape has checked that n is an integer >= 1.
+    return math.sqrt(squared) if relation == RELATION_ADD_REMOVE else math.sqrt(squared) / cast(int, n)
 
 
 def _factors(relation: str) -> tuple[float, float]:
@@ -232,14 +234,15 @@ def float_slack(n: int | None, k: int, n_directions: int = 1, marginal_cells: in
     8 * 2^-53 N sqrt(L k + w^2 B + w2^2 B2 + wn^2) / (n Delta) under replace-one. Under add-remove n is private, so
     the public cap ``MAX_ROWS`` on the rows the fixed-point sums hold stands in for it.
     """
-    rows = MAX_ROWS if relation == RELATION_ADD_REMOVE else n
+    # Under replace-one, sensitivity() below has checked that n is an integer >= 1.
+    rows = MAX_ROWS if relation == RELATION_ADD_REMOVE else cast(int, n)
     delta = sensitivity(
         n, n_directions, k, marginal_coordinates, marginal_weight, pair_count, pair_weight, relation, count_weight
     )
     rounding = math.sqrt(
         n_directions * k + marginal_weight**2 * marginal_cells + pair_weight**2 * pair_cells + count_weight**2
     )
-    scale = delta if relation == RELATION_ADD_REMOVE else delta * n
+    scale = delta if relation == RELATION_ADD_REMOVE else delta * cast(int, n)
     return max(MIN_FLOAT_SLACK, 8.0 * _UNIT_ROUNDOFF * rows * rounding / scale)
 
 
@@ -497,7 +500,7 @@ def compose_epsilon(
     return _round_up(min(pld_epsilon, exact))
 
 
-def _compose_with_pure(counts: Counter, pure: list[float], delta: float) -> float:
+def _compose_with_pure(counts: Counter[float], pure: list[float], delta: float) -> float:
     """PLD composition of Gaussian events (sigma/Delta) and pure epsilon-DP events (pessimistic estimates)."""
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
@@ -512,4 +515,5 @@ def _compose_with_pure(counts: Counter, pure: list[float], delta: float) -> floa
             common.DifferentialPrivacyParameters(eps, 0.0), value_discretization_interval=interval
         )
         total = part if total is None else total.compose(part)
+    assert total is not None  # the caller passes at least one pure event
     return float(total.get_epsilon_for_delta(delta))

@@ -18,8 +18,8 @@ cell of every pair's table (cells: ``layout.marginal_cells``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numba
 import numpy as np
@@ -64,7 +64,7 @@ class MomentSums:
     sums: np.ndarray
     rows: int
 
-    def __add__(self, other: "MomentSums") -> "MomentSums":
+    def __add__(self, other: MomentSums) -> MomentSums:
         if self.sums.shape != other.sums.shape:
             raise ValueError(f"cannot add moment sums of shapes {self.sums.shape} and {other.sums.shape}")
         return MomentSums(self.sums + other.sums, self.rows + other.rows)
@@ -148,7 +148,7 @@ class MarginalCounts:
     counts: np.ndarray
     rows: int
 
-    def __add__(self, other: "MarginalCounts") -> "MarginalCounts":
+    def __add__(self, other: MarginalCounts) -> MarginalCounts:
         if self.counts.shape != other.counts.shape:
             raise ValueError(f"cannot add marginal counts of shapes {self.counts.shape} and {other.counts.shape}")
         return MarginalCounts(self.counts + other.counts, self.rows + other.rows)

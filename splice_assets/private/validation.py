@@ -85,7 +85,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
             header = [str(c) for c in table.columns]
         else:
             with _open_text(path) as handle:
-                header = next(csv.reader(handle), None)
+                header = next(csv.reader(handle), [])
             if not header:
                 raise StructuralError(f"input file {str(path)!r} is empty or has no header row")
             table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], encoding=CSV_ENCODING)

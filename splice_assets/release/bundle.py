@@ -17,7 +17,7 @@ import os
 import subprocess
 import warnings
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -232,7 +232,7 @@ def write_release(
         "release_id": release_id,
         "parent_release_id": parent_release_id,
         "kind": "refit" if refit else "release",
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "dataset": schema.name,
         "schema_version": schema.version,
         "visibility": "public",

@@ -10,6 +10,7 @@ Release folders are found through the ArtifactStore layout ``<artifact dir>/<dat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from dataclasses import dataclass
@@ -94,7 +95,6 @@ def find_release(release_id: str, base: Path | None = None) -> ReleaseLocation:
 def refit_release(
     parent_release_id: str,
     K: int | None = None,
-    R: int | None = None,
     steps: int | None = None,
     n_rows: int | None = None,
     seed: int | None = None,
@@ -107,13 +107,12 @@ def refit_release(
 ) -> dict[str, Any]:
     """Refit the parent's stored noisy moments with new fit settings and write a zero-cost child release.
 
-    Unset settings default to the parent's. Returns ``write_release``'s summary (release id, folders, MLflow
-    run id, registered model version, ...).
+    Unset settings default to the parent's (``Synthesizer.refit``). Returns ``write_release``'s summary (release
+    id, folders, MLflow run id, registered model version, ...).
     """
-    from splice_assets.model.fit import FitConfig
-    from splice_assets.postprocess import chain
+    from splice_assets.api import Synthesizer
     from splice_assets.release.bundle import write_release
-    from splice_assets.sampling import sample_table
+    from splice_assets.release.settings import ReleaseSettings
 
     base = Path(base_dir) if base_dir is not None else artifact_dir()
     parent = find_release(parent_release_id, base)
@@ -123,34 +122,14 @@ def refit_release(
     schema = load_schema(parent.public_dir / "schema.yaml")
     if schema.name != dataset or measurement.dataset != dataset:
         raise ValueError(f"release {parent.release_id!r}: its schema, measurement and manifest disagree on the dataset")
-    parent_params = dict(manifest.get("parameters") or {})
-    settings: dict[str, Any] = {
-        **parent_params,
-        "components": int(K if K is not None else parent_params.get("components", FitConfig.K)),
-        "rank": int(R if R is not None else parent_params.get("rank", FitConfig.R)),
-        "numeric_model": str(parent_params.get("numeric_model", FitConfig.numeric_model)),
-        "max_steps": int(steps if steps is not None else parent_params.get("max_steps", FitConfig.max_steps)),
-        "seed": int(seed if seed is not None else parent_params.get("seed", measurement.seed)),
-        "n_synthetic": int(n_rows if n_rows is not None else manifest.get("synthetic_rows") or measurement.n),
-        "tilt_chi2": float(parent_params.get("tilt_chi2", FitConfig.tilt_chi2)),
-        "link_lambda": float(parent_params.get("link_lambda", FitConfig.link_lambda)),
-        # a parent released before joint parts existed had none
-        "joint_pairs": int(parent_params.get("joint_pairs", 0)),
-        # ... and one released before the pairwise field, no field
-        "field_iterations": int(parent_params.get("field_iterations", 0)),
-        "refit_of": parent.release_id,
-    }
-    for key in ("components", "max_steps", "n_synthetic"):
-        if settings[key] < 1:
-            raise ValueError(f"{key} must be >= 1, got {settings[key]}")
-    if settings["rank"] < 0:
-        raise ValueError(f"rank must be >= 0, got {settings['rank']}")
-    config = FitConfig(
-        K=settings["components"], R=settings["rank"], numeric_model=settings["numeric_model"],
-        max_steps=settings["max_steps"], seed=settings["seed"], tilt_chi2=settings["tilt_chi2"],
-        link_lambda=settings["link_lambda"], joint_pairs=settings["joint_pairs"],
-        field_iterations=settings["field_iterations"],
+    parent_settings = ReleaseSettings.from_parameters(
+        {"dataset": dataset, **(manifest.get("parameters") or {})}
     )
+    changes = {"components": K, "max_steps": steps, "seed": seed, "n_synthetic": n_rows}
+    settings = dataclasses.replace(parent_settings, **{k: v for k, v in changes.items() if v is not None})
+    if settings.n_synthetic == 0:
+        settings = dataclasses.replace(settings, n_synthetic=int(manifest.get("synthetic_rows") or measurement.n))
+    synth = settings.synthesizer(schema)  # validates the new settings before anything is fitted
     child_id = release_id or uuid.uuid4().hex
 
     ledger = BudgetLedger(ledger_url or default_ledger_url())
@@ -158,19 +137,22 @@ def refit_release(
         # Fail before fitting if the ledger does not know the parent (no committed charged entry to derive from).
         if not any(e.release_id == parent.release_id and e.status == "committed" for e in ledger.entries(dataset)):
             raise LedgerError(f"the ledger has no committed entry for release {parent.release_id!r} of {dataset!r}")
-        model = chain.fit(measurement, schema, config)
-        synthetic = sample_table(model, schema, settings["n_synthetic"], settings["seed"])
+        parent_synth = Synthesizer.from_settings(schema, parent_settings.synthesizer_settings())
+        parent_synth.measurement = measurement
+        child = parent_synth.refit(synth.settings.model, synth.settings.postprocessing, settings.seed)
+        synthetic = child.sample(settings.n_synthetic, settings.seed)
+        public = {**dataclasses.asdict(settings), "refit_of": parent.release_id}
         entry_id = ledger.record_zero_cost(
             dataset, child_id, parent.release_id, mechanism="refit",
-            params_hash=params_hash({k: v for k, v in settings.items() if k != "input_path"}),
+            params_hash=params_hash({k: v for k, v in public.items() if k != "input_path"}),
         )
         root = base / dataset / child_id
         return write_release(
             release_id=child_id,
-            settings=settings,
+            settings=public,
             schema=schema,
             measurement=measurement,
-            model=model,
+            model=child.model,
             synthetic=synthetic,
             report=None,
             validation=None,
