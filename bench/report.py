@@ -9,8 +9,20 @@ import pandas as pd
 
 from bench.common import machine_info
 
-QUALITY = ["tvd1", "tvd2", "tvd3", "sw1", "mmd", "tstr", "det_auc_lr", "det_auc_xgb", "dup_rows"]
-METHOD_ORDER = ["splice", "splice_add_remove", "splice_paper", "mst", "aim", "mst_replace", "aim_replace", "ref_independent", "ref_real_train"]
+QUALITY = ["tvd1", "tvd2", "tvd3", "sw1", "mmd", "tstr", "det_auc_lr", "det_auc_xgb", "dup_rows",
+           "qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "det_auc_max"]
+METHOD_ORDER = [
+    "splice",
+    "splice_add_remove",
+    "splice_paper",
+    "mst",
+    "aim",
+    "mst_replace",
+    "aim_replace",
+    "ref_independent",
+    "ref_bootstrap",
+    "ref_real_train",
+]
 PEERS = ["aim", "mst", "aim_replace", "mst_replace"]
 
 
@@ -43,8 +55,9 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     df["epsilon"] = pd.to_numeric(df["epsilon"], errors="coerce")
     for (ds, method, eps), g in df.groupby(["dataset", "method", "epsilon"], dropna=False, sort=False):
         ok = g[g["status"] == "ok"]
-        r = {"dataset": ds, "method": method, "epsilon": eps, "runs": len(g),
-             "ok": len(ok), "timeouts": int((g["status"] == "timeout").sum()), "errors": int((g["status"] == "error").sum())}  # fmt: skip
+        r = {"dataset": ds, "method": method, "epsilon": eps, "runs": len(g), "ok": len(ok),
+             "timeouts": int((g["status"] == "timeout").sum()),
+             "errors": int((g["status"] == "error").sum())}  # fmt: skip
         for c in ["wall_s", "peak_rss_mb", "t_validate", "t_measure", "t_fit", "t_sample", *QUALITY]:
             vals = pd.to_numeric(ok[c], errors="coerce").dropna() if c in ok else pd.Series(dtype=float)
             r[c] = float(vals.median()) if len(vals) else float("nan")
@@ -84,17 +97,20 @@ def write_results_md(df: pd.DataFrame, path: Path) -> None:
     s = summarise(df)
     lines = machine_header("Benchmark: SPLICE vs AIM / MST")
     lines += [
-        "Generated from `results.csv` by `bench/run.py` (medians over seeds; `runs` = seeds run). δ = 1e-9, 80/20 split",
+        "Generated from `results.csv` by `bench/run.py` (medians over seeds; `runs` = seeds run). "
+        "δ = 1e-9, 80/20 split",
         "with seed 0 after validation with our schema; every synthetic table is scored by",
         "`splice_assets.metrics.fidelity_metrics` against the same real test split (metric seed 0).",
         "Wall time and peak RSS are of the whole method process (`/usr/bin/time -v`, imports included); stage columns",
         "are in-process seconds (for AIM/MST `validate` = discretisation, and the measurements happen inside `fit`).",
         "AIM/MST: smartnoise-synth in its own venv, numeric columns in 16 equal-width bins over the public bounds,",
-        "preprocessing ε = 0, i.i.d. sampling from the fitted model (mbi `method=\"sample\"`), bin midpoints decoded.",
-        "TVD on 16 bins; SW1/MMD on the [-1, 1] encoding (flatters SPLICE, see docs/benchmarks.md); TSTR = best learner's",
+        'preprocessing ε = 0, i.i.d. sampling from the fitted model (mbi `method="sample"`), bin midpoints decoded.',
+        "TVD on 16 bins; SW1/MMD on the [-1, 1] encoding (flatters SPLICE, see docs/benchmarks.md); "
+        "TSTR = best learner's",
         "AUC (classification) or R² (regression); detection AUC = real-vs-synthetic classifier (0.5 is ideal);",
         "`dup` = share of duplicate synthetic rows. `ref_real_train` / `ref_independent` are non-DP references.",
-        "Neighbouring relations: smartnoise calibrates AIM/MST for add/remove neighbours. `splice_add_remove` is SPLICE",
+        "Neighbouring relations: smartnoise calibrates AIM/MST for add/remove neighbours. "
+        "`splice_add_remove` is SPLICE",
         "under that relation (n private, a noisy n released): compare it with `aim` / `mst`. `splice` is the product",
         "default, replace-one (n public): compare it with `aim_replace` / `mst_replace`, the peers at the ε that makes",
         "them (ε, δ)-DP under replace-one too (docs/benchmarks.md).",
@@ -107,7 +123,8 @@ def write_results_md(df: pd.DataFrame, path: Path) -> None:
         metric = next((m for m in g["tstr_metric"] if m), "tstr")
         lines += [f"## {ds}", ""]
         lines += [
-            f"| method | ε | runs | wall s | peak MB | validate | measure | fit | sample | 1-way | 2-way | 3-way | SW1 | MMD "
+            f"| method | ε | runs | wall s | peak MB | validate | measure | fit | sample | 1-way | 2-way | 3-way "
+            "| SW1 | MMD "
             f"| TSTR {metric} | det LR | det XGB | dup |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
@@ -133,7 +150,8 @@ def write_results_md(df: pd.DataFrame, path: Path) -> None:
                     cells = [_ratio(by[ours], by.get(peer)) for peer in PEERS]
                     ratio_rows.append(f"| {ours} | {eps:g} | " + " | ".join(cells) + " |")
         if ratio_rows:
-            lines += ["Wall-time ratio (ours / peer; < 1 means we are faster; `< x` when the peer timed out; `_replace` =",
+            lines += ["Wall-time ratio (ours / peer; < 1 means we are faster; `< x` when the peer timed out; "
+                      "`_replace` =",
                       "the peer at the replace-one-equivalent ε, see the bench notes):", "",
                       "| ours | ε | " + " | ".join(f"÷ {p}" for p in PEERS) + " |", "|---" * (len(PEERS) + 2) + "|",
                       *ratio_rows, ""]  # fmt: skip

@@ -43,6 +43,7 @@ from bench.common import (
     split_train_test,
     thread_env,
 )  # fmt: skip
+from bench.offgrid import bootstrap, offgrid_metrics
 
 METHODS = ("splice", "splice_add_remove", "splice_paper", "aim", "mst")
 #: The peers again at the epsilon that makes them (epsilon, delta)-DP under replace-one neighbours, SPLICE's relation
@@ -65,7 +66,9 @@ COLUMNS = [
     "dataset", "method", "epsilon", "delta", "seed", "status", "wall_s", "peak_rss_mb", "user_s", "sys_s",
     "t_import", "t_validate", "t_encode", "t_measure", "t_fit", "t_sample",
     "tvd1", "tvd2", "tvd3", "sw1", "mmd", "assoc_err", "tstr", "tstr_metric", "tstr_acc",
-    "det_auc_lr", "det_auc_xgb", "dcr_closer_train", "dup_rows", "n_train", "n_test", "threads", "concurrent",
+    "det_auc_lr", "det_auc_xgb", "dcr_closer_train", "dup_rows",
+    "qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "det_auc_max", "det_auc_col",
+    "n_train", "n_test", "threads", "concurrent",
     "preprocess_eps", "peer_epsilon_add_remove", "timeout_s", "score_s", "load1_start", "code_version", "notes",
 ]  # fmt: skip
 
@@ -112,7 +115,12 @@ def public_domain(schema) -> dict:
     """The schema's public domain for the peer runner: bounds, category lists, nullable, level counts."""
     cols = []
     for c in schema.columns:
-        entry = {"name": c.name, "numeric": bool(c.is_numeric), "nullable": bool(c.nullable), "integer": c.kind == "integer"}
+        entry = {
+            "name": c.name,
+            "numeric": bool(c.is_numeric),
+            "nullable": bool(c.nullable),
+            "integer": c.kind == "integer",
+        }
         if c.is_numeric:
             entry["bounds"] = [float(b) for b in c.bounds]
             levels = 16
@@ -159,7 +167,9 @@ def prepare(name: str) -> Prepared | None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def run_method(p: Prepared, method: str, eps: float, seed: int, threads: int, aim_timeout: float) -> tuple[dict, Path | None]:
+def run_method(
+    p: Prepared, method: str, eps: float, seed: int, threads: int, aim_timeout: float
+) -> tuple[dict, Path | None]:
     tag = f"{method}_eps{eps:g}_seed{seed}"
     out_dir = RAW_DIR / p.name / tag
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -230,6 +240,8 @@ def score(p: Prepared, synthetic: pd.DataFrame) -> dict:
         "tstr_metric": primary, "tstr_acc": h.get("tstr_accuracy"),
         "det_auc_lr": h.get("detection_auc_logistic"), "det_auc_xgb": h.get("detection_auc_xgboost"),
         "dcr_closer_train": h.get("dcr_share_closer_to_train"), "dup_rows": dup,
+        # Off-grid: against the rows the generator was given (bench/offgrid.py).
+        **offgrid_metrics(p.train, synthetic, p.schema, EVAL_SEED),
         "score_s": round(time.perf_counter() - t, 1),
     }  # fmt: skip
 
@@ -249,6 +261,8 @@ def reference_rows(p: Prepared) -> list[dict]:
         ("ref_real_train", p.train, "non-DP ceiling: the real train split scored as if synthetic"),
         ("ref_independent", independent_marginals_baseline(p.train, p.schema, len(p.train), EVAL_SEED),
          "non-DP: each column resampled independently from the real train split"),
+        ("ref_bootstrap", bootstrap(p.train, EVAL_SEED),
+         "non-DP floor of the off-grid metrics: the train split resampled with replacement"),
     ):  # fmt: skip
         row = {"dataset": p.name, "method": method, "epsilon": float("nan"), "delta": float("nan"), "seed": 0,
                "status": "ok", "n_train": len(p.train), "n_test": len(p.test), "notes": note}  # fmt: skip
@@ -337,7 +351,8 @@ def main(argv: list[str] | None = None) -> None:
         save_rows([row])
         wall = row.get("wall_s")
         print(f"[bench] {p.name} {m} eps={e:g} seed={s}: {row['status']} wall={wall:.1f}s "
-              f"rss={row.get('peak_rss_mb') or float('nan'):.0f}MB tvd2={row.get('tvd2', float('nan'))}", flush=True)  # fmt: skip
+              f"rss={row.get('peak_rss_mb') or float('nan'):.0f}MB tvd2={row.get('tvd2', float('nan'))}",
+              flush=True)  # fmt: skip
 
     if concurrent:
         lane = threading.Thread(target=lambda: [do(j) for j in aim_jobs], daemon=False)
