@@ -33,7 +33,8 @@ SPLIT_SEED = 0
 
 
 def code_version() -> str:
-    """Short HEAD of the repo, with '+dirty:<hash of the diff>' when splice_assets/ differs from it (the code a run measured)."""
+    """Short HEAD of the repo, with '+dirty:<hash of the diff>' when splice_assets/ differs from it (the code a run
+    measured)."""
     try:
         head = subprocess.run(["git", "-C", str(REPO_DIR), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()

@@ -61,7 +61,9 @@ def stages(dataset: str, epsilon: float, seed: int) -> None:
             out.append(table.reshape(sizes[a], sizes[b]) / table.sum())
         return out
 
-    truths = {split: tables(encode(rows, schema)) for split, rows in (("train", prepared.train), ("test", prepared.test))}
+    truths = {
+        split: tables(encode(rows, schema)) for split, rows in (("train", prepared.train), ("test", prepared.test))
+    }
     rng = np.random.default_rng(seed)
     integers, cells_layout = integer_coordinates(schema), data_layout(model.layout)
     matched = mixture_draws(model, 4 * n, rng, True, integers)
@@ -77,8 +79,13 @@ def stages(dataset: str, epsilon: float, seed: int) -> None:
         stages_["tilt-weighted pool"] = tables(matched, np.exp(log_w - log_w.max()))
     stages_["final sample (n rows)"] = tables(sample_cube(model, n, seed, True, integers))
     linked = [pairs.index((min(l.source, l.target), max(l.source, l.target))) for l in model.links]
-    print(f"{dataset} eps = {epsilon} seed = {seed}: mean 2-way TVD over {len(pairs)} pairs (linked pairs: "
-          f"{', '.join(f'{layout.coordinates[pairs[i][0]].column} x {layout.coordinates[pairs[i][1]].column}' for i in linked) or 'none'})")
+    linked_names = ", ".join(
+        f"{layout.coordinates[pairs[i][0]].column} x {layout.coordinates[pairs[i][1]].column}" for i in linked
+    )
+    print(
+        f"{dataset} eps = {epsilon} seed = {seed}: mean 2-way TVD over {len(pairs)} pairs (linked pairs: "
+        f"{linked_names or 'none'})"
+    )
     print(f"{'stage':>26} | vs train | vs test | linked vs train")
     print(f"{'train split itself':>26} | {0:8.4f} | {_mean_tvd(truths['train'], truths['test']):7.4f} |")
     for name, stage in stages_.items():
@@ -120,7 +127,9 @@ def compare(dataset: str, epsilon: float, peer: str, top: int, ours: str = "spli
         )
         table.insert(0, "marginal", [" x ".join(names[i] for i in m) for m in marginals])
         table["gap"] = table[ours] - table[peer]
-        print(f"\n{way}-way TVD against the test split, means: {table[[ours, peer, 'train']].mean().round(4).to_dict()}")
+        print(
+            f"\n{way}-way TVD against the test split, means: {table[[ours, peer, 'train']].mean().round(4).to_dict()}"
+        )
         print(table.sort_values("gap", ascending=False).head(top).round(3).to_string(index=False))
         gaps = table["gap"].to_numpy()
         per_column = {name: gaps[[j in m for m in marginals]].mean() for j, name in enumerate(names)}

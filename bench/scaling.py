@@ -135,7 +135,10 @@ def run_cell(n: int, d: int, eps: float, method: str, threads: int) -> dict:
         row[f"rss_{s}_mb"] = stats.get("stage_peak_rss_mb", {}).get(s)
     row["fit_steps"] = stats.get("fit_steps")
     row["notes"] = "" if info["status"] == "ok" else log_tail(cell_dir / f"{method}.log")
-    print(f"[scaling] n={n} d={d} {method}: {row['status']} wall={row['wall_s']:.1f}s rss={row['peak_rss_mb']}MB", flush=True)
+    print(
+        f"[scaling] n={n} d={d} {method}: {row['status']} wall={row['wall_s']:.1f}s rss={row['peak_rss_mb']}MB",
+        flush=True,
+    )
     return row
 
 
@@ -183,14 +186,16 @@ def write_md(df: pd.DataFrame) -> None:
     ]
     for method, g in df.groupby("method", sort=False):
         lines += [f"## {method}", "",
-                  "| n | d | ε | wall s | peak MB | validate s | encode s | measure s | fit s | sample s | peak MB validate / measure / fit / sample | fit steps |",
+                  "| n | d | ε | wall s | peak MB | validate s | encode s | measure s | fit s | sample s "
+                  "| peak MB validate / measure / fit / sample | fit steps |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in g.sort_values(["d", "n", "epsilon"], ascending=[True, True, False]).to_dict("records"):
             mem = " / ".join(_fmt(r.get(f"rss_{s}_mb")) for s in ("validate", "measure", "fit", "sample"))
             wall = _fmt(r["wall_s"]) if r["status"] == "ok" else r["status"]
             steps = "" if pd.isna(r.get("fit_steps")) else str(int(r["fit_steps"]))
             lines.append(f"| {int(r['n']):,} | {int(r['d'])} | {r['epsilon']:g} | {wall} | {_fmt(r['peak_rss_mb'])} | "
-                         + " | ".join(_fmt(r.get(f"t_{s}"), 2) for s in ("validate", "encode", "measure", "fit", "sample"))
+                         + " | ".join(_fmt(r.get(f"t_{s}"), 2)
+                                      for s in ("validate", "encode", "measure", "fit", "sample"))
                          + f" | {mem} | {steps} |")  # fmt: skip
         lines.append("")
         ok = g[g["status"] == "ok"]
@@ -208,8 +213,11 @@ def write_md(df: pd.DataFrame) -> None:
         lines.append("")
     if "code_version" in df:
         versions = df["code_version"].fillna("(not recorded)").astype(str).value_counts()
-        lines += ["Code measured (git HEAD at each cell; `code_version` and the start load average `load1_start` are in "
-                  "scaling.csv): " + ", ".join(f"`{v}` × {c}" for v, c in versions.items()) + ".", ""]
+        lines += [
+            "Code measured (git HEAD at each cell; `code_version` and the start load average `load1_start` are in "
+            "scaling.csv): " + ", ".join(f"`{v}` × {c}" for v, c in versions.items()) + ".",
+            "",
+        ]
     SCALING_MD.write_text("\n".join(lines))
 
 

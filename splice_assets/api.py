@@ -170,7 +170,7 @@ class Synthesizer:
         x: np.ndarray,
         ledger: SpendRecorder | None,
         release_id: str = "adhoc",
-        on_noisy: Callable[[Measurement], None] | None = None,
+        on_noisy: Callable[[Measurement], object] | None = None,
     ) -> Measurement:
         """The one Gaussian measurement of encoded rows: exact statistics -> reservation -> noise -> ``on_noisy``
         (persist) -> commit (``measuring.measure_exact``). ``ledger=None`` accounts nothing: public data only."""

@@ -318,10 +318,10 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
             datasets.update(_ledger_datasets(ledger))
         entries: dict[tuple[str, str], Any] = {}
         for name in sorted(datasets):
-            for entry in ledger.entries(name) if ledger is not None else []:
-                current = entries.get((name, entry.release_id))
+            for ledger_entry in ledger.entries(name) if ledger is not None else []:
+                current = entries.get((name, ledger_entry.release_id))
                 if current is None or current.status == "aborted":
-                    entries[(name, entry.release_id)] = entry
+                    entries[(name, ledger_entry.release_id)] = ledger_entry
     finally:
         if ledger is not None:
             ledger.close()
@@ -336,13 +336,15 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
             {
                 "release_id": key[1],
                 "dataset": key[0],
-                "kind": (manifest or {}).get("kind") or ("refit" if entry is not None and entry.parent_release_id else "release"),
+                "kind": (manifest or {}).get("kind")
+                or ("refit" if entry is not None and entry.parent_release_id else "release"),
                 "parent_release_id": (entry.parent_release_id if entry is not None else None)
                 or (manifest or {}).get("parent_release_id"),
                 "epsilon": entry.epsilon if entry is not None else privacy.get("epsilon_cost", privacy.get("epsilon")),
                 "delta": entry.delta if entry is not None else privacy.get("delta"),
                 "guarantee": [privacy["epsilon"], privacy["delta"]] if "epsilon" in privacy else None,
-                "created_at": entry.created_at.isoformat(timespec="seconds") if entry is not None
+                "created_at": entry.created_at.isoformat(timespec="seconds")
+                if entry is not None
                 else (manifest or {}).get("created_at"),
                 "status": _status(manifest, entry.status if entry is not None else None),
                 "ledger_status": entry.status if entry is not None else None,
@@ -365,7 +367,14 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
               f"AIM / MST) [default: {RELATION_REPLACE_ONE}].")
 @click.option("--delta", required=True, type=float, help="Delta of this release, in (0, 1/n_min).")
 @click.option("--k", "k", default=None, type=int, help=f"Highest Chebyshev order k [default: {DEFAULT_K}].")
-@click.option("--L", "--n-directions", "n_directions", default=None, type=int, help=f"Directions L [default: {DEFAULT_N_DIRECTIONS}].")
+@click.option(
+    "--L",
+    "--n-directions",
+    "n_directions",
+    default=None,
+    type=int,
+    help=f"Directions L [default: {DEFAULT_N_DIRECTIONS}].",
+)
 @click.option("--K", "--components", "components", default=None, type=int, help="Mixture components K [default: 20].")
 @click.option("--steps", "max_steps", default=None, type=int, help="Maximum fitting steps [default: 600].")
 @click.option("--rows", "n_synthetic", default=None, type=int, help="Synthetic rows [default: as many as measured].")
@@ -415,7 +424,11 @@ def release_command(
         raise fail(f"input file {input_path!r} does not exist")
     chosen = {k: v for k, v in options.items() if v is not None}
     validate_parameters(
-        chosen["epsilon"], chosen["delta"], chosen.get("k", DEFAULT_K), chosen.get("n_directions", DEFAULT_N_DIRECTIONS), schema.n_min
+        chosen["epsilon"],
+        chosen["delta"],
+        chosen.get("k", DEFAULT_K),
+        chosen.get("n_directions", DEFAULT_N_DIRECTIONS),
+        schema.n_min,
     )
     record = _run_release_job(dataset, str(Path(input_path).resolve()) if input_path else "", chosen, verbose)
     if as_json:
@@ -478,7 +491,7 @@ storage:
       env: DAGSTER_HOME
 telemetry:
   enabled: false
-"""
+"""  # noqa: E501 (the written file's first line)
 
 
 def _quiet_mlflow() -> None:
@@ -519,7 +532,9 @@ def releases_command(dataset: str | None, as_json: bool) -> None:
     if not rows:
         click.echo("no releases" + (f" of {dataset!r}" if dataset else "") + f" in {artifact_dir()}")
         return
-    click.echo(f"{'release':<36}  {'dataset':<18} {'kind':<7} {'epsilon':>8} {'delta':>8}  {'created (UTC)':<25} status")
+    click.echo(
+        f"{'release':<36}  {'dataset':<18} {'kind':<7} {'epsilon':>8} {'delta':>8}  {'created (UTC)':<25} status"
+    )
     for r in rows:
         eps = "-" if r["epsilon"] is None else f"{r['epsilon']:g}"
         delta = "-" if r["delta"] is None else f"{r['delta']:g}"
@@ -556,8 +571,10 @@ def show_command(release_id: str, as_json: bool) -> None:
         click.echo(f"parent      {manifest['parent_release_id']}")
     click.echo(f"dataset     {manifest['dataset']} (schema v{manifest.get('schema_version')})")
     click.echo(f"created     {manifest.get('created_at', '-')}")
-    click.echo(f"guarantee   ({privacy.get('epsilon')}, {privacy.get('delta')})-DP, relation {privacy.get('relation')}; "
-               f"this release charged epsilon {privacy.get('epsilon_cost')}")
+    click.echo(
+        f"guarantee   ({privacy.get('epsilon')}, {privacy.get('delta')})-DP, relation {privacy.get('relation')}; "
+        f"this release charged epsilon {privacy.get('epsilon_cost')}"
+    )
     add_remove = privacy.get("relation") == RELATION_ADD_REMOVE
     multiplier = privacy.get("noise_multiplier")
     click.echo(f"mechanism   sigma {privacy.get('sigma'):.6g} on frequencies, Delta {privacy.get('sensitivity'):.6g}"
@@ -813,7 +830,9 @@ def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, a
 
 @main.command("refit")
 @click.argument("release_id")
-@click.option("--K", "--components", "components", default=None, type=int, help="Mixture components [default: parent's].")
+@click.option(
+    "--K", "--components", "components", default=None, type=int, help="Mixture components [default: parent's]."
+)
 @click.option("--steps", default=None, type=int, help="Maximum fitting steps [default: parent's].")
 @click.option("--rows", default=None, type=int, help="Synthetic rows [default: parent's].")
 @click.option("--seed", default=None, type=int, help="Fit/sampling seed [default: parent's].")

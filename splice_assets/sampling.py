@@ -493,6 +493,16 @@ def from_parameters(params: MixtureParameters, layout: EncodingLayout, k: int = 
     """Wrap bare parameters (e.g. a hand-made model in a test) as a ``FittedMixture`` with an empty fit record."""
     params.check(layout)
     return FittedMixture(
-        layout=layout, params=params, k=k, loss_curve=np.zeros(0), final_loss=float("nan"), noise_floor=float("nan"),
-        steps=0, converged=False, device="cpu", seconds=0.0, seconds_per_step=0.0, config=FitConfig(K=params.K, R=params.R),
+        layout=layout,
+        params=params,
+        k=k,
+        loss_curve=np.zeros(0),
+        final_loss=float("nan"),
+        noise_floor=float("nan"),
+        steps=0,
+        converged=False,
+        device="cpu",
+        seconds=0.0,
+        seconds_per_step=0.0,
+        config=FitConfig(K=params.K, R=params.R),
     )

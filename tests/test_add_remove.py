@@ -63,7 +63,9 @@ def toy_plan(epsilon: float = 1.0, relation: str = AR, n: int | None = None, **s
 # -- sensitivity and calibration ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shares", [{}, {"marginal_share": 0.0, "pair_share": 0.0}, {"marginal_share": 0.3, "pair_share": 0.3}])
+@pytest.mark.parametrize(
+    "shares", [{}, {"marginal_share": 0.0, "pair_share": 0.0}, {"marginal_share": 0.3, "pair_share": 0.3}]
+)
 def test_adding_or_removing_a_row_moves_the_released_vector_by_at_most_delta(shares):
     rng = np.random.default_rng(7)
     plan, cal = toy_plan(**shares)
@@ -188,7 +190,9 @@ def test_measurement_is_on_the_frequency_scale_with_the_noisy_n(rows, tmp_path):
     # A stored measurement keeps its relation and cost.
     measurement.save(tmp_path / "m")
     loaded = Measurement.load(tmp_path / "m")
-    assert loaded.relation == AR and loaded.n == measurement.n and loaded.noise_multiplier == measurement.noise_multiplier
+    assert (
+        loaded.relation == AR and loaded.n == measurement.n and loaded.noise_multiplier == measurement.noise_multiplier
+    )
     # The ledger never mixes relations: a replace-one spend on this dataset is refused before any noise.
     replace_plan, replace_cal = measuring.make_plan(TOY_SCHEMA, len(rows), 1.0, 1e-6, 64, K)
     spent = ledger.spent("toy")
@@ -210,12 +214,16 @@ def test_public_text_states_the_relation_without_the_exact_n(rows):
     text = privacy_statement(measurement)
     assert "adding or removing any one row" in text and f"noisy estimate, {measurement.n}" in text
     replace_plan, replace_cal = measuring.make_plan(TOY_SCHEMA, len(rows), 0.5, 1e-6, L, K)
-    assert "replacing any one of the 4000 rows" in privacy_statement(measuring.measure(rows, TOY_SCHEMA, replace_plan, replace_cal))
+    assert "replacing any one of the 4000 rows" in privacy_statement(
+        measuring.measure(rows, TOY_SCHEMA, replace_plan, replace_cal)
+    )
 
 
 def test_synthesizer_samples_the_noisy_n_by_default(tmp_path):
     rng = np.random.default_rng(5)
-    table = pd.DataFrame({"a": rng.uniform(0, 1, 3_000), "b": rng.choice(list("xyz"), 3_000), "c": rng.integers(1, 6, 3_000)})
+    table = pd.DataFrame(
+        {"a": rng.uniform(0, 1, 3_000), "b": rng.choice(list("xyz"), 3_000), "c": rng.integers(1, 6, 3_000)}
+    )
     from splice_assets import MeasurementSettings, ModelSettings, Synthesizer
 
     ledger = BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")

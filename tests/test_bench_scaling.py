@@ -19,8 +19,12 @@ def test_the_scaling_grid_keeps_one_row_per_epsilon_and_reports_both_ratios(tmp_
                 "peak_rss_mb": 100.0, "t_fit": wall / 2}
 
     grid = pd.DataFrame()
-    for row in (cell(12_500, 1.0, 20.0), cell(400_000, 1.0, 70.0), cell(400_000, scaling.equivalent_epsilon(1.0, 12_500, 400_000), 30.0),
-                cell(400_000, 1.0, 69.0)):
+    for row in (
+        cell(12_500, 1.0, 20.0),
+        cell(400_000, 1.0, 70.0),
+        cell(400_000, scaling.equivalent_epsilon(1.0, 12_500, 400_000), 30.0),
+        cell(400_000, 1.0, 69.0),
+    ):
         grid = scaling.with_cell(grid, row)
     assert len(grid) == 3 and grid.loc[grid["epsilon"] == 1.0, "wall_s"].max() == 69.0
     monkeypatch.setattr(scaling, "SCALING_MD", tmp_path / "scaling.md")

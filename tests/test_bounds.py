@@ -106,7 +106,9 @@ def test_release_job_with_auto_bounds_splits_epsilon_explicitly(tmp_path, monkey
     defs = build_definitions(resources_in(tmp_path))
     config = ReleaseConfig(**FAST, epsilon=2.0, bounds_epsilon_share=0.25)
     with dg.DagsterInstance.ephemeral() as instance:
-        result = defs.resolve_job_def("release").execute_in_process(run_config=run_config_for(config), instance=instance)
+        result = defs.resolve_job_def("release").execute_in_process(
+            run_config=run_config_for(config), instance=instance
+        )
     assert result.success
     entries = BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}").entries("fair_affairs")
     by_mechanism = {e.mechanism: e for e in entries}

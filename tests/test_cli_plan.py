@@ -51,12 +51,25 @@ def plan_json(schema_file, ledger_url, *extra: str) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("eps", "delta", "ratio"), [("1", "1e-6", 4.2247), ("0.5", "1e-6", 8.0576), ("3", "1e-6", 1.5439), ("1", "1e-9", 5.4953)]
+    ("eps", "delta", "ratio"),
+    [("1", "1e-6", 4.2247), ("0.5", "1e-6", 8.0576), ("3", "1e-6", 1.5439), ("1", "1e-9", 5.4953)],
 )
 def test_plan_json_golden(schema_file, ledger_url, eps, delta, ratio):
     out = plan_json(
-        schema_file, ledger_url, "--n", "20000", "--epsilon", eps, "--delta", delta, "--marginal-share", "0", "--pair-share", "0",
-        "--L", "1024",
+        schema_file,
+        ledger_url,
+        "--n",
+        "20000",
+        "--epsilon",
+        eps,
+        "--delta",
+        delta,
+        "--marginal-share",
+        "0",
+        "--pair-share",
+        "0",
+        "--L",
+        "1024",
     )
     for key in ("sensitivity", "sigma", "epsilon", "delta", "L", "k", "n", "noise_std_per_order", "budget_remaining"):
         assert key in out

@@ -146,7 +146,10 @@ def test_a_dataset_without_a_budget_is_refused_and_a_run_cannot_set_one(tmp_path
     for fields in (ReleaseConfig.model_fields, LedgerResource.model_fields):
         assert not any("budget" in name for name in fields)
     raising = {"ops": {CONFIG_OP: {"config": FAST}}, "resources": {"ledger": {"config": {"budget_epsilon": 100.0}}}}
-    with dg.DagsterInstance.ephemeral() as instance, pytest.raises(dg.DagsterInvalidConfigError, match="budget_epsilon"):
+    with (
+        dg.DagsterInstance.ephemeral() as instance,
+        pytest.raises(dg.DagsterInvalidConfigError, match="budget_epsilon"),
+    ):
         defs.resolve_job_def("release").execute_in_process(run_config=raising, instance=instance)
 
 
@@ -223,9 +226,18 @@ def test_schedule_requests_a_run_and_skips_when_budget_is_spent(tmp_path, monkey
     from splice_assets.private import mechanism as privacy
 
     cal = privacy.calibrate(1.0, 1e-9, 5000, 128, 8)
-    entry = book.reserve(dataset="fair_affairs", release_id="r1", mechanism="gaussian", noise_multiplier=cal.noise_multiplier,
-                         sigma=cal.sigma, sensitivity=cal.sensitivity, epsilon=1.0, delta=1e-9, relation="replace-one",
-                         params_hash="x")
+    entry = book.reserve(
+        dataset="fair_affairs",
+        release_id="r1",
+        mechanism="gaussian",
+        noise_multiplier=cal.noise_multiplier,
+        sigma=cal.sigma,
+        sensitivity=cal.sensitivity,
+        epsilon=1.0,
+        delta=1e-9,
+        relation="replace-one",
+        params_hash="x",
+    )
     book.commit(entry)
     skipped = refresh_schedule(dg.build_schedule_context(resources={"ledger": ledger}, scheduled_execution_time=tick))
     assert isinstance(skipped, dg.SkipReason) and "budget" in skipped.skip_message

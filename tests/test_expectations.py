@@ -63,7 +63,9 @@ def test_other_breaks_are_caught(schema, valid):
     assert ("expect_column_values_to_not_be_null", "owner") in failed
     assert ("expect_column_proportion_of_non_null_values_to_be_between", "income") in failed
     reordered = check_synthetic(valid[list(reversed(valid.columns))], schema)
-    assert ("expect_table_columns_to_match_ordered_list", None) in {(r.expectation_type, r.column) for r in reordered.failed()}
+    assert ("expect_table_columns_to_match_ordered_list", None) in {
+        (r.expectation_type, r.column) for r in reordered.failed()
+    }
 
 
 def test_results_hold_no_cell_values(schema, valid):

@@ -56,7 +56,9 @@ def two_way_tvd(real: pd.DataFrame, synth: pd.DataFrame, bins: dict[str, np.ndar
     return float(np.mean(tvds))
 
 
-LAYOUT = EncodingLayout((Coordinate("a", "value", 3), Coordinate("x", "value", 0), Coordinate("y", "value", 0), Coordinate("b", "value", 2)))
+LAYOUT = EncodingLayout(
+    (Coordinate("a", "value", 3), Coordinate("x", "value", 0), Coordinate("y", "value", 0), Coordinate("b", "value", 2))
+)
 TRUTH = MixtureParameters(
     weights=np.array([0.4, 0.6]),
     probs=(np.array([[0.8, 0.15, 0.05], [0.1, 0.2, 0.7]]), np.array([[0.9, 0.1], [0.2, 0.8]])),
@@ -70,7 +72,14 @@ def test_recovery_from_noise_free_moments():
     dirs = draw_directions(1, 256, LAYOUT.d)
     scales = direction_scales(dirs, "ball")
     exact = model_moments(TRUTH, LAYOUT, dirs, scales, 12)
-    fitted = fit_mixture(exact, dirs, scales, LAYOUT, sigma=0.0, config=FitConfig(numeric_model="gaussian", K=3, R=1, max_steps=400, seed=0))
+    fitted = fit_mixture(
+        exact,
+        dirs,
+        scales,
+        LAYOUT,
+        sigma=0.0,
+        config=FitConfig(numeric_model="gaussian", K=3, R=1, max_steps=400, seed=0),
+    )
     truth_rows = sample_cube(from_parameters(TRUTH, LAYOUT), 100_000, 1)
     fit_rows = sample_cube(fitted, 100_000, 2)
     other_truth = sample_cube(from_parameters(TRUTH, LAYOUT), 100_000, 3)
@@ -91,7 +100,9 @@ def test_fit_is_deterministic_and_never_sees_rows():
     b = fit_mixture(m, dirs, scales, LAYOUT, 0.01, cfg)
     assert np.array_equal(a.loss_curve, b.loss_curve)
     assert np.array_equal(a.params.means, b.params.means)
-    c = fit_mixture(m, dirs, scales, LAYOUT, 0.01, FitConfig(numeric_model="gaussian", K=2, R=1, max_steps=60, min_steps=60, seed=6))
+    c = fit_mixture(
+        m, dirs, scales, LAYOUT, 0.01, FitConfig(numeric_model="gaussian", K=2, R=1, max_steps=60, min_steps=60, seed=6)
+    )
     assert not np.array_equal(a.params.means, c.params.means)
     # A stored Measurement (public facts + noisy moments) is all the fit needs.
     meas = Measurement("toy", 1, 2, 64, 8, 1000, LAYOUT.d, "ball", m, 0.01, 0.002, 1.0, 1e-9)
@@ -116,7 +127,8 @@ def test_marginals_enter_the_loss_only_with_a_positive_weight():
     targets = MarginalTargets(np.concatenate([np.eye(s)[0] for s in sizes]), 5.0, bins)  # all mass in cell 0
     fits = {
         weight: fit_mixture(m, dirs, scales, LAYOUT, 0.01,
-                            FitConfig(numeric_model="gaussian", K=2, R=1, max_steps=80, min_steps=80, seed=5, marginal_loss_weight=weight), targets)
+                            FitConfig(numeric_model="gaussian", K=2, R=1, max_steps=80, min_steps=80, seed=5,
+                                      marginal_loss_weight=weight), targets)
         for weight in (0.0, 1.0)
     }  # fmt: skip
 
@@ -144,7 +156,8 @@ def test_pairs_enter_the_loss_with_their_weight():
     targets = PairTargets(np.concatenate([np.eye(s)[0] for s in pair_sizes(LAYOUT, pairs, bins)]), 5.0, bins, pairs)
     fits = {
         weight: fit_mixture(m, dirs, scales, LAYOUT, 0.01,
-                            FitConfig(numeric_model="gaussian", K=2, R=1, max_steps=80, min_steps=80, seed=5, pair_loss_weight=weight),
+                            FitConfig(numeric_model="gaussian", K=2, R=1, max_steps=80, min_steps=80, seed=5,
+                                      pair_loss_weight=weight),
                             pairs=targets)
         for weight in (0.0, 1.0)
     }  # fmt: skip
@@ -163,7 +176,14 @@ def test_holdout_selects_K():
     dirs = draw_directions(4, 128, LAYOUT.d)
     scales = direction_scales(dirs, "ball")
     m = model_moments(TRUTH, LAYOUT, dirs, scales, 8)
-    fm = fit_mixture(m, dirs, scales, LAYOUT, 0.0, FitConfig(numeric_model="gaussian", R=1, max_steps=150, holdout_direction_fraction=0.25, candidate_K=(1, 3)))
+    fm = fit_mixture(
+        m,
+        dirs,
+        scales,
+        LAYOUT,
+        0.0,
+        FitConfig(numeric_model="gaussian", R=1, max_steps=150, holdout_direction_fraction=0.25, candidate_K=(1, 3)),
+    )
     assert set(fm.holdout_losses) == {1, 3}
     assert fm.config.K == 3 and fm.params.K == 3
 

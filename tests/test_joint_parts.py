@@ -39,12 +39,20 @@ JOINT = ((2, 0), (1, 3))  # b x a(value) and a(missing) x c, given in the order 
 
 def _params(rng: np.random.Generator, K: int = 3) -> MixtureParameters:
     levels = [c.levels for c in LAYOUT.coordinates]
-    joint = [rng.dirichlet(np.full(levels[a] * levels[b], 0.3), size=K).reshape(K, levels[a], levels[b]) for a, b in JOINT]
+    joint = [
+        rng.dirichlet(np.full(levels[a] * levels[b], 0.3), size=K).reshape(K, levels[a], levels[b]) for a, b in JOINT
+    ]
     probs = [None] * LAYOUT.d
     for (a, b), table in zip(JOINT, joint):
         probs[a], probs[b] = table.sum(2), table.sum(1)
     params = MixtureParameters(
-        np.array([0.5, 0.3, 0.2]), tuple(probs), np.zeros((K, 0)), np.zeros((K, 0, 0)), np.zeros((K, 0)), JOINT, tuple(joint)
+        np.array([0.5, 0.3, 0.2]),
+        tuple(probs),
+        np.zeros((K, 0)),
+        np.zeros((K, 0, 0)),
+        np.zeros((K, 0)),
+        JOINT,
+        tuple(joint),
     )
     params.check(LAYOUT)
     return params
@@ -143,7 +151,9 @@ def test_save_and_load_keep_the_joint_parts(tmp_path):
     ev = MomentEvaluator(LAYOUT, dirs, direction_scales(dirs, "ball"), 8, joint_pairs=JOINT)
 
     with torch.no_grad():
-        assert torch.equal(ev(TorchMixture.from_numpy(back.params, LAYOUT)), ev(TorchMixture.from_numpy(params, LAYOUT)))
+        assert torch.equal(
+            ev(TorchMixture.from_numpy(back.params, LAYOUT)), ev(TorchMixture.from_numpy(params, LAYOUT))
+        )
 
 
 @pytest.mark.parametrize("pairs", [((0, 0),), ((0, 2), (2, 3))])
@@ -201,8 +211,10 @@ def test_negative_joint_settings_are_rejected_with_the_value():
     from splice_assets.layout import layout_for
     from splice_assets.model.fit import FitConfig, fit_mixture
 
-    with pytest.raises(ValueError, match="got -1 and 2.0"):
-        fit_mixture(np.zeros((2, 4)), np.ones((4, 3)) / 3, np.ones(4), layout_for(TOY_SCHEMA), 0.1, FitConfig(joint_pairs=-1))
+    with pytest.raises(ValueError, match="joint_pairs must be an integer >= 0, got -1"):
+        fit_mixture(
+            np.zeros((2, 4)), np.ones((4, 3)) / 3, np.ones(4), layout_for(TOY_SCHEMA), 0.1, FitConfig(joint_pairs=-1)
+        )
 
 
 @pytest.mark.parametrize("max_taylor_error, fused", [(1e-11, True), (1e-11, False), (0.0, True)],

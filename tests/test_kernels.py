@@ -54,7 +54,8 @@ def test_joint_central_moments_and_gradient():
 
 @pytest.mark.parametrize("separable, joint", [(3, 0), (0, 2), (2, 2)])
 def test_series_chain_matches_repeated_series_products(separable, joint):
-    """The chain is acc times each part's directional series in turn; a joint part's is sum_s w_a^s w_b^(m-s) M[s, m-s]."""
+    """The chain is acc times each part's directional series in turn; a joint part's is
+    sum_s w_a^s w_b^(m-s) M[s, m-s]."""
     gen = torch.Generator().manual_seed(separable + 3 * joint)
     K, L, n = 2, 5, 6
     randn = lambda *shape: torch.randn(*shape, dtype=torch.float64, generator=gen)

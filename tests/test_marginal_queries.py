@@ -76,7 +76,9 @@ def test_counts_are_exact_and_partial_counts_add():
     assert sizes == (4, 2, 3, 6)
     for block in np.split(whole.counts, np.cumsum(sizes)[:-1]):
         assert block.sum() == 1000  # one cell per coordinate per row
-    cells = marginal_cells(np.array([[-1.0, -1.0, -1.0, -1.0], [1.0, 1.0, 1.0, 1.0], [-0.5, 1.0, 0.0, 0.2]]), LAYOUT, BINS)
+    cells = marginal_cells(
+        np.array([[-1.0, -1.0, -1.0, -1.0], [1.0, 1.0, 1.0, 1.0], [-0.5, 1.0, 0.0, 0.2]]), LAYOUT, BINS
+    )
     np.testing.assert_array_equal(cells, [[0, 0, 0, 0], [3, 1, 2, 5], [1, 1, 1, 3]])
 
 
@@ -88,7 +90,7 @@ def test_joint_sensitivity_random_and_adversarial(share):
     w = marginal_weight(share, L, k, LAYOUT.d)
     sizes = marginal_sizes(LAYOUT, BINS)
     worst = 0.0
-    for trial in range(60):
+    for _trial in range(60):
         n = int(rng.integers(2, 40))
         x = random_rows(rng, n)
         base = released_vector(x, directions, k, w)
@@ -153,7 +155,9 @@ def test_model_marginals_match_monte_carlo():
 def test_marginal_gradients_are_finite_at_the_edges():
     params = MixtureParameters(
         weights=np.array([1.0]),
-        probs=tuple(np.full((1, c.levels), 1 / c.levels) for c in (LAYOUT.coordinates[i] for i in LAYOUT.discrete_index)),
+        probs=tuple(
+            np.full((1, c.levels), 1 / c.levels) for c in (LAYOUT.coordinates[i] for i in LAYOUT.discrete_index)
+        ),
         means=np.array([[0.999]]),
         factors=np.zeros((1, 1, 0)),
         diag=np.array([[1e-6]]),
@@ -240,12 +244,22 @@ def test_matched_integer_columns_decode_into_their_target_cells(bounds):
     )
 
     schema = parse_schema(
-        {"name": "ints", "version": 1, "n_min": 2, "columns": [{"name": "v", "kind": "integer", "bounds": list(bounds)}]}
+        {
+            "name": "ints",
+            "version": 1,
+            "n_min": 2,
+            "columns": [{"name": "v", "kind": "integer", "bounds": list(bounds)}],
+        }
     )
     layout, bins, n = layout_for(schema), 16, 5000
     lo, hi = bounds
     # Targets only on cells that hold an integer (with bounds (0, 9) some 16-bin cells hold none).
-    holds_integer = np.bincount(np.minimum(np.floor((np.arange(lo, hi + 1) - lo) / (hi - lo) * bins), bins - 1).astype(int), minlength=bins)[:bins] > 0
+    holds_integer = (
+        np.bincount(
+            np.minimum(np.floor((np.arange(lo, hi + 1) - lo) / (hi - lo) * bins), bins - 1).astype(int), minlength=bins
+        )[:bins]
+        > 0
+    )
     rng = np.random.default_rng(2)
     freq = rng.dirichlet(np.ones(bins)) * holds_integer
     freq /= freq.sum()
@@ -295,7 +309,7 @@ def test_sensitivity_with_pairs_random_and_adversarial(shares):
     w, w2, _ = query_weights(*shares, L, k, LAYOUT.d, len(PAIRS))
     cells1, cells2 = sum(marginal_sizes(LAYOUT, BINS)), sum(pair_sizes(LAYOUT, PAIRS, BINS))
     worst = 0.0
-    for trial in range(40):
+    for _trial in range(40):
         n = int(rng.integers(2, 40))
         x = random_rows(rng, n)
         base = released_with_pairs(x, directions, k, w, w2)

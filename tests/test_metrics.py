@@ -105,7 +105,12 @@ def test_tvd_hand_computed_categorical_and_numeric():
 
 def test_tvd_two_way_sees_what_one_way_misses():
     schema = parse_schema(
-        {"name": "b", "version": 1, "n_min": 1, "columns": [{"name": "u", "kind": "boolean"}, {"name": "v", "kind": "boolean"}]}
+        {
+            "name": "b",
+            "version": 1,
+            "n_min": 1,
+            "columns": [{"name": "u", "kind": "boolean"}, {"name": "v", "kind": "boolean"}],
+        }
     )
     real = validate(pd.DataFrame({"u": [True, False], "v": [True, False]}), schema).table
     syn = validate(pd.DataFrame({"u": [True, False], "v": [False, True]}), schema).table
@@ -135,7 +140,9 @@ def test_three_way_sample_is_seeded_and_capped(schema, tables):
 
 
 def test_sliced_w1_known_shift_1d():
-    schema = parse_schema({"name": "s", "version": 1, "n_min": 1, "columns": [{"name": "x", "kind": "continuous", "bounds": [0, 10]}]})
+    schema = parse_schema(
+        {"name": "s", "version": 1, "n_min": 1, "columns": [{"name": "x", "kind": "continuous", "bounds": [0, 10]}]}
+    )
     rng = np.random.default_rng(0)
     base = rng.uniform(0, 5, 2000)
     real = validate(pd.DataFrame({"x": base}), schema).table

@@ -39,13 +39,19 @@ def _cheb(z: np.ndarray, k: int) -> np.ndarray:
     return np.stack(out)
 
 
-def _random_params(layout: EncodingLayout, K: int, R: int, rng: np.random.Generator, sd: float = 0.12) -> MixtureParameters:
+def _random_params(
+    layout: EncodingLayout, K: int, R: int, rng: np.random.Generator, sd: float = 0.12
+) -> MixtureParameters:
     disc = [layout.coordinates[i].levels for i in layout.discrete_index]
     nc = len(layout.continuous_index)
     probs = tuple((lambda p: p / p.sum(1, keepdims=True))(rng.random((K, r)) + 0.05) for r in disc)
     w = rng.random(K) + 0.2
     return MixtureParameters(
-        w / w.sum(), probs, rng.uniform(-0.6, 0.6, (K, nc)), rng.normal(0, sd / 2, (K, nc, R)), rng.uniform(0.2, 1, (K, nc)) * sd**2
+        w / w.sum(),
+        probs,
+        rng.uniform(-0.6, 0.6, (K, nc)),
+        rng.normal(0, sd / 2, (K, nc, R)),
+        rng.uniform(0.2, 1, (K, nc)) * sd**2,
     )
 
 
@@ -56,7 +62,9 @@ def _sample(params: MixtureParameters, layout: EncodingLayout, n: int, rng: np.r
     for c in range(params.K):
         idx = np.flatnonzero(comp == c)
         for t, i in enumerate(layout.discrete_index):
-            x[idx, i] = layout.coordinates[i].grid()[rng.choice(len(params.probs[t][c]), len(idx), p=params.probs[t][c])]
+            x[idx, i] = layout.coordinates[i].grid()[
+                rng.choice(len(params.probs[t][c]), len(idx), p=params.probs[t][c])
+            ]
         if len(cont):
             cov = params.factors[c] @ params.factors[c].T + np.diag(params.diag[c])
             x[np.ix_(idx, cont)] = rng.multivariate_normal(params.means[c], cov, len(idx))
@@ -133,7 +141,9 @@ def _with_joint(params: MixtureParameters, layout: EncodingLayout, pairs, rng: n
             table /= table.sum(axis=(1, 2), keepdims=True)
         probs[ta], probs[tb] = table.sum(2), table.sum(1)
         joint.append(table)
-    out = MixtureParameters(params.weights, tuple(probs), params.means, params.factors, params.diag, tuple(pairs), tuple(joint))
+    out = MixtureParameters(
+        params.weights, tuple(probs), params.means, params.factors, params.diag, tuple(pairs), tuple(joint)
+    )
     out.check(layout)
     return out
 
@@ -147,7 +157,9 @@ def _two_ended(layout: EncodingLayout, K: int, rng: np.random.Generator) -> Mixt
         p[:, -1] = 1.0 - p[:, 0]
         probs.append(p / p.sum(1, keepdims=True))
     nc = len(layout.continuous_index)
-    return MixtureParameters(np.ones(K) / K, tuple(probs), np.zeros((K, nc)), np.zeros((K, nc, 0)), np.full((K, nc), 1 / 36))
+    return MixtureParameters(
+        np.ones(K) / K, tuple(probs), np.zeros((K, nc)), np.zeros((K, nc, 0)), np.full((K, nc), 1 / 36)
+    )
 
 
 def _rel_err(got: np.ndarray, ref: np.ndarray) -> float:
@@ -162,7 +174,10 @@ def test_all_discrete_matches_exact_enumeration(d):
     dirs = draw_directions(5, 16, d)
     scales = direction_scales(dirs, "ball")
     k = 16
-    assert np.max(np.abs(model_moments(params, layout, dirs, scales, k) - _enumerate(params, layout, dirs, scales, k))) < 1e-10
+    assert (
+        np.max(np.abs(model_moments(params, layout, dirs, scales, k) - _enumerate(params, layout, dirs, scales, k)))
+        < 1e-10
+    )
 
 
 @pytest.mark.parametrize("d", [2, 3, 4])
@@ -176,7 +191,9 @@ def test_k32_matches_exact_enumeration_for_spread_components(d, spread):
     params = _random_params(layout, K=2, R=0, rng=rng) if spread == "random" else _two_ended(layout, 2, rng)
     dirs = np.vstack([draw_directions(5, 16, d), np.ones((1, d)) / np.sqrt(d), -np.eye(d)[:1]])
     scales = direction_scales(dirs, "ball")
-    assert _rel_err(model_moments(params, layout, dirs, scales, 32), _enumerate(params, layout, dirs, scales, 32)) <= 1e-10
+    assert (
+        _rel_err(model_moments(params, layout, dirs, scales, 32), _enumerate(params, layout, dirs, scales, 32)) <= 1e-10
+    )
 
 
 @pytest.mark.parametrize(
@@ -216,7 +233,9 @@ def test_joint_parts_match_exact_reference(k, max_taylor_error, fused):
         (discrete, _with_joint(_two_ended(discrete, 2, rng), discrete, [(0, 1), (2, 3)], rng)),
     ]
     for layout, params in cases:
-        dirs = np.vstack([draw_directions(7, 12, layout.d), np.eye(layout.d), np.ones((1, layout.d)) / np.sqrt(layout.d)])
+        dirs = np.vstack(
+            [draw_directions(7, 12, layout.d), np.eye(layout.d), np.ones((1, layout.d)) / np.sqrt(layout.d)]
+        )
         scales = direction_scales(dirs, "ball")
         ev = MomentEvaluator(layout, dirs, scales, k, max_taylor_error=max_taylor_error, joint_pairs=params.joint_pairs,
                              fused=fused)
@@ -249,7 +268,9 @@ def test_joint_pairs_are_checked():
         with pytest.raises(ValueError, match="joint pair"):
             MomentEvaluator(MIXED, np.eye(MIXED.d), np.ones(MIXED.d) * 3, 8, joint_pairs=pairs)
     joint = _with_joint(params, MIXED, [(0, 4)], rng)
-    bad = MixtureParameters(joint.weights, params.probs, joint.means, joint.factors, joint.diag, joint.joint_pairs, joint.joint)
+    bad = MixtureParameters(
+        joint.weights, params.probs, joint.means, joint.factors, joint.diag, joint.joint_pairs, joint.joint
+    )
     with pytest.raises(ValueError, match="does not sum"):
         bad.check(MIXED)
     with pytest.raises(ValueError, match="joint pairs"):
@@ -314,9 +335,18 @@ def test_taylor_expectations_values_and_closed_form_gradient(k):
 @pytest.mark.parametrize("max_taylor_error, fused", [(math.inf, True), (math.inf, False), (0.0, True)],
                          ids=["fast-kernels", "fast-torch", "stable"])
 def test_gradcheck_small_model(max_taylor_error, fused):
-    layout = EncodingLayout((Coordinate("a", "value", 3), Coordinate("b", "value", 0), Coordinate("c", "value", 0), Coordinate("d", "value", 2)))
+    layout = EncodingLayout(
+        (
+            Coordinate("a", "value", 3),
+            Coordinate("b", "value", 0),
+            Coordinate("c", "value", 0),
+            Coordinate("d", "value", 2),
+        )
+    )
     dirs = np.vstack([draw_directions(0, 5, layout.d), np.eye(layout.d)[[0, 1]]])  # axes: zero-variance cases
-    ev = MomentEvaluator(layout, dirs, direction_scales(dirs, "ball"), 8, max_taylor_error=max_taylor_error, fused=fused)
+    ev = MomentEvaluator(
+        layout, dirs, direction_scales(dirs, "ball"), 8, max_taylor_error=max_taylor_error, fused=fused
+    )
     module = MixtureModule(layout, K=2, R=1)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -355,7 +385,9 @@ def test_moments_stay_bounded_for_extreme_allowed_parameters_ball_k32():
     assert np.max(np.abs(m)) <= 1.0 + 1e-6
     assert float(module.tail_mass().detach()) < 1e-8
     # Without the bounds (sd = 1, means 0) and with the l1 scaling on axis directions, T_j explodes.
-    wild = MixtureParameters(np.ones(1), (np.array([[0.5, 0.5]]),), np.zeros((1, 3)), np.zeros((1, 3, 0)), np.ones((1, 3)))
+    wild = MixtureParameters(
+        np.ones(1), (np.array([[0.5, 0.5]]),), np.zeros((1, 3)), np.zeros((1, 3, 0)), np.ones((1, 3))
+    )
     axes = np.eye(4)[:3]
     blown = model_moments(wild, layout, axes, direction_scales(axes, "l1"), 32)
     assert np.max(np.abs(blown)) > 1e10
@@ -371,7 +403,12 @@ def test_scales_must_bound_the_projection():
 # Numeric columns as per-component histograms ("binned" coordinates: bin centre + uniform offset in the bin)
 
 BINNED = EncodingLayout(
-    (Coordinate("a", "binned", 16), Coordinate("b", "value", 3), Coordinate("c", "binned", 64), Coordinate("x", "value", 0))
+    (
+        Coordinate("a", "binned", 16),
+        Coordinate("b", "value", 3),
+        Coordinate("c", "binned", 64),
+        Coordinate("x", "value", 0),
+    )
 )
 
 

@@ -9,7 +9,9 @@ from splice_assets.layout import direction_scales, draw_directions
 from splice_assets.private.statistics import _FIXED_ONE, moment_sums
 
 
-def _reference_moment_sums(x: np.ndarray, directions: np.ndarray, k: int, mode: str = "ball", chunk_rows: int = 1024) -> np.ndarray:
+def _reference_moment_sums(
+    x: np.ndarray, directions: np.ndarray, k: int, mode: str = "ball", chunk_rows: int = 1024
+) -> np.ndarray:
     """The numpy implementation the kernel replaced (numpy passes per order over a (chunk, L) buffer)."""
     n_dirs = directions.shape[0]
     scaled_dirs = (directions / direction_scales(directions, mode)[:, None]).T.copy()

@@ -181,7 +181,9 @@ def test_release_json_states_the_whole_cost_bounds_estimate_included(world):
     manifest = json.loads(next((world / "releases").rglob("release.json")).read_text())
     privacy = manifest["privacy"]
     assert manifest["release_id"] == release_id
-    assert (privacy["epsilon"], privacy["measurement_epsilon"], privacy["bounds_epsilon"]) == pytest.approx((1.0, 0.9, 0.1))
+    assert (privacy["epsilon"], privacy["measurement_epsilon"], privacy["bounds_epsilon"]) == pytest.approx(
+        (1.0, 0.9, 0.1)
+    )
     assert privacy["epsilon_cost"] == pytest.approx(1.0)
     assert manifest["privacy_statement"].startswith("This release satisfies (1, 1e-09)-differential privacy")
     assert "0.1-DP estimates of the numeric bounds" in manifest["privacy_statement"]

@@ -148,7 +148,9 @@ def test_em_with_a_joint_part_never_decreases_and_fits_the_dependent_pair():
         one_way = [truth.weights @ p for p in truth.probs]
         start = _independent_start(one_way, 2, rng)
         product = composite_em(start, one_way, two_way, PAIRS, 300)
-        m = ProductMixture(start.weights, start.probs, (pair,), (start.probs[1][:, :, None] * start.probs[3][:, None, :],))
+        m = ProductMixture(
+            start.weights, start.probs, (pair,), (start.probs[1][:, :, None] * start.probs[3][:, None, :],)
+        )
         values = [composite_log_likelihood(m, one_way, two_way, PAIRS)]
         for _ in range(300):
             m = composite_em(m, one_way, two_way, PAIRS, 1)

@@ -201,7 +201,9 @@ def test_release_lists_the_stored_models_joint_parts_by_column(released):
     public = Path(released["record"]["public_dir"])
     manifest = json.loads((public / "release.json").read_text())
     model = json.loads((public / "model.json").read_text())
-    name = lambda i: model["layout"][i][0] + ("" if model["layout"][i][1] in ("value", "binned") else f"/{model['layout'][i][1]}")  # noqa: E731
+    name = lambda i: (
+        model["layout"][i][0] + ("" if model["layout"][i][1] in ("value", "binned") else f"/{model['layout'][i][1]}")
+    )  # noqa: E731
     assert manifest["fit"]["joint_parts"] == [[name(a), name(b)] for a, b in model["joint_pairs"]]
     assert 1 <= len(model["joint_pairs"]) <= manifest["parameters"]["joint_pairs"]
     used = [i for pair in model["joint_pairs"] for i in pair]

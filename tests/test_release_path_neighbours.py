@@ -151,7 +151,7 @@ def test_neighbours_move_the_sampler_input_by_at_most_delta(monkeypatch, relatio
         table = private_table(rng, n)
         base = library_vector(table, relation, holdout, trial, seen)
         n_measured = n - int(round(holdout * n))
-        for name, other in neighbours(rng, table, relation).items():
+        for _name, other in neighbours(rng, table, relation).items():
             diff = library_vector(other, relation, holdout, trial, seen) - base
             # With no holdout an added or removed row is always measured: it moves one cell of every table.
             exact = holdout == 0 and relation == AR

@@ -69,7 +69,13 @@ def test_html_is_internal_self_contained_and_escaped(report):
     assert parser.external == []
     assert "script" not in parser.tags and "link" not in parser.tags
     assert "<script>alert(1)" not in text and "&lt;script&gt;" in text
-    for heading in ("Summary", "Pairwise associations", "Detection", "Distance to closest record", "Schema expectations"):
+    for heading in (
+        "Summary",
+        "Pairwise associations",
+        "Detection",
+        "Distance to closest record",
+        "Schema expectations",
+    ):
         assert any(h.startswith(heading) for h in parser.headings), heading
     assert "empirical evidence, not a guarantee" in text
 
@@ -82,7 +88,10 @@ def test_json_metrics(report):
     head = data["metrics"]["headline"]
     assert {"tvd_1way", "tvd_2way", "tvd_3way", "sliced_w1", "mmd", "tstr_roc_auc", "trtr_roc_auc"} <= set(head)
     assert set(data["references"]) == {"independent", "real_halves"}
-    assert data["references"]["real_halves"]["headline"]["tvd_2way"] < data["references"]["independent"]["headline"]["tvd_2way"]
+    assert (
+        data["references"]["real_halves"]["headline"]["tvd_2way"]
+        < data["references"]["independent"]["headline"]["tvd_2way"]
+    )
     assert data["expectations"]["success"] is True
     assert result.seconds > 0 and result.metrics.n_synthetic == 1000
 

@@ -57,7 +57,12 @@ def test_random_neighbours_within_bound(mode):
     rng = np.random.default_rng(11)
     worst = 0.0
     for trial in range(150):
-        n, d, L, k = int(rng.integers(2, 60)), int(rng.integers(1, 8)), int(rng.integers(1, 40)), int(rng.integers(1, 17))
+        n, d, L, k = (
+            int(rng.integers(2, 60)),
+            int(rng.integers(1, 8)),
+            int(rng.integers(1, 40)),
+            int(rng.integers(1, 17)),
+        )
         directions = draw_directions(trial, L, d)
         x = rng.uniform(-1, 1, size=(n, d))
         if trial % 3 == 0:  # discrete coordinates on a grid, as categorical columns encode
@@ -238,7 +243,9 @@ def eps_lower_bound(fp: np.ndarray, fn: np.ndarray, trials: int, delta: float) -
         return np.where(num > 0, np.log(np.maximum(num, 1e-300) / fpr_ub), 0.0)
 
 
-def run_audit(runs_per_world: int, understate: float = 1.0, n_directions: int = 2, select_fraction: float = 0.3) -> float:
+def run_audit(
+    runs_per_world: int, understate: float = 1.0, n_directions: int = 2, select_fraction: float = 0.3
+) -> float:
     """epsilon lower bound from runs of the production mechanism on D and its worst-case neighbour D'.
 
     D: 4 public one-dimensional rows, L directions (+-1), k = 1; D' replaces the row -1 by +1, which moves

@@ -9,6 +9,7 @@ themselves to ``ReleaseStepStorage`` in that folder.
 
 import functools
 from dataclasses import dataclass
+from typing import cast
 
 import dagster as dg
 import numpy as np
@@ -25,6 +26,7 @@ from splice_assets.dagster_layer.resources import (
 from splice_assets.datasets import schema_path
 from splice_assets.evaluation.report import ReportResult, build_report
 from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
+from splice_assets.model.fit import FittedMixture
 from splice_assets.postprocess.links import describe as describe_links
 from splice_assets.private import holdout_split, measuring
 from splice_assets.private.validation import (
@@ -102,7 +104,7 @@ class FidelityReport:
     result: ReportResult
 
 
-def row_count_metadata(n: int, relation: str) -> dict[str, object]:
+def row_count_metadata(n: int, relation: str) -> dict[str, int]:
     """The measured row count for the UI: public under replace-one. Under add-remove it is private, so it is not
     shown at all (Dagster's event log lives outside the internal release folder); the noisy n of the measurement
     is the public one."""
@@ -196,7 +198,7 @@ def private_moments(
                 raise dg.Failure("exact statistics not finite or out of range; nothing was charged") from None
         yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=True)
         reused = False
-    measurement = synth.measurement
+    measurement = cast(Measurement, synth.measurement)  # measured or loaded above
     yield dg.Output(
         MeasuredMoments(s, synth, reused),
         metadata={
@@ -234,10 +236,10 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
             "loss_curve (every 10th step)": dg.MetadataValue.json(curve[::10]),
             "fit_seconds": float(model.seconds),
             "tilt (chi2 per cell before, after; iterations)": dg.MetadataValue.json(
-                None if model.tilt is None else model.tilt.summary()
+                None if model.tilt is None else model.tilt.summary()  # type: ignore[arg-type]  # None is accepted
             ),
             "pairwise field (iterations, residual, chains, sweeps)": dg.MetadataValue.json(
-                None if model.field is None else model.field.summary()
+                None if model.field is None else model.field.summary()  # type: ignore[arg-type]  # None is accepted
             ),
             "links (source, target, lambda)": dg.MetadataValue.json(describe_links(model.links, model.layout)),
             "joint parts (column pairs)": dg.MetadataValue.json(model.params.describe_joint(model.layout)),
@@ -282,9 +284,17 @@ def fidelity_report(
     release_id = release_id_of(context)
     synth = private_moments.synth
     with ledger.open() as book:
-        facts = release_lib.public_facts(synth.measurement, book, release_id, bounds_epsilon=synth.privacy.bounds_epsilon)
+        facts = release_lib.public_facts(
+            cast(Measurement, synth.measurement), book, release_id, bounds_epsilon=synth.privacy.bounds_epsilon
+        )
     result = build_report(
-        v.train, v.holdout, synthetic_table.table, synth.schema, facts, s.seed, store.internal_dir(s.dataset, release_id)
+        v.train,
+        v.holdout,
+        synthetic_table.table,
+        synth.schema,
+        facts,
+        s.seed,
+        store.internal_dir(s.dataset, release_id),
     )
     # Only the report's location goes to Dagster's event log: its numbers are computed from real rows.
     return dg.Output(
@@ -316,8 +326,8 @@ def release(
             release_id=release_id,
             settings=s.__dict__,
             schema=synth.schema,
-            measurement=synth.measurement,
-            model=synth.model,
+            measurement=cast(Measurement, synth.measurement),
+            model=cast(FittedMixture, synth.model),
             synthetic=synthetic_table.table,
             report=fidelity_report.result,
             validation=validated_table.report,

@@ -10,9 +10,9 @@ from splice_assets.dagster_layer.assets import op_name
 from splice_assets.dagster_layer.automation import run_config_for
 from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
-from splice_assets.dagster_layer.resources import dagster_home
 from splice_assets.datasets import DEMO_DATASET
 from splice_assets.private.ledger import BudgetLedger, default_ledger_url
+from splice_assets.release.locations import dagster_home
 
 #: The demo's lifetime budget, set as an administrator would (`splice budget set`) when the ledger has none.
 DEMO_BUDGET = (10.0, 1e-6)

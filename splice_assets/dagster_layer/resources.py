@@ -16,7 +16,7 @@ import os
 import pickle
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import dagster as dg
 
@@ -106,7 +106,7 @@ class ReleaseStepStorage(dg.ConfigurableIOManager):
 
     def load_input(self, context: dg.InputContext) -> Any:
         release_id = release_id_of_run(context.step_context.dagster_run)
-        asset = context.upstream_output.asset_key.path[-1]
+        asset = cast(dg.OutputContext, context.upstream_output).asset_key.path[-1]  # set for an asset's input
         found = sorted(self._root().glob(f"*/{release_id}/internal/{STEPS_FOLDER}/{asset}.pkl"))
         if not found:
             raise dg.Failure(f"no stored output of step {asset!r} for release {release_id!r}; re-execute all steps")

@@ -191,7 +191,9 @@ def check_synthetic(
         config = r.expectation_config
         exception = bool((r.exception_info or {}).get("raised_exception", False))
         column = config.kwargs.get("column")
-        outcomes.append(ExpectationOutcome(str(config.type), None if column is None else str(column), bool(r.success), exception))
+        outcomes.append(
+            ExpectationOutcome(str(config.type), None if column is None else str(column), bool(r.success), exception)
+        )
     n_passed = sum(o.success for o in outcomes)
     return ExpectationSummary(
         suite_name=suite.name,

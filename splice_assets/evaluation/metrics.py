@@ -199,7 +199,9 @@ def marginal_tvd(
     names = schema.column_names
     p = len(names)
     per_column = {names[j]: _tvd_codes(cr, cs, levels, (j,)) for j in range(p)}
-    per_pair = tuple((names[a], names[b], _tvd_codes(cr, cs, levels, (a, b))) for a, b in itertools.combinations(range(p), 2))
+    per_pair = tuple(
+        (names[a], names[b], _tvd_codes(cr, cs, levels, (a, b))) for a, b in itertools.combinations(range(p), 2)
+    )
     triples = list(itertools.combinations(range(p), 3))
     if len(triples) > max_three_way:
         pick = _rng(seed, _TAG_THREE_WAY).choice(len(triples), size=max_three_way, replace=False)
@@ -527,7 +529,9 @@ def _learners(task: Task, seed: int) -> dict[str, Callable[[], Any]]:
         n_estimators=150, max_depth=6, learning_rate=0.1, subsample=0.9, tree_method="hist",
         n_jobs=N_JOBS, random_state=seed, verbosity=0,
     )  # fmt: skip
-    rf_common = dict(n_estimators=50, max_depth=12, min_samples_leaf=3, max_features="sqrt", n_jobs=N_JOBS, random_state=seed)
+    rf_common = dict(
+        n_estimators=50, max_depth=12, min_samples_leaf=3, max_features="sqrt", n_jobs=N_JOBS, random_state=seed
+    )
     if task == "classification":
         return {
             "logistic": lambda: LogisticRegression(max_iter=300, C=1.0),
@@ -920,7 +924,9 @@ def _fidelity_metrics(
         if with_tstr
         else None
     )
-    detection = timed("detection", lambda: detection_auc(real_holdout, synthetic, schema, seed)) if with_detection else None
+    detection = (
+        timed("detection", lambda: detection_auc(real_holdout, synthetic, schema, seed)) if with_detection else None
+    )
     privacy = (
         timed("dcr", lambda: distance_to_closest_record(real_train, real_holdout, synthetic, schema, seed))
         if with_privacy

@@ -166,8 +166,8 @@ def _heatmaps(metrics: FidelityMetrics) -> Figure:
 
 
 def _grouped_bars(
-    groups: list[str], series: Mapping[str, Sequence[float | None]], title: str, ylabel: str, hline: float | None = None,
-    ylim: tuple[float, float] | None = None,
+    groups: list[str], series: Mapping[str, Sequence[float | None]], title: str, ylabel: str,
+    hline: float | None = None, ylim: tuple[float, float] | None = None,
 ) -> Figure:  # fmt: skip
     fig = Figure(figsize=(6.4, 3.0))
     ax = fig.add_subplot()
@@ -178,7 +178,14 @@ def _grouped_bars(
         bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, np.nan_to_num(vals), width=width, label=_mpl_text(name))
         for bar, v in zip(bars, vals):
             if math.isfinite(v):
-                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{v:.3f}", ha="center", va="bottom", fontsize=6)
+                ax.text(
+                    bar.get_x() + bar.get_width() / 2,
+                    bar.get_height(),
+                    f"{v:.3f}",
+                    ha="center",
+                    va="bottom",
+                    fontsize=6,
+                )
     if hline is not None:
         ax.axhline(hline, color="grey", ls="--", lw=1)
     if ylim is not None:
@@ -231,7 +238,9 @@ def _summary_section(facts: Mapping[str, Any], metrics: FidelityMetrics, refs: R
         f"<p>Rows: real train {_e(_fmt(metrics.n_train))}, real holdout {_e(_fmt(metrics.n_holdout))}, "
         f"synthetic {_e(_fmt(metrics.n_synthetic))}; metric seed {_e(metrics.seed)}.</p></div>"
         "<div><h3>Headline metrics vs. reference band</h3>"
-        + _table(["metric", "synthetic", "independent marginals", "real vs real (halves)", "direction"], rows, "headline")
+        + _table(
+            ["metric", "synthetic", "independent marginals", "real vs real (halves)", "direction"], rows, "headline"
+        )
         + ceiling
         + "<p class=note>Reference band: independent marginals (each column resampled from the real train "
         "marginal; non-DP) is the floor a generator should beat; two halves of the real train set are the "
@@ -239,7 +248,9 @@ def _summary_section(facts: Mapping[str, Any], metrics: FidelityMetrics, refs: R
     )
 
 
-def _marginals_section(real: pd.DataFrame, synthetic: pd.DataFrame, schema: TableSchema, metrics: FidelityMetrics) -> str:
+def _marginals_section(
+    real: pd.DataFrame, synthetic: pd.DataFrame, schema: TableSchema, metrics: FidelityMetrics
+) -> str:
     tiles = []
     for spec in schema.columns:
         tvd = metrics.marginals.per_column.get(spec.name, float("nan"))
@@ -297,9 +308,14 @@ def _detection_section(metrics: FidelityMetrics, refs: ReferenceBand | None) -> 
         return ""
     series = {"synthetic": [d.logistic_auc, d.xgboost_auc]}
     if refs is not None and refs.independent.detection and refs.real_halves.detection:
-        series["independent marginals"] = [refs.independent.detection.logistic_auc, refs.independent.detection.xgboost_auc]
+        series["independent marginals"] = [
+            refs.independent.detection.logistic_auc,
+            refs.independent.detection.xgboost_auc,
+        ]
         series["real vs real"] = [refs.real_halves.detection.logistic_auc, refs.real_halves.detection.xgboost_auc]
-    fig = _grouped_bars(["logistic", "XGBoost"], series, "detection ROC AUC (5-fold)", "AUC", hline=0.5, ylim=(0.0, 1.05))
+    fig = _grouped_bars(
+        ["logistic", "XGBoost"], series, "detection ROC AUC (5-fold)", "AUC", hline=0.5, ylim=(0.0, 1.05)
+    )
     return (
         "<section><h2>Detection (classifier two-sample test)</h2>"
         f"<p>Real holdout vs synthetic, {_e(_fmt(d.n_per_class))} rows each, numeric columns as their {N_BINS} bin "
@@ -314,9 +330,19 @@ def _privacy_section(metrics: FidelityMetrics, refs: ReferenceBand | None) -> st
         return ""
     runs: list[tuple[str, DCRResult | None]] = [("synthetic", p)]
     if refs is not None:
-        runs += [("independent marginals", refs.independent.privacy), ("real half (not trained on)", refs.real_halves.privacy)]
+        runs += [
+            ("independent marginals", refs.independent.privacy),
+            ("real half (not trained on)", refs.real_halves.privacy),
+        ]
     rows = [
-        [name, r.median_to_train, r.median_to_holdout, r.share_closer_to_train, r.exact_match_train, r.exact_match_holdout]
+        [
+            name,
+            r.median_to_train,
+            r.median_to_holdout,
+            r.share_closer_to_train,
+            r.exact_match_train,
+            r.exact_match_holdout,
+        ]
         for name, r in runs
         if r is not None
     ]
@@ -413,7 +439,9 @@ def build_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     metrics = fidelity_metrics(real_train, real_holdout, synthetic, schema, seed)
-    references = reference_band(real_train, real_holdout, schema, seed, n_synthetic=len(synthetic)) if with_references else None
+    references = (
+        reference_band(real_train, real_holdout, schema, seed, n_synthetic=len(synthetic)) if with_references else None
+    )
     t_ge = time.perf_counter()
     expectations = check_synthetic(synthetic, schema, null_rate_bounds)
     ge_seconds = time.perf_counter() - t_ge

@@ -455,7 +455,9 @@ def _run_adam(
     inv_j2 = (1.0 / torch.arange(1, k + 1, dtype=noisy.dtype, device=device) ** 2).unsqueeze(1)
     L = noisy.shape[1]
     opt = torch.optim.Adam(module.parameters(), lr=config.lr, foreach=True)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * min(s, config.max_steps) / config.max_steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * min(s, config.max_steps) / config.max_steps))
+    )
     curve: list[float] = []
     converged = False
     for step in range(config.max_steps):

@@ -371,7 +371,8 @@ def _taylor_forward(mu: np.ndarray, central: np.ndarray, moments: np.ndarray, la
 @numba.njit(cache=True, fastmath=True)
 def _taylor_backward(grad: np.ndarray, mu: np.ndarray, central: np.ndarray, g_mu: np.ndarray,
                      g_central: np.ndarray) -> None:
-    """d/dmu P_j[p] = (p + 1) P_j[p + 1] (P_j[p] = T_j^(p)(mu) / p!), so dE[T_j]/dmu = sum_p E[u^p] (p + 1) P_j[p + 1]."""
+    """d/dmu P_j[p] = (p + 1) P_j[p + 1] (P_j[p] = T_j^(p)(mu) / p!), so
+    dE[T_j]/dmu = sum_p E[u^p] (p + 1) P_j[p + 1]."""
     n, N = central.shape
     P = np.zeros((3, n, N))
     P[0, 0] = 1.0
@@ -403,7 +404,8 @@ def _rows_last(t: torch.Tensor) -> np.ndarray:
 
 
 class TaylorExpectations(torch.autograd.Function):
-    """(mu (...), central (..., k+1)) -> (E[T_j(mu + u)] (..., k), P_(k-1) and P_k (..., 2, k+1), not differentiable)."""
+    """(mu (...), central (..., k+1)) -> (E[T_j(mu + u)] (..., k), P_(k-1) and P_k (..., 2, k+1), not
+    differentiable)."""
 
     @staticmethod
     def forward(ctx, mu: torch.Tensor, central: torch.Tensor):

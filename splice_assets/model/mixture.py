@@ -46,8 +46,8 @@ component's estimate exceeds ``max_taylor_error`` (default 1e-11, so the fast pa
    and T_j(alpha s + (1 - alpha) y) = sum_ab C_j[a, b](alpha) T_a(s) T_b(y) with |C| <= 4 (its argument stays in
    [-1, 1]), so c'_j = sum_ab C_j[a, b](alpha) c_a nu_b with nu_b = E[T_b(x / max|g|)] = sum_r p_r T_b(g_r / max|g|).
    C_j is a polynomial of degree j in alpha, stored exactly by its Chebyshev coefficients in 2 alpha - 1
-   (``_merge_table``, extended precision); contracting it with nu per component first leaves one GEMM per part and component:
-   c'_j = sum_{e <= j} T_e(2 alpha_l - 1) [c @ G_c]_{(j, e)}. A negative w flips the parities of c and c'.
+   (``_merge_table``, extended precision); contracting it with nu per component first leaves one GEMM per part and
+   component: c'_j = sum_{e <= j} T_e(2 alpha_l - 1) [c @ G_c]_{(j, e)}. A negative w flips the parities of c and c'.
 
 Joint parts (``joint_pairs``): two discrete coordinates a, b may share one (levels_a, levels_b) table per component
 instead of two independent vectors. Their sum w_a x_a + w_b x_b is then one part of the projection:
@@ -147,7 +147,9 @@ class MixtureParameters:
             name = f"{layout.coordinates[a].column!r} x {layout.coordinates[b].column!r}"
             if table.shape != (K, self.probs[ta].shape[1], self.probs[tb].shape[1]) or np.any(table < 0):
                 raise ValueError(f"joint table of {name} has a bad shape or values")
-            if np.any(np.abs(table.sum(2) - self.probs[ta]) > 1e-6) or np.any(np.abs(table.sum(1) - self.probs[tb]) > 1e-6):
+            if np.any(np.abs(table.sum(2) - self.probs[ta]) > 1e-6) or np.any(
+                np.abs(table.sum(1) - self.probs[tb]) > 1e-6
+            ):
                 raise ValueError(f"joint table of {name} does not sum to its coordinates' probabilities")
 
 
@@ -281,7 +283,9 @@ class TorchMixture:
         )
 
     @classmethod
-    def from_numpy(cls, params: MixtureParameters, layout: EncodingLayout, device: str | torch.device = "cpu") -> TorchMixture:
+    def from_numpy(
+        cls, params: MixtureParameters, layout: EncodingLayout, device: str | torch.device = "cpu"
+    ) -> TorchMixture:
         levels = [layout.coordinates[i].levels for i in layout.discrete_index]
         rmax = max(levels, default=1)
         padded = np.zeros((params.K, len(levels), rmax))
@@ -432,7 +436,9 @@ class MomentEvaluator:
     def component_moments(self, q: TorchMixture) -> torch.Tensor:
         """E_c[T_j(theta_l^T x / s_l)] for every component c, direction l and j = 1..k: (K, L, k)."""
         if tuple(q.joint_pairs) != self.joint_pairs:
-            raise ValueError(f"the mixture's joint pairs {q.joint_pairs!r} are not the evaluator's {self.joint_pairs!r}")
+            raise ValueError(
+                f"the mixture's joint pairs {q.joint_pairs!r} are not the evaluator's {self.joint_pairs!r}"
+            )
         mean, var = self._gaussian_projection(q)
         moments, error = self._taylor_moments(q, mean, var)
         rows = torch.nonzero(error.amax(0) > self.max_taylor_error).squeeze(1)
@@ -457,7 +463,9 @@ class MomentEvaluator:
                 var = var + (proj**2).sum(-1)
         return mean, var + self.jitter_var
 
-    def _taylor_moments(self, q: TorchMixture, mean: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _taylor_moments(
+        self, q: TorchMixture, mean: torch.Tensor, var: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Fast path (steps 1-3 and 6): moments (K, L, k) and the estimate of their rounding error (K, L)."""
         k = self.k
         mu = mean
@@ -560,8 +568,12 @@ class MomentEvaluator:
         values = torch.stack(cheb, dim=-1)  # (rows, cells, k+1)
         return torch.einsum("cx,rxb->crb", table.reshape(table.shape[0], -1), values)
 
-    def _stable_moments(self, q: TorchMixture, mean: torch.Tensor, var: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """Stable path (steps 4-5) for the directions ``rows``; ``mean``/``var`` (K, len(rows)). Returns (K, rows, k)."""
+    def _stable_moments(
+        self, q: TorchMixture, mean: torch.Tensor, var: torch.Tensor, rows: torch.Tensor
+    ) -> torch.Tensor:
+        """Stable path (steps 4-5) for the directions ``rows``; ``mean``/``var`` (K, len(rows)).
+
+        Returns (K, rows, k)."""
         k = self.k
         inv = self.inv_rho0[rows]
         # Start: Chebyshev moments of (mean + G) / rho_0 by Gauss-Hermite (clamp: finite sqrt gradient at var = 0).
@@ -818,7 +830,8 @@ class PairEvaluator:
             rows.append(r.ravel())
             cols.append(c.ravel())
         self.rows, self.cols = (
-            torch.as_tensor(np.concatenate(idx) if idx else np.zeros(0, np.int64), device=device) for idx in (rows, cols)
+            torch.as_tensor(np.concatenate(idx) if idx else np.zeros(0, np.int64), device=device)
+            for idx in (rows, cols)
         )
         # Joint blocks: (joint part u, transposed?, measured sizes, levels) per pair that is a joint part.
         self.block_sizes = [sizes[a] * sizes[b] for a, b in pairs]

@@ -98,7 +98,9 @@ def estimate_bounds(
     if not columns:
         return schema, BoundsEstimate(0.0, {}, None, lower_quantile, upper_quantile)
     if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"bounds estimation needs an epsilon > 0 for columns {[c.name for c in columns]}, got {epsilon!r}")
+        raise ValueError(
+            f"bounds estimation needs an epsilon > 0 for columns {[c.name for c in columns]}, got {epsilon!r}"
+        )
     for spec in columns:
         if spec.name not in raw.columns:
             raise ValueError(f"column {spec.name!r}: required by the schema but missing from the input")

@@ -693,7 +693,8 @@ class BudgetLedger:
             ).one_or_none()
             if parent is None:
                 raise LedgerError(
-                    f"dataset {dataset!r} has no committed release {parent_release_id!r} to derive a zero-cost release from"
+                    f"dataset {dataset!r} has no committed release {parent_release_id!r} "
+                    "to derive a zero-cost release from"
                 )
             return self._insert(
                 conn, dataset=dataset, release_id=str(release_id), parent_release_id=str(parent_release_id),
@@ -747,7 +748,8 @@ class BudgetLedger:
         return counted
 
     def remaining(self, dataset: str) -> float:
-        """epsilon_total - composed epsilon spent (>= 0). Composition is not additive: use ``projected`` to test whether a release fits."""
+        """epsilon_total - composed epsilon spent (>= 0). Composition is not additive: use ``projected`` to test
+        whether a release fits."""
         budget = self._get_budget(dataset)
         spent, _ = self.spent(dataset)
         left = Decimal(budget.epsilon_total) - Decimal(spent)

@@ -209,7 +209,7 @@ def measure(
     calibration: privacy.Calibration,
     ledger: SpendRecorder | None = None,
     release_id: str = "adhoc",
-    on_noisy: Callable[[Measurement], None] | None = None,
+    on_noisy: Callable[[Measurement], object] | None = None,
 ) -> Measurement:
     """Private measurement of cube-encoded rows ``x``; see ``measure_exact`` for the order of events."""
     stats = exact_statistics(x, plan, layout_for(schema))
@@ -222,7 +222,7 @@ def measure_exact(
     calibration: privacy.Calibration,
     ledger: SpendRecorder | None = None,
     release_id: str = "adhoc",
-    on_noisy: Callable[[Measurement], None] | None = None,
+    on_noisy: Callable[[Measurement], object] | None = None,
 ) -> Measurement:
     """Check the exact statistics -> reserve the spend -> add noise -> ``on_noisy`` (persist) -> commit.
 

@@ -152,7 +152,9 @@ def _check_layout(
     present = {str(c).strip() for c in table.columns}
     for spec in schema.columns:
         if spec.name not in present:
-            raise StructuralError(f"column {spec.name!r}: required by schema {schema.name!r} but missing from the input")
+            raise StructuralError(
+                f"column {spec.name!r}: required by schema {schema.name!r} but missing from the input"
+            )
         if require_bounds and spec.is_numeric and spec.bounds is None:
             raise StructuralError(f"column {spec.name!r}: bounds are 'auto' and have not been resolved")
     if len(table) < schema.n_min:

@@ -384,7 +384,7 @@ def log_to_mlflow(
                 "joint_parts": float(len(model.params.joint_pairs)),
             }
             mlflow.log_metrics({k: v for k, v in fit_metrics.items() if np.isfinite(v)})
-            dataset = mlflow.data.from_pandas(
+            dataset = mlflow.data.from_pandas(  # type: ignore[attr-defined]  # registered at import time
                 synthetic.astype({c: "object" for c in synthetic.columns if str(synthetic[c].dtype) == "category"}),
                 source=str(public_dir / "synthetic.parquet"),
                 name=f"{schema.name}-synthetic-{release_id[:8]}",

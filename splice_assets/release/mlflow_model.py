@@ -29,6 +29,7 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 from mlflow.models import ModelSignature
+from mlflow.pyfunc import PythonModel
 from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 
 BUNDLE = "bundle"
@@ -93,7 +94,7 @@ def parse_requests(model_input: Any, default_seed: int, params: dict[str, Any] |
 # the logged signature describes the input. record=True keeps that notice off the CLI's stderr.
 with warnings.catch_warnings(record=True):
 
-    class SpliceSynthesizer(mlflow.pyfunc.PythonModel):
+    class SpliceSynthesizer(PythonModel):
         """Samples synthetic rows from a release's fitted mixture (post-processing: no privacy cost)."""
 
         def __init__(self, default_seed: int = 0) -> None:
@@ -110,7 +111,9 @@ with warnings.catch_warnings(record=True):
         def sample(self, n_rows: int, seed: int | None = None) -> pd.DataFrame:
             from splice_assets.sampling import sample_table
 
-            return sample_table(self._model, self._schema, int(n_rows), self.default_seed if seed is None else int(seed))
+            return sample_table(
+                self._model, self._schema, int(n_rows), self.default_seed if seed is None else int(seed)
+            )
 
         def predict(self, context, model_input, params=None):  # no type hints: MLflow would treat them as a schema
             tables = [self.sample(n, seed) for n, seed in parse_requests(model_input, self.default_seed, params)]
@@ -133,8 +136,8 @@ def log_release_model(
     with tempfile.TemporaryDirectory(prefix="splice-model-") as tmp:
         bundle = Path(tmp) / BUNDLE
         bundle.mkdir()
-        for name in (f"{MODEL_STEM}.npz", f"{MODEL_STEM}.json", SCHEMA_FILE):
-            shutil.copy2(public_dir / name, bundle / name)
+        for file_name in (f"{MODEL_STEM}.npz", f"{MODEL_STEM}.json", SCHEMA_FILE):
+            shutil.copy2(public_dir / file_name, bundle / file_name)
         name = registered_model_name(dataset) if register else None
         signature = ModelSignature(
             inputs=Schema([ColSpec("long", "n_rows"), ColSpec("long", "seed", required=False)]),

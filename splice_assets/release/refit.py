@@ -15,7 +15,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from splice_assets.measurement import Measurement
 from splice_assets.private.ledger import (
@@ -30,6 +30,9 @@ from splice_assets.release.locations import (
     tracking_uri,
 )
 from splice_assets.schema import load_schema
+
+if TYPE_CHECKING:
+    from splice_assets.model.fit import FittedMixture
 
 MANIFEST = "release.json"
 
@@ -125,7 +128,7 @@ def refit_release(
     parent_settings = ReleaseSettings.from_parameters(
         {"dataset": dataset, **(manifest.get("parameters") or {})}
     )
-    changes = {"components": K, "max_steps": steps, "seed": seed, "n_synthetic": n_rows}
+    changes: dict[str, Any] = {"components": K, "max_steps": steps, "seed": seed, "n_synthetic": n_rows}
     settings = dataclasses.replace(parent_settings, **{k: v for k, v in changes.items() if v is not None})
     if settings.n_synthetic == 0:
         settings = dataclasses.replace(settings, n_synthetic=int(manifest.get("synthetic_rows") or measurement.n))
@@ -152,7 +155,7 @@ def refit_release(
             settings=public,
             schema=schema,
             measurement=measurement,
-            model=child.model,
+            model=cast("FittedMixture", child.model),  # refit() fits the child's model
             synthetic=synthetic,
             report=None,
             validation=None,

@@ -57,7 +57,7 @@ class ReleaseSettings:
         """The settings of a release from its public ``parameters`` (release.json): unknown keys are ignored,
         settings a release predates take the value that reproduces it (no joint parts, no field)."""
         known = {f.name for f in dataclasses.fields(cls)}
-        values = {"joint_pairs": 0, "field_iterations": 0, "input_path": "", "schema_version": None}
+        values: dict[str, Any] = {"joint_pairs": 0, "field_iterations": 0, "input_path": "", "schema_version": None}
         values.update({k: v for k, v in parameters.items() if k in known})
         return cls(**values)
 
