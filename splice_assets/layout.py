@@ -179,6 +179,9 @@ def _numeric_series(values: np.ndarray, missing: np.ndarray, spec: ColumnSpec) -
             series[missing] = pd.NA
             return series
         return series.astype(np.int64)
+    if spec.decimals is not None:
+        # The schema's public output precision; rounding may step over a bound finer than it, so clip again.
+        values = np.clip(np.round(values, spec.decimals), lo, hi)
     series = pd.Series(values, dtype=np.float64)
     series[missing] = np.nan
     return series

@@ -54,6 +54,8 @@ class ColumnSpec:
     categories: tuple[Category, ...] | None = None
     other: Category | None = None
     bounds_auto: bool = False
+    #: Public output precision of a continuous column: synthetic values are rounded to this many decimals.
+    decimals: int | None = None
 
     @property
     def is_numeric(self) -> bool:
@@ -123,7 +125,7 @@ def _parse_categories(where: str, raw: Any) -> tuple[Category, ...]:
     return tuple(raw)
 
 
-_COLUMN_KEYS = {"name", "kind", "nullable", "bounds", "categories", "other", "description"}
+_COLUMN_KEYS = {"name", "kind", "nullable", "bounds", "categories", "other", "decimals", "description"}
 
 
 def parse_column(raw: Any, position: int) -> ColumnSpec:
@@ -163,8 +165,14 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
         if other is not None:
             if category_key(other) not in {category_key(c) for c in categories}:
                 categories = (*categories, other)
+    decimals = raw.get("decimals")
+    if decimals is not None and (
+        kind != "continuous" or isinstance(decimals, bool) or not isinstance(decimals, int) or not 0 <= decimals <= 12
+    ):
+        raise _fail(where, decimals, "decimals (output precision) must be an integer in [0, 12] on a continuous column")
     return ColumnSpec(
-        name=name, kind=kind, nullable=nullable, bounds=bounds, categories=categories, other=other, bounds_auto=auto
+        name=name, kind=kind, nullable=nullable, bounds=bounds, categories=categories, other=other, bounds_auto=auto,
+        decimals=decimals,
     )
 
 
@@ -230,6 +238,8 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": c.name, "kind": c.kind, "nullable": c.nullable}
         if c.is_numeric:
             entry["bounds"] = "auto" if c.bounds_auto else list(c.bounds or ())
+            if c.decimals is not None:
+                entry["decimals"] = c.decimals
         elif c.kind != "boolean":
             entry["categories"] = list(c.categories or ())
             if c.other is not None:

@@ -127,3 +127,31 @@ def test_category_keys_normalise_variants(a, b):
 def test_category_keys_keep_distinct_values_apart():
     assert category_key("1.5") != category_key("1")
     assert category_key("red") != category_key("reds")
+
+
+def test_declared_decimals_round_the_synthetic_values_and_nothing_else():
+    import numpy as np
+
+    from splice_assets.layout import decode, layout_for
+
+    schema = parse_schema({"name": "p", "version": 1, "n_min": 1, "columns": [
+        {"name": "lat", "kind": "continuous", "bounds": [32.5, 42.0], "decimals": 2},
+        {"name": "raw", "kind": "continuous", "bounds": [0.0, 1.0]},
+    ]})
+    assert parse_schema(schema_to_dict(schema)) == schema  # round-trips into the public bundle's schema.yaml
+    x = np.random.default_rng(0).uniform(-1, 1, size=(500, layout_for(schema).d))
+    table = decode(x, schema)
+    assert np.allclose(table["lat"], table["lat"].round(2), rtol=0, atol=1e-12)
+    assert table["lat"].between(32.5, 42.0).all()
+    assert (table["raw"] != table["raw"].round(6)).mean() > 0.9  # undeclared: full precision
+
+
+@pytest.mark.parametrize("column, words", [
+    ({"name": "n", "kind": "integer", "bounds": [0, 9], "decimals": 2}, "continuous column"),
+    ({"name": "x", "kind": "continuous", "bounds": [0, 9], "decimals": -1}, "-1"),
+    ({"name": "x", "kind": "continuous", "bounds": [0, 9], "decimals": 1.5}, "1.5"),
+])
+def test_bad_decimals_are_refused_quoting_the_value(column, words):
+    with pytest.raises(SchemaError, match="decimals") as caught:
+        parse_schema({"name": "p", "version": 1, "n_min": 1, "columns": [column]})
+    assert words in str(caught.value)
