@@ -25,7 +25,8 @@ REPO_DIR = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 # Raw rows (train/test splits, synthetic tables) live here: git-ignored, never committed.
 RAW_DIR = RESULTS_DIR / "raw"
-DATASETS_DIR = Path(os.environ.get("SPLICE_BENCH_DATASETS", "/work/shared/datasets"))
+# The shared datasets sit beside the checkout (../shared/datasets) unless SPLICE_BENCH_DATASETS says otherwise.
+DATASETS_DIR = Path(os.environ.get("SPLICE_BENCH_DATASETS") or REPO_DIR.parent / "shared" / "datasets")
 TIME_BIN = "/usr/bin/time"
 DELTA = 1e-9
 TEST_FRACTION = 0.2

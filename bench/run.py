@@ -4,7 +4,7 @@
     .venv/bin/python -m bench.run --datasets adult --epsilons 0.5 1 3 10 --seeds 0 1 2 --methods splice,mst
     make bench BENCH_ARGS="--quick"
 
-For every dataset folder in /work/shared/datasets that has a schema in schemas/ (absent ones are skipped):
+For every dataset folder in ../shared/datasets (beside the checkout; SPLICE_BENCH_DATASETS) that has a schema in schemas/ (absent ones are skipped):
 validate with our schema, split 80/20 (seed 0), write the train split (git-ignored bench/results/raw/), and run
 each (method, epsilon, seed) in its own subprocess under ``/usr/bin/time -v`` (wall time, peak RSS of the whole
 process). Every synthetic table is read back through ``validation.validate`` and scored by the same
@@ -308,7 +308,7 @@ def save_rows(new_rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", nargs="+", default=None, help="default: every folder in /work/shared/datasets")
+    ap.add_argument("--datasets", nargs="+", default=None, help="default: every folder in ../shared/datasets")
     ap.add_argument("--epsilons", nargs="+", type=float, default=[0.5, 1, 3, 10])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--methods", default=",".join(METHODS), help="comma list of " + ",".join(METHODS + MATCHED_PEERS))

@@ -1,4 +1,4 @@
-"""Tests for splice_assets.metrics (self-contained: synthetic tables, no /work/shared)."""
+"""Tests for splice_assets.metrics (self-contained: synthetic tables, no shared datasets)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Every function takes *validated* tables (``validation.validate`` / ``encoding.de
 columns, order and dtypes. Nothing here is differentially private; the results describe private rows and
 belong in the internal report only.
 
-Conventions (chosen to match ``/work/shared/docs/peers.md`` so numbers compare with AIM/MST):
+Conventions (chosen to match ``../shared/docs/peers.md`` (beside the checkout) so numbers compare with AIM/MST):
 
 * **Discrete view** (marginal TVD, detection): numeric columns are cut into 16 equal-width bins over the
   PUBLIC schema bounds, discrete columns use their schema category positions; missing is always its own
