@@ -125,8 +125,7 @@ class SynthesizerSettings:
     def __post_init__(self) -> None:
         if self.relation not in RELATIONS:
             raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
-        preflight.check_settings(self.epsilon, self.delta, self.measurement.k, self.measurement.n_directions,
-                                 self.model.components, 0, 0)
+        preflight.check_settings(self.epsilon, self.delta)
         _integer("seed", self.seed, 0)
         self.measurement.check_relation(self.relation)
         _number("bounds_epsilon_share", self.bounds_epsilon_share, 0.0, 1.0)

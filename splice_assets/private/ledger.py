@@ -340,6 +340,13 @@ class BudgetLedger:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
+    def _read(self, query: Any) -> list[Any]:
+        """The rows of a read-only query, in a transaction of its own that is rolled back (nothing to commit)."""
+        with self.engine.connect() as conn:
+            rows = list(conn.execute(query).all())
+            conn.rollback()
+        return rows
+
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
         with self.engine.begin() as conn:
@@ -425,20 +432,16 @@ class BudgetLedger:
 
     def budget_changes(self, dataset: str) -> list[BudgetChange]:
         """The dataset's recorded budget creations and changes, oldest first."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(budget_changes_table)
-                .where(budget_changes_table.c.dataset == dataset)
-                .order_by(budget_changes_table.c.id)
-            ).all()
-            conn.rollback()
+        rows = self._read(
+            sa.select(budget_changes_table)
+            .where(budget_changes_table.c.dataset == dataset)
+            .order_by(budget_changes_table.c.id)
+        )
         return [_change(r) for r in rows]
 
     def budget(self, dataset: str) -> Budget | None:
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(budgets_table).where(budgets_table.c.dataset == dataset)).one_or_none()
-            conn.rollback()
-        return None if row is None else self._budget(row)
+        rows = self._read(sa.select(budgets_table).where(budgets_table.c.dataset == dataset))
+        return self._budget(rows[0]) if rows else None
 
     @staticmethod
     def _budget(row: Any) -> Budget:
@@ -649,20 +652,15 @@ class BudgetLedger:
         )
         if dataset is not None:
             query = query.where(entries_table.c.dataset == dataset)
-        with self.engine.connect() as conn:
-            rows = conn.execute(query.order_by(entries_table.c.created_at, entries_table.c.id)).all()
-            conn.rollback()
-        return [_entry(r) for r in rows]
+        return [_entry(r) for r in self._read(query.order_by(entries_table.c.created_at, entries_table.c.id))]
 
     def resolutions(self, dataset: str) -> list[Resolution]:
         """Administrators' recorded resolutions of the dataset's reservations, oldest first."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(resolutions_table)
-                .where(resolutions_table.c.dataset == dataset)
-                .order_by(resolutions_table.c.id)
-            ).all()
-            conn.rollback()
+        rows = self._read(
+            sa.select(resolutions_table)
+            .where(resolutions_table.c.dataset == dataset)
+            .order_by(resolutions_table.c.id)
+        )
         return [_resolution(r) for r in rows]
 
     def record_zero_cost(
@@ -705,22 +703,18 @@ class BudgetLedger:
     # -- reports -------------------------------------------------------------------------------------------
 
     def entries(self, dataset: str) -> list[LedgerEntry]:
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(entries_table)
-                .where(entries_table.c.dataset == dataset)
-                .order_by(entries_table.c.created_at, entries_table.c.id)
-            ).all()
-            conn.rollback()
+        rows = self._read(
+            sa.select(entries_table)
+            .where(entries_table.c.dataset == dataset)
+            .order_by(entries_table.c.created_at, entries_table.c.id)
+        )
         return [_entry(r) for r in rows]
 
     def entry(self, entry_id: str) -> LedgerEntry:
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(entries_table).where(entries_table.c.id == entry_id)).one_or_none()
-            conn.rollback()
-        if row is None:
+        rows = self._read(sa.select(entries_table).where(entries_table.c.id == entry_id))
+        if not rows:
             raise LedgerError(f"no ledger entry with id {entry_id!r}")
-        return _entry(row)
+        return _entry(rows[0])
 
     def _get_budget(self, dataset: str) -> Budget:
         budget = self.budget(dataset)

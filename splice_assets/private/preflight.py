@@ -27,7 +27,6 @@ MAX_EPSILON = 20.0
 MAX_K = 64
 MAX_DIRECTIONS = 8192
 MAX_COMPONENTS = 500
-MAX_RANK = 64
 #: The most synthetic rows one release samples in memory (``splice sample`` has the same cap).
 MAX_SYNTHETIC_ROWS = 10_000_000
 #: Share of the machine's memory a release may plan to use.
@@ -38,31 +37,13 @@ class PreflightError(PrivacyParameterError):
     """A release setting cannot succeed; nothing was charged or written."""
 
 
-def _check_int(name: str, value: object, least: int, most: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
-        raise PreflightError(f"{name} must be an integer in [{least}, {most}], got {value!r}")
-
-
-def check_settings(
-    epsilon: float,
-    delta: float,
-    k: int,
-    n_directions: int,
-    components: int,
-    rank: int,
-    n_synthetic: int,
-) -> None:
-    """Limits that need no data: epsilon in (0, MAX_EPSILON], delta in (0, 1), k, L, K, R and the synthetic row
-    count within their caps (``n_synthetic`` 0 = as many rows as measured)."""
+def check_settings(epsilon: float, delta: float) -> None:
+    """The privacy parameters' limits, which need no data: epsilon in (0, MAX_EPSILON], delta in (0, 1). The
+    other caps (k, L, K, rows) are checked by the settings groups that hold them (``splice_assets.config``)."""
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon <= MAX_EPSILON:
         raise PreflightError(f"epsilon must be a number in (0, {MAX_EPSILON:g}], got {epsilon!r}")
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
         raise PreflightError(f"delta must be a number in (0, 1), got {delta!r}")
-    _check_int("k", k, 1, MAX_K)
-    _check_int("L (n_directions)", n_directions, 1, MAX_DIRECTIONS)
-    _check_int("K (components)", components, 1, MAX_COMPONENTS)
-    _check_int("R (rank)", rank, 0, MAX_RANK)
-    _check_int("synthetic rows", n_synthetic, 0, MAX_SYNTHETIC_ROWS)
 
 
 def estimated_peak_bytes(n_rows: int, d: int, n_directions: int, k: int, components: int, cells: int) -> int:
@@ -153,8 +134,10 @@ def check_release(
     needed = estimated_peak_bytes(n_rows, d, n_directions, k, components, cells)
     limit = MEMORY_SHARE * (available_memory_bytes() if memory_bytes is None else memory_bytes)
     if needed > limit:
+        # The row count is private under add-remove: only the public settings go into the message.
+        rows = f"n={n_rows}, " if relation == RELATION_REPLACE_ONE else ""
         raise PreflightError(
-            f"the release would need about {needed / 2**30:.1f} GiB of memory (n={n_rows}, d={d}, L={n_directions}, "
+            f"the release would need about {needed / 2**30:.1f} GiB of memory ({rows}d={d}, L={n_directions}, "
             f"k={k}, K={components}, {cells} table cells), more than {limit / 2**30:.1f} GiB available; lower L, K "
             "or k"
         )
