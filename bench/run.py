@@ -4,8 +4,8 @@
     .venv/bin/python -m bench.run --datasets adult --epsilons 0.5 1 3 10 --seeds 0 1 2 --methods splice,mst
     make bench BENCH_ARGS="--quick"
 
-For every dataset folder in ../shared/datasets (beside the checkout; SPLICE_BENCH_DATASETS) that has a schema in schemas/ (absent ones are skipped):
-validate with our schema, split 80/20 (seed 0), write the train split (git-ignored bench/results/raw/), and run
+For every dataset folder in ../shared/datasets (beside the checkout; or SPLICE_BENCH_DATASETS) that has a schema
+in schemas/ (absent ones are skipped): validate with our schema, split 80/20 (seed 0), write the train split (git-ignored bench/results/raw/), and run
 each (method, epsilon, seed) in its own subprocess under ``/usr/bin/time -v`` (wall time, peak RSS of the whole
 process). Every synthetic table is read back through ``validation.validate`` and scored by the same
 ``splice_assets.metrics.fidelity_metrics`` call against the same real test split. Results accumulate in
