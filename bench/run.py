@@ -5,10 +5,11 @@
     make bench BENCH_ARGS="--quick"
 
 For every dataset folder in ../shared/datasets (beside the checkout; or SPLICE_BENCH_DATASETS) that has a schema
-in schemas/ (absent ones are skipped): validate with our schema, split 80/20 (seed 0), write the train split (git-ignored bench/results/raw/), and run
-each (method, epsilon, seed) in its own subprocess under ``/usr/bin/time -v`` (wall time, peak RSS of the whole
+in schemas/ (absent ones are skipped): validate with our schema, split 80/20 (seed 0), write the train split
+(git-ignored bench/results/raw/), and run each (method, epsilon, seed) in its own subprocess under
+``/usr/bin/time -v`` (wall time, peak RSS of the whole
 process). Every synthetic table is read back through ``validation.validate`` and scored by the same
-``splice_assets.metrics.fidelity_metrics`` call against the same real test split. Results accumulate in
+``splice_assets.evaluation.metrics.fidelity_metrics`` call against the same real test split. Results accumulate in
 bench/results/results.csv (a rerun of a (dataset, method, epsilon, seed) replaces its row) and
 bench/results/results.md is regenerated from the CSV each time.
 """
