@@ -57,7 +57,10 @@ SPLICE_ARGS = {
     "splice_add_remove": ["--relation", "add-remove"],
     "splice_paper": ["--marginal-share", "0", "--pair-share", "0", "--n-directions", "1024", "--K", "5", "--R", "2",
                      "--numeric-model", "gaussian"],
+    # Opt-in A/B: the product at add-remove without the fine tables (values uniform inside the 16 coarse bins).
+    "splice_coarse": ["--relation", "add-remove", "--fine-bins", "0"],
 }
+VARIANTS = ("splice_coarse",)
 PEERS_VENV = BENCH_DIR / ".venv-peers"
 PEERS_PY = PEERS_VENV / "bin" / "python"
 RESULTS_CSV = RESULTS_DIR / "results.csv"
@@ -312,7 +315,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--datasets", nargs="+", default=None, help="default: every folder in ../shared/datasets")
     ap.add_argument("--epsilons", nargs="+", type=float, default=[0.5, 1, 3, 10])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    ap.add_argument("--methods", default=",".join(METHODS), help="comma list of " + ",".join(METHODS + MATCHED_PEERS))
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help="comma list of " + ",".join(METHODS + MATCHED_PEERS + VARIANTS))
     ap.add_argument("--aim-timeout", type=float, default=1200.0, help="seconds; a timeout is recorded, not a crash")
     ap.add_argument("--threads", type=int, default=1, help="BLAS/torch threads of every method process")
     ap.add_argument("--aim-background", action="store_true",
@@ -323,7 +327,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.epsilons, args.seeds, args.aim_timeout = [1.0], [0], min(args.aim_timeout, 900.0)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = set(methods) - set(METHODS + MATCHED_PEERS)
+    unknown = set(methods) - set(METHODS + MATCHED_PEERS + VARIANTS)
     if unknown:
         ap.error(f"unknown methods {sorted(unknown)}")
     ensure_time_binary()

@@ -44,6 +44,8 @@ def main() -> None:
     ap.add_argument("--tilt-max-iterations", type=int, default=None, help="default: the product's")
     ap.add_argument("--link-lambda", type=float, default=None,
                     help="linked-coordinate threshold (0 = none); default: the product's")
+    ap.add_argument("--fine-bins", type=int, default=None, help="fine cells per numeric column (0 = none)")
+    ap.add_argument("--fine-threshold", type=float, default=None, help="default: the product's")
     ap.add_argument("--out", default=None, help="synthetic CSV (omit to skip writing)")
     ap.add_argument("--stats", required=True)
     args = ap.parse_args()
@@ -66,10 +68,12 @@ def main() -> None:
     threads = int(os.environ.get("SPLICE_BENCH_THREADS", "1"))
     schema = load_schema(args.schema)
     measurement_settings = MeasurementSettings(**given(
-        n_directions=args.n_directions, k=args.k, marginal_share=args.marginal_share, pair_share=args.pair_share
+        n_directions=args.n_directions, k=args.k, marginal_share=args.marginal_share, pair_share=args.pair_share,
+        fine_bins=args.fine_bins,
     ))
     model_settings = ModelSettings(**given(components=args.K))
-    post = PostProcessingSettings(**given(tilt_chi2=args.tilt_chi2, link_lambda=args.link_lambda))
+    post = PostProcessingSettings(**given(tilt_chi2=args.tilt_chi2, link_lambda=args.link_lambda,
+                                         fine_threshold=args.fine_threshold))
     expert = given(R=args.R, numeric_model=args.numeric_model, pair_loss_weight=args.pair_loss_weight,
                    em_iterations=args.em_iterations, tilt_max_iterations=args.tilt_max_iterations)
     synth = Synthesizer(schema, args.epsilon, args.delta, args.relation, args.seed, measurement_settings,
@@ -101,6 +105,7 @@ def main() -> None:
             "tilt_iterations": None if model.tilt is None else model.tilt.iterations,
             "tilt_chi2": None if model.tilt is None else [model.tilt.chi2_start, model.tilt.chi2_end],
             "links": [[l["source"], l["target"], l["lambda"]] for l in describe(model.links, model.layout)],
+            "fine_couplings": [] if model.fine is None else [list(c) for c in model.fine.couplings],
             "total_in_process_s": round(time.perf_counter() - t_import, 3),
             "threads": threads,
         }

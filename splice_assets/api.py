@@ -126,7 +126,7 @@ class Synthesizer:
         s, m = self.settings, self.settings.measurement
         return make_plan(
             self.schema, n_measured, self.measurement_epsilon, s.delta, m.n_directions, m.k, s.seed,
-            marginal_share=m.marginal_share, pair_share=m.pair_share, relation=s.relation,
+            marginal_share=m.marginal_share, pair_share=m.pair_share, relation=s.relation, fine_bins=m.fine_bins,
         )
 
     def check(self, raw: pd.DataFrame, ledger: BudgetLedger | None, n_measured: int | None = None,

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from splice_assets.layout import DEFAULT_NUMERIC_BINS as COARSE_BINS
 from splice_assets.measurement import RELATION_ADD_REMOVE, RELATIONS
 from splice_assets.model.fit import FitConfig
 from splice_assets.private import preflight
@@ -28,6 +29,7 @@ from splice_assets.private.mechanism import (
     DEFAULT_PAIR_SHARE,
 )
 from splice_assets.private.validation import DEFAULT_MAX_UNPARSEABLE_SHARE
+from splice_assets.resolution import DEFAULT_FINE_BINS, MAX_FINE_BINS
 
 
 def _integer(name: str, value: object, least: int, most: int | None = None) -> None:
@@ -47,20 +49,25 @@ def _number(name: str, value: object, low: float, high: float, high_open: bool =
 
 @dataclass(frozen=True)
 class MeasurementSettings:
-    """The queries of the one Gaussian measurement. ``marginal_share`` of Delta^2 goes to every coordinate's 1-way
-    table, ``pair_share`` to the 2-way tables of every pair of coordinates from different columns, the rest to the
-    sliced Chebyshev moments (L directions, orders 1..k)."""
+    """The queries of the one Gaussian measurement. ``marginal_share`` of Delta^2 goes to the 1-way tables (every
+    coordinate's, and a fine table of ``fine_bins`` cells or one per grid value for every numeric column, 0 = none;
+    see ``resolution``), ``pair_share`` to the 2-way tables of every pair of coordinates from different columns,
+    the rest to the sliced Chebyshev moments (L directions, orders 1..k)."""
 
     n_directions: int = DEFAULT_N_DIRECTIONS
     k: int = DEFAULT_K
     marginal_share: float = DEFAULT_MARGINAL_SHARE
     pair_share: float = DEFAULT_PAIR_SHARE
+    fine_bins: int = DEFAULT_FINE_BINS
 
     def __post_init__(self) -> None:
         _integer("n_directions (L)", self.n_directions, 1, preflight.MAX_DIRECTIONS)
         _integer("k", self.k, 1, preflight.MAX_K)
         _number("marginal_share", self.marginal_share, 0.0, 1.0)
         _number("pair_share", self.pair_share, 0.0, 1.0)
+        _integer("fine_bins", self.fine_bins, 0, MAX_FINE_BINS)
+        if self.fine_bins % COARSE_BINS:
+            raise ValueError(f"fine_bins must be a multiple of {COARSE_BINS} (0 = none), got {self.fine_bins!r}")
 
     def check_relation(self, relation: str) -> None:
         """The moments need a share of Delta^2 left over (under add-remove the noisy count takes one too)."""
@@ -92,17 +99,19 @@ class PostProcessingSettings:
     """After the fit (no privacy cost): ``link_lambda`` redraws near-functional targets from their noisy 2-way
     table (0 = off), ``tilt_chi2`` tilts the model toward the noisy tables until chi^2 per cell reaches it (0 =
     off), ``field_iterations`` fits the pairwise field (0 = off), ``match_marginals`` re-maps sampled columns
-    onto the noisy 1-way tables."""
+    onto the noisy 1-way tables, and ``fine_threshold`` reads fine cells at or below that many noise std as empty."""
 
     link_lambda: float = FitConfig.link_lambda
     tilt_chi2: float = FitConfig.tilt_chi2
     field_iterations: int = FitConfig.field_iterations
     match_marginals: bool = True
+    fine_threshold: float = FitConfig.fine_threshold
 
     def __post_init__(self) -> None:
         _number("link_lambda", self.link_lambda, 0.0, 1.0, high_open=False)
         _number("tilt_chi2", self.tilt_chi2, 0.0, math.inf)
         _integer("field_iterations", self.field_iterations, 0)
+        _number("fine_threshold", self.fine_threshold, 0.0, math.inf)
         if not isinstance(self.match_marginals, bool):
             raise ValueError(f"match_marginals must be true or false, got {self.match_marginals!r}")
 
@@ -158,6 +167,7 @@ def fit_config(settings: SynthesizerSettings, threads: int | None = 1) -> FitCon
     config = FitConfig(
         K=m.components, max_steps=m.max_steps, joint_pairs=m.joint_pairs, seed=settings.seed,
         tilt_chi2=p.tilt_chi2, link_lambda=p.link_lambda, field_iterations=p.field_iterations, threads=threads,
+        fine_threshold=p.fine_threshold,
     )
     config = dataclasses.replace(config, **settings.expert)
     check_post_processing(config)

@@ -170,7 +170,7 @@ def _categorical_series(codes: np.ndarray, spec: ColumnSpec) -> pd.Series:
 def _numeric_series(values: np.ndarray, missing: np.ndarray, spec: ColumnSpec) -> pd.Series:
     assert spec.bounds is not None
     lo, hi = spec.bounds
-    values = np.clip(values, lo, hi)
+    values = _on_public_precision(np.clip(values, lo, hi), spec)
     if spec.kind == "integer":
         # Round inside the bounds: a public integer bound may be fractional.
         rounded = np.clip(np.rint(values), math.ceil(lo), math.floor(hi))
@@ -179,12 +179,25 @@ def _numeric_series(values: np.ndarray, missing: np.ndarray, spec: ColumnSpec) -
             series[missing] = pd.NA
             return series
         return series.astype(np.int64)
-    if spec.decimals is not None:
-        # The schema's public output precision; rounding may step over a bound finer than it, so clip again.
-        values = np.clip(np.round(values, spec.decimals), lo, hi)
     series = pd.Series(values, dtype=np.float64)
     series[missing] = np.nan
     return series
+
+
+def _on_public_precision(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
+    """Values at the schema's public precision: a declared exact value exactly, others rounded to the ``step`` grid
+    or to ``decimals`` (then clipped again, as rounding may step over a bound finer than the precision)."""
+    assert spec.bounds is not None
+    lo, hi = spec.bounds
+    out = values
+    if spec.step is not None:
+        first, last = math.ceil(lo / spec.step - 1e-9), math.floor(hi / spec.step + 1e-9)
+        out = np.clip(np.round(out / spec.step), first, last) * spec.step
+    if spec.decimals is not None:
+        out = np.clip(np.round(out, spec.decimals), lo, hi)
+    for point in spec.values:  # after rounding: a top code off the step grid stays exact
+        out = np.where(np.abs(values - point) <= 1e-9 * (hi - lo), point, out)
+    return out
 
 
 def output_dtypes(schema: TableSchema) -> dict[str, str]:

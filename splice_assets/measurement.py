@@ -82,11 +82,18 @@ class Measurement:
     pair_sizes: tuple[int, ...] = ()
     pair_weight: float = 0.0
     noise_multiplier: float = 0.0
+    #: Noisy fine 1-way frequencies of the numeric columns (``resolution``), at the 1-way tables' noise std.
+    noisy_fine: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    fine_sizes: tuple[int, ...] = ()
+    fine_bins: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "marginal_sizes", tuple(int(v) for v in self.marginal_sizes))
         object.__setattr__(self, "pairs", tuple((int(a), int(b)) for a, b in self.pairs))
         object.__setattr__(self, "pair_sizes", tuple(int(v) for v in self.pair_sizes))
+        object.__setattr__(self, "fine_sizes", tuple(int(v) for v in self.fine_sizes))
+        if int(np.sum(self.fine_sizes)) != self.noisy_fine.size:
+            raise ValueError("noisy fine tables do not match the fine sizes")
         if int(np.sum(self.marginal_sizes)) != self.noisy_marginals.size:
             raise ValueError("noisy marginals do not match the marginal sizes")
         if len(self.pair_sizes) != len(self.pairs) or int(np.sum(self.pair_sizes)) != self.noisy_pairs.size:
@@ -127,6 +134,8 @@ class Measurement:
         meta.pop("noisy_moments")
         meta.pop("noisy_marginals")
         meta.pop("noisy_pairs")
+        meta.pop("noisy_fine")
+        meta["fine_sizes"] = list(self.fine_sizes)
         meta["marginal_sizes"] = list(self.marginal_sizes)
         meta["pairs"] = [list(pair) for pair in self.pairs]
         meta["pair_sizes"] = list(self.pair_sizes)
@@ -138,7 +147,8 @@ class Measurement:
         stem.parent.mkdir(parents=True, exist_ok=True)
         npz, meta = stem.with_suffix(".npz"), stem.with_suffix(".json")
         np.savez(
-            npz, noisy_moments=self.noisy_moments, noisy_marginals=self.noisy_marginals, noisy_pairs=self.noisy_pairs
+            npz, noisy_moments=self.noisy_moments, noisy_marginals=self.noisy_marginals, noisy_pairs=self.noisy_pairs,
+            noisy_fine=self.noisy_fine,
         )
         meta.write_text(json.dumps(self.public_metadata(), indent=2, sort_keys=True))
         return npz, meta
@@ -153,7 +163,9 @@ class Measurement:
             moments = data["noisy_moments"].astype(np.float64)
             marginals = data["noisy_marginals"].astype(np.float64) if "noisy_marginals" in data else np.zeros(0)
             pairs = data["noisy_pairs"].astype(np.float64) if "noisy_pairs" in data else np.zeros(0)
+            fine = data["noisy_fine"].astype(np.float64) if "noisy_fine" in data else np.zeros(0)
         if moments.shape != (meta["k"], meta["n_directions"]):
             raise ValueError(f"measurement {str(stem)!r}: moments shape {moments.shape} does not match k, L")
         meta["marginal_sizes"] = tuple(meta.get("marginal_sizes", ()))
-        return cls(noisy_moments=moments, noisy_marginals=marginals, noisy_pairs=pairs, **meta)
+        meta["fine_sizes"] = tuple(meta.get("fine_sizes", ()))
+        return cls(noisy_moments=moments, noisy_marginals=marginals, noisy_pairs=pairs, noisy_fine=fine, **meta)

@@ -40,10 +40,11 @@ from splice_assets.postprocess.tilt import (
     pool_log_weights,
     systematic_resample,
 )
+from splice_assets.resolution import FineTables, fine_cells
 from splice_assets.schema import TableSchema
 
-# Model files: version 2 is written only for a model with joint parts or a pairwise field, so that a reader that
-# predates them refuses the file instead of silently sampling without them; every other model stays version 1.
+# Model files: version 2 is written only for a model with joint parts, a pairwise field or fine tables, so that a
+# reader that predates them refuses the file instead of silently sampling without them; every other model stays 1.
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 # Spread of the continuous part around each component's mean when sampling is matched onto the marginals.
@@ -57,6 +58,8 @@ READABLE_VERSIONS = (1, 2)
 MATCHED_SPREAD = 1.5
 #: Output rows per resampling chunk of a tilted model (its pool is ``pool_factor`` times larger).
 TILT_CHUNK_ROWS = 25_000
+# Stream of the public seed that draws values inside their coarse bins (distinct from the rows' stream).
+_TAG_FINE = 0xF1E5_B001
 
 
 def sample_cube(
@@ -351,10 +354,15 @@ def integer_coordinates(schema: TableSchema) -> dict[int, tuple[float, float]]:
 def sample_table(
     model: FittedMixture, schema: TableSchema, n_rows: int, seed: int, match_marginals: bool = True
 ) -> pd.DataFrame:
-    """Sample and decode into the schema's columns, order and dtypes."""
+    """Sample and decode into the schema's columns, order and dtypes. A model with fine tables then draws every
+    numeric value inside its coarse bin from them (``resolution.FineTables.refine``, its own stream of ``seed``)."""
     if layout_for(schema) != data_layout(model.layout):
         raise ValueError(f"the model's layout does not match schema {schema.name!r}")
-    return decode(sample_cube(model, n_rows, seed, match_marginals, integer_coordinates(schema)), schema)
+    x = sample_cube(model, n_rows, seed, match_marginals, integer_coordinates(schema))
+    if model.fine is not None:
+        rng = np.random.default_rng(np.random.SeedSequence([int(seed), _TAG_FINE]))
+        x = model.fine.refine(x, fine_cells(schema, model.fine.fine_bins), rng)
+    return decode(x, schema)
 
 
 def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
@@ -374,6 +382,8 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
     arrays.update({f"joint_{u}": table for u, table in enumerate(p.joint)})
     if model.marginal_targets is not None:
         arrays["marginal_frequencies"] = np.asarray(model.marginal_targets.frequencies, dtype=np.float64)
+    if model.fine is not None:
+        arrays["fine_frequencies"] = np.asarray(model.fine.frequencies, dtype=np.float64)
     tilt = model.tilt
     if tilt is not None:
         arrays["tilt_potentials"] = tilt.potentials
@@ -383,7 +393,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
         arrays["field_potentials"], arrays["field_chains"] = pairwise.potentials, pairwise.chains
     np.savez(npz, **arrays)
     meta = {
-        "format_version": FORMAT_VERSION if p.joint_pairs or pairwise is not None else 1,
+        "format_version": FORMAT_VERSION if p.joint_pairs or pairwise is not None or model.fine is not None else 1,
         "layout": [[c.column, c.role, c.levels] for c in model.layout.coordinates],
         "n_probs": len(p.probs),
         "joint_pairs": [list(pair) for pair in p.joint_pairs],
@@ -405,6 +415,10 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
             "iterations": tilt.iterations,
         },
         "links": [[link.source, link.target, link.strength] for link in model.links],
+        "fine": None if model.fine is None else {
+            "noise_std": model.fine.noise_std, "fine_bins": model.fine.fine_bins, "threshold": model.fine.threshold,
+            "couplings": [list(c) for c in model.fine.couplings],
+        },
         "field": None if pairwise is None else {
             "numeric_bins": pairwise.numeric_bins, "pairs": [list(pair) for pair in pairwise.pairs],
             "sweeps": pairwise.sweeps, "iterations": pairwise.iterations, "residual": pairwise.residual,
@@ -451,6 +465,11 @@ def load_model(stem: str | Path) -> FittedMixture:
             Link(int(source), int(target), data[f"link_conditional_{i}"], float(strength))
             for i, (source, target, strength) in enumerate(meta.get("links", []))
         )
+        fine_meta = meta.get("fine")
+        fine = None if fine_meta is None else FineTables(
+            data["fine_frequencies"], float(fine_meta["noise_std"]), int(fine_meta["fine_bins"]),
+            float(fine_meta["threshold"]), tuple((int(f), int(l), int(s)) for f, l, s in fine_meta["couplings"]),
+        )
         field_meta = meta.get("field")
         pairwise = None if field_meta is None else PairwiseField(
             numeric_bins=int(field_meta["numeric_bins"]),
@@ -486,6 +505,7 @@ def load_model(stem: str | Path) -> FittedMixture:
         tilt=tilt,
         links=links,
         field=pairwise,
+        fine=fine,
     )
 
 

@@ -56,6 +56,11 @@ class ColumnSpec:
     bounds_auto: bool = False
     #: Public output precision of a continuous column: synthetic values are rounded to this many decimals.
     decimals: int | None = None
+    #: Public exact values a numeric column takes with positive probability (a sentinel, 0, a top code): each is a
+    #: fine cell of its own, measured and reproduced exactly.
+    values: tuple[float, ...] = ()
+    #: Public rounding grid of a numeric column (values are multiples of it); synthetic values are rounded to it.
+    step: float | None = None
 
     @property
     def is_numeric(self) -> bool:
@@ -125,7 +130,9 @@ def _parse_categories(where: str, raw: Any) -> tuple[Category, ...]:
     return tuple(raw)
 
 
-_COLUMN_KEYS = {"name", "kind", "nullable", "bounds", "categories", "other", "decimals", "description"}
+_COLUMN_KEYS = {
+    "name", "kind", "nullable", "bounds", "categories", "other", "decimals", "values", "step", "description",
+}
 
 
 def parse_column(raw: Any, position: int) -> ColumnSpec:
@@ -170,10 +177,41 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
         kind != "continuous" or isinstance(decimals, bool) or not isinstance(decimals, int) or not 0 <= decimals <= 12
     ):
         raise _fail(where, decimals, "decimals (output precision) must be an integer in [0, 12] on a continuous column")
+    values, step = _parse_exact_values(where, raw, kind, bounds)
     return ColumnSpec(
         name=name, kind=kind, nullable=nullable, bounds=bounds, categories=categories, other=other, bounds_auto=auto,
-        decimals=decimals,
+        decimals=decimals, values=values, step=step,
     )
+
+
+def _parse_exact_values(
+    where: str, raw: dict[str, Any], kind: str, bounds: tuple[float, float] | None
+) -> tuple[tuple[float, ...], float | None]:
+    """A numeric column's declared exact ``values`` (numbers inside explicit bounds; integers on an integer column)
+    and its rounding ``step`` (a positive number; an integer on an integer column)."""
+    values_raw, step = raw.get("values", []), raw.get("step")
+    if ("values" in raw or step is not None) and kind not in NUMERIC_KINDS:
+        raise _fail(where, raw, "values and step belong to numeric columns")
+    if not isinstance(values_raw, list):
+        raise _fail(where, values_raw, "values must be a list of numbers")
+    values = []
+    for value in values_raw:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _fail(where, value, "an exact value must be a finite number")
+        if kind == "integer" and value != int(value):
+            raise _fail(where, value, "an integer column's exact values must be integers")
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            raise _fail(where, value, f"an exact value must lie inside the bounds {list(bounds)}")
+        values.append(float(value))
+    if len(set(values)) != len(values):
+        raise _fail(where, values_raw, "exact values repeat")
+    if step is not None:
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step) or step <= 0:
+            raise _fail(where, step, "step must be a positive number")
+        if kind == "integer" and step != int(step):
+            raise _fail(where, step, "an integer column's step must be an integer")
+        step = float(step)
+    return tuple(sorted(values)), step
 
 
 _SCHEMA_KEYS = {"name", "version", "description", "columns", "n_min", "target", "task", "source", "license"}
@@ -240,6 +278,10 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
             entry["bounds"] = "auto" if c.bounds_auto else list(c.bounds or ())
             if c.decimals is not None:
                 entry["decimals"] = c.decimals
+            if c.values:
+                entry["values"] = [int(v) if c.kind == "integer" else v for v in c.values]
+            if c.step is not None:
+                entry["step"] = int(c.step) if c.kind == "integer" else c.step
         elif c.kind != "boolean":
             entry["categories"] = list(c.categories or ())
             if c.other is not None:

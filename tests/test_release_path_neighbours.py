@@ -41,7 +41,7 @@ name: toy_neighbours
 version: 1
 n_min: 100
 columns:
-  - {name: amount, kind: continuous, bounds: [0, 1000]}
+  - {name: amount, kind: continuous, bounds: [0, 1000], values: [0]}
   - {name: age, kind: integer, bounds: [18, 90]}
   - {name: colour, kind: categorical, categories: [red, green, blue, grey]}
   - {name: grade, kind: ordinal, categories: [1, 2, 3]}
@@ -111,9 +111,14 @@ def nominal_delta(relation: str, n_measured: int) -> tuple[float, float, measuri
 
 
 def family_norms(diff: np.ndarray, plan: measuring.MeasurementPlan) -> dict[str, float]:
-    """The l2 shift of each query family in the sampler's input: moments, 1-way cells, 2-way cells, count."""
-    edges = np.cumsum([plan.k * plan.n_directions, sum(plan.marginal_sizes), sum(plan.pair_sizes)])
-    moments, one_way, two_way, count = np.split(diff, edges)
+    """The l2 shift of each query family in the sampler's input: moments, 1-way cells (the coordinates' tables and
+    the numeric columns' fine tables, one family at one weight), 2-way cells, count."""
+    assert plan.fine, "the product's plan measures fine tables"
+    count_cells = int(plan.relation == AR)
+    edges = np.cumsum([plan.k * plan.n_directions, sum(plan.marginal_sizes), sum(plan.pair_sizes), count_cells])
+    moments, coarse, two_way, count, fine = np.split(diff, edges)
+    assert fine.size == sum(plan.fine_sizes)
+    one_way = np.concatenate([coarse, fine])
     return {"moments": float(np.linalg.norm(moments)), "1-way": float(np.linalg.norm(one_way)),
             "2-way": float(np.linalg.norm(two_way)), "count": float(np.linalg.norm(count))}
 

@@ -51,6 +51,7 @@ from splice_assets.model.product_em import (
 from splice_assets.postprocess.field import PairwiseField
 from splice_assets.postprocess.links import Link
 from splice_assets.postprocess.tilt import CellTilt
+from splice_assets.resolution import DEFAULT_FINE_COUPLING, DEFAULT_FINE_THRESHOLD, FineTables
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,12 @@ class FitConfig:
     field_iterations: int = 40
     field_chains: int = 12_500
     field_sweeps: int = 2
+    #: Fine tables (``resolution``): a fine cell whose noisy frequency is at most this many noise std is read as
+    #: empty when values are drawn inside their coarse bin.
+    fine_threshold: float = DEFAULT_FINE_THRESHOLD
+    #: Numeric pairs whose noisy coarse 2-way table has |rank correlation| >= this share their draw inside the bins
+    #: (``resolution.choose_couplings``; 0 = none).
+    fine_coupling: float = DEFAULT_FINE_COUPLING
 
     def __post_init__(self) -> None:
         for name in ("K", "bin_refinement", "max_steps", "window", "field_chains", "field_sweeps", "tilt_pool_factor"):
@@ -168,7 +175,8 @@ class FitConfig:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         for name, positive in (("lr", True), ("tol", False), ("tail_sigmas", True), ("sd_min", True),
                                ("tail_penalty", False), ("init_jitter", False), ("marginal_loss_weight", False),
-                               ("pair_loss_weight", False), ("joint_min_misfit", False)):
+                               ("pair_loss_weight", False), ("joint_min_misfit", False), ("fine_threshold", False),
+                               ("fine_coupling", False)):
             value = getattr(self, name)
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
@@ -230,6 +238,8 @@ class FittedMixture:
     links: tuple[Link, ...] = ()
     #: The tilted model's 1-/2-way tables as a pairwise field (``field``); matched sampling draws its cells from it.
     field: PairwiseField | None = None
+    #: The noisy fine tables of the numeric columns (``resolution``); sampling draws values inside their bins from them.
+    fine: FineTables | None = None
 
     @property
     def loss_over_noise_floor(self) -> float:

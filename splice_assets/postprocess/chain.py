@@ -13,6 +13,7 @@ import numpy as np
 from splice_assets.layout import (
     layout_for,
     marginal_cells,
+    marginal_sizes,
 )
 from splice_assets.measurement import (
     Measurement,
@@ -21,6 +22,7 @@ from splice_assets.model.fit import FitConfig, FittedMixture, fit_measurement
 from splice_assets.postprocess.field import fit_field
 from splice_assets.postprocess.links import choose_links
 from splice_assets.postprocess.tilt import CellTilt, fit_tilt, table_cells, table_starts
+from splice_assets.resolution import FineTables, choose_couplings, fine_cells
 from splice_assets.sampling import (
     TILT_CHUNK_ROWS,
     integer_coordinates,
@@ -38,7 +40,23 @@ _TAG_FIELD = 0xF1E1_D001
 
 
 def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
-    """Post-processing only: the fit sees the measurement and the public schema, never rows.
+    """Post-processing only: the fit sees the measurement and the public schema, never rows (``fit_tables``); the
+    model then carries the measurement's noisy fine tables, if it has any, for sampling inside the bins."""
+    model = fit_tables(measurement, schema, config)
+    if not measurement.fine_sizes:
+        return model
+    columns = fine_cells(schema, measurement.fine_bins, measurement.numeric_bins)
+    couplings = choose_couplings(
+        measurement.noisy_pairs, measurement.pairs, marginal_sizes(layout_for(schema), measurement.numeric_bins),
+        columns, config.fine_coupling,
+    )
+    fine = FineTables(measurement.noisy_fine, measurement.marginal_noise_std(), measurement.fine_bins,
+                      config.fine_threshold, couplings)
+    return replace(model, fine=fine)
+
+
+def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
+    """The mixture and its post-processing toward the noisy 1-/2-way tables.
 
     The mixture is fitted first. With measured 2-way tables, near-functional pairs are then read from them
     (``links``, ``config.link_lambda > 0``), and with ``config.tilt_chi2 > 0`` a cell tilt toward the noisy tables

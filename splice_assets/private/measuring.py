@@ -37,7 +37,8 @@ from splice_assets.private.mechanism import (
     DEFAULT_N_DIRECTIONS,
     DEFAULT_PAIR_SHARE,
 )
-from splice_assets.private.statistics import marginal_counts, moment_sums, pair_counts
+from splice_assets.private.statistics import fine_counts, marginal_counts, moment_sums, pair_counts
+from splice_assets.resolution import DEFAULT_FINE_BINS, FineCells, fine_cells
 from splice_assets.schema import TableSchema
 
 
@@ -68,11 +69,17 @@ class MeasurementPlan:
     pair_weight: float = 0.0
     relation: str = RELATION_REPLACE_ONE
     count_weight: float = 0.0
+    fine_bins: int = 0
+    fine: tuple[FineCells, ...] = ()
+
+    @property
+    def fine_sizes(self) -> tuple[int, ...]:
+        return tuple(c.size for c in self.fine)
 
     @property
     def mechanism(self) -> str:
         families = ["sliced-chebyshev"] + ["marginals"] * bool(self.marginal_sizes) + ["pairs"] * bool(self.pairs)
-        return "gaussian/" + "+".join(families)
+        return "gaussian/" + "+".join(families + ["fine"] * bool(self.fine))
 
     def public_params(self) -> dict[str, object]:
         return {
@@ -89,6 +96,7 @@ class MeasurementPlan:
             "marginal_share": self.marginal_share,
             "numeric_bins": self.numeric_bins,
             "pair_share": self.pair_share,
+            **({"fine_bins": self.fine_bins} if self.fine else {}),
         }
 
 
@@ -105,11 +113,14 @@ def make_plan(
     numeric_bins: int = DEFAULT_NUMERIC_BINS,
     pair_share: float = DEFAULT_PAIR_SHARE,
     relation: str = RELATION_REPLACE_ONE,
+    fine_bins: int = DEFAULT_FINE_BINS,
 ) -> tuple[MeasurementPlan, privacy.Calibration]:
     """Validate the parameters against the schema's public n_min and calibrate the one Gaussian mechanism.
 
-    ``marginal_share`` of Delta^2 goes to every coordinate's 1-way histogram, ``pair_share`` to the 2-way
-    histograms of every pair of coordinates from different columns (both 0 = the paper's moments only). The row
+    ``marginal_share`` of Delta^2 goes to the 1-way histograms: every coordinate's, on its levels or the
+    ``numeric_bins`` coarse bins, and with ``fine_bins`` > 0 every numeric column's fine table (``resolution``), all
+    at one weight. ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns
+    (both 0 = the paper's moments only). The row
     count ``n`` enters the plan under replace-one only; under add-remove it is private, so it is not read, and
     ``DEFAULT_COUNT_SHARE`` of Delta^2 buys a noisy count instead.
     """
@@ -121,18 +132,22 @@ def make_plan(
         raise ValueError(f"scaling mode {scaling!r} is not supported for releases yet; use 'ball'")
     layout = layout_for(schema)
     sizes = marginal_sizes(layout, numeric_bins) if marginal_share > 0 else ()
+    fine = fine_cells(schema, fine_bins, numeric_bins) if marginal_share > 0 else ()
     pairs = coordinate_pairs(layout) if pair_share > 0 else ()
     cells = pair_sizes(layout, pairs, numeric_bins)
+    # A fine table is one more 1-way histogram: it counts in the tables that share the 1-way weight.
+    tables, table_cells = len(sizes) + len(fine), int(sum(sizes)) + sum(c.size for c in fine)
     weight, pair_weight, count_weight = privacy.query_weights(
-        marginal_share, pair_share, n_directions, k, len(sizes), len(pairs), relation, count_share
+        marginal_share, pair_share, n_directions, k, tables, len(pairs), relation, count_share
     )
     plan = MeasurementPlan(
         schema.name, schema.version, public_n, epsilon, delta, n_directions, k, seed, scaling,
         marginal_share, numeric_bins, sizes, weight, pair_share, pairs, cells, pair_weight, relation, count_weight,
+        fine_bins if fine else 0, fine,
     )
     calibration = privacy.calibrate(
         epsilon, delta, public_n, n_directions, k, relation,
-        marginal_coordinates=len(sizes), marginal_cells=int(sum(sizes)), marginal_weight=weight,
+        marginal_coordinates=tables, marginal_cells=table_cells, marginal_weight=weight,
         pair_count=len(pairs), pair_cells=int(sum(cells)), pair_weight=pair_weight, count_weight=count_weight,
     )
     return plan, calibration
@@ -172,6 +187,7 @@ class ExactStatistics:
     d: int
     pairs: np.ndarray = field(default_factory=lambda: np.zeros(0))
     count: int | None = None
+    fine: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def exact_statistics(x: np.ndarray, plan: MeasurementPlan, layout: EncodingLayout) -> ExactStatistics:
@@ -189,8 +205,9 @@ def exact_statistics(x: np.ndarray, plan: MeasurementPlan, layout: EncodingLayou
     pairs = (
         pair_counts(x, layout, plan.pairs, plan.numeric_bins).frequencies(divisor) if plan.pairs else np.zeros(0)
     )
+    fine = fine_counts(x, plan.fine).frequencies(divisor) if plan.fine else np.zeros(0)
     count = x.shape[0] if plan.relation == RELATION_ADD_REMOVE else None
-    return ExactStatistics(moments, marginals, x.shape[1], pairs, count)
+    return ExactStatistics(moments, marginals, x.shape[1], pairs, count, fine)
 
 
 def statistics_in_range(stats: ExactStatistics) -> bool:
@@ -198,7 +215,7 @@ def statistics_in_range(stats: ExactStatistics) -> bool:
     the pre-noise sanity check."""
     bound = 1.0 if stats.count is None else float(stats.count)
     moments_ok = bool(np.all(np.isfinite(stats.moments)) and np.max(np.abs(stats.moments), initial=0.0) <= bound)
-    cells = np.concatenate([stats.marginals, stats.pairs])
+    cells = np.concatenate([stats.marginals, stats.pairs, stats.fine])
     return moments_ok and bool(np.all(np.isfinite(cells)) and np.all((cells >= 0.0) & (cells <= bound)))
 
 
@@ -226,8 +243,9 @@ def measure_exact(
 ) -> Measurement:
     """Check the exact statistics -> reserve the spend -> add noise -> ``on_noisy`` (persist) -> commit.
 
-    Sensitivity: each row adds T_j(z)/n with |T_j| <= 1 to moment (j, l) and 1/n to one cell of each coordinate's
-    histogram and of each pair's; replacing one row moves [m_j/sqrt(j), w * h1, w2 * h2] by at most
+    Sensitivity: each row adds T_j(z)/n with |T_j| <= 1 to moment (j, l), 1/n to one cell of each of the C 1-way
+    histograms (every coordinate's, and every numeric column's fine table, where a missing value adds to no cell) and
+    of each pair's; replacing one row moves [m_j/sqrt(j), w * h1, w2 * h2] by at most
     sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n. Under add-remove the vector is [S_j/sqrt(j), w * c1, w2 * c2, wn * n] of
     sums and counts, and one row moves it by at most sqrt(L H_k + w^2 C + w2^2 P + wn^2). Either is
     calibration.sensitivity (float slack included). A failure before the noise is drawn aborts the reservation;
@@ -257,19 +275,20 @@ def measure_exact(
         counted = [] if stats.count is None else [float(stats.count)]
         cell_weights = np.concatenate([
             np.full(stats.marginals.size, plan.marginal_weight), np.full(stats.pairs.size, plan.pair_weight),
-            np.full(len(counted), plan.count_weight),
+            np.full(len(counted), plan.count_weight), np.full(stats.fine.size, plan.marginal_weight),
         ])
         noisy_moments, noisy_cells = privacy.add_noise_joint(
-            stats.moments, np.concatenate([stats.marginals, stats.pairs, counted]), cell_weights, calibration.sigma
+            stats.moments, np.concatenate([stats.marginals, stats.pairs, counted, stats.fine]), cell_weights,
+            calibration.sigma,
         )
     except BaseException:
         if ledger is not None and entry_id is not None:
             ledger.abort(entry_id)
         raise
     marginals, rest = np.split(noisy_cells, [int(sum(plan.marginal_sizes))])
-    pairs, noisy_count = np.split(rest, [int(sum(plan.pair_sizes))])
+    pairs, noisy_count, fine = np.split(rest, [int(sum(plan.pair_sizes)), int(sum(plan.pair_sizes)) + len(counted)])
     if plan.relation == RELATION_REPLACE_ONE:
-        measurement = measurement_of(plan, calibration, stats.d, noisy_moments, marginals, pairs, entry_id)
+        measurement = measurement_of(plan, calibration, stats.d, noisy_moments, marginals, pairs, entry_id, fine=fine)
     else:
         # Post-processing: pool the noisy count with the histograms' totals, then divide every sum by that n.
         n_hat = pooled_row_count(
@@ -278,7 +297,7 @@ def measure_exact(
         )
         measurement = measurement_of(
             plan, calibration, stats.d, noisy_moments / n_hat, marginals / n_hat, pairs / n_hat, entry_id,
-            n=max(1, round(n_hat)), sigma=calibration.sigma / n_hat,
+            n=max(1, round(n_hat)), sigma=calibration.sigma / n_hat, fine=fine / n_hat,
         )
     if on_noisy is not None:
         on_noisy(measurement)
@@ -297,6 +316,7 @@ def measurement_of(
     ledger_entry_id: str | None = None,
     n: int | None = None,
     sigma: float | None = None,
+    fine: np.ndarray | None = None,
 ) -> Measurement:
     """The ``Measurement`` of ``plan`` holding these (already noisy) frequencies and the plan's public facts.
 
@@ -327,4 +347,7 @@ def measurement_of(
         pair_sizes=plan.pair_sizes,
         pair_weight=plan.pair_weight,
         noise_multiplier=calibration.noise_multiplier,
+        noisy_fine=np.zeros(0) if fine is None else fine,
+        fine_sizes=plan.fine_sizes,
+        fine_bins=plan.fine_bins,
     )

@@ -12,7 +12,8 @@ Per chunk of rows one BLAS GEMM gives the projections; a fused numba kernel then
 rounding and int64 accumulation in one pass (compiled once, cached on disk with ``cache=True``).
 
 The 1-way counts add 1 per row to one cell of every coordinate's histogram, the 2-way counts 1 per row to one
-cell of every pair's table (cells: ``layout.marginal_cells``).
+cell of every pair's table (cells: ``layout.marginal_cells``), the fine counts 1 per row with a value to one cell
+of every numeric column's fine table (cells: ``resolution.FineCells``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from splice_assets.layout import (
     marginal_sizes,
     pair_sizes,
 )
+from splice_assets.resolution import FineCells
 
 DEFAULT_CHUNK_ROWS = 1024  # the (chunk, L) float64 GEMM output stays cache-sized
 
@@ -190,4 +192,18 @@ def pair_counts(
         cells = marginal_cells(np.asarray(x[start : start + chunk_rows], dtype=np.float64), layout, numeric_bins)
         for (a, b), offset, size in zip(pairs, offsets, blocks):
             total[offset : offset + size] += np.bincount(cells[:, a] * sizes[b] + cells[:, b], minlength=size)
+    return MarginalCounts(total, len(x))
+
+
+def fine_counts(x: np.ndarray, cells: Sequence[FineCells], chunk_rows: int = 65536) -> MarginalCounts:
+    """Counts of cube-encoded rows per fine cell of each numeric column (``resolution``), concatenated in ``cells``
+    order. Each row adds exactly 1 to one cell of every column's table, or to none where the value is missing."""
+    offsets = np.concatenate([[0], np.cumsum([c.size for c in cells])]).astype(np.int64)
+    total = np.zeros(int(offsets[-1]), dtype=np.int64)
+    for start in range(0, len(x), chunk_rows):
+        block = np.asarray(x[start : start + chunk_rows], dtype=np.float64)
+        for column, offset in zip(cells, offsets[:-1]):
+            present = np.ones(len(block), dtype=bool) if column.missing is None else block[:, column.missing] <= 0.0
+            index = column.cells_of(block[present, column.coordinate])
+            total[offset : offset + column.size] += np.bincount(index, minlength=column.size)
     return MarginalCounts(total, len(x))
