@@ -29,7 +29,7 @@ from splice_assets.private.mechanism import (
     DEFAULT_PAIR_SHARE,
 )
 from splice_assets.private.validation import DEFAULT_MAX_UNPARSEABLE_SHARE
-from splice_assets.resolution import DEFAULT_FINE_BINS, MAX_FINE_BINS
+from splice_assets.resolution import DEFAULT_FINE_BINS, DEFAULT_FINE_SPLIT, MAX_FINE_BINS, MAX_FINE_SPLIT
 
 
 def _integer(name: str, value: object, least: int, most: int | None = None) -> None:
@@ -50,15 +50,17 @@ def _number(name: str, value: object, low: float, high: float, high_open: bool =
 @dataclass(frozen=True)
 class MeasurementSettings:
     """The queries of the one Gaussian measurement. ``marginal_share`` of Delta^2 goes to the 1-way tables (every
-    coordinate's, and a fine table of ``fine_bins`` cells or one per grid value for every numeric column, 0 = none;
-    see ``resolution``), ``pair_share`` to the 2-way tables of every pair of coordinates from different columns,
-    the rest to the sliced Chebyshev moments (L directions, orders 1..k)."""
+    coordinate's, and a fine table of ``fine_bins`` cells or one per grid value for every numeric column, 0 = none,
+    with a finer table of ``fine_split`` cells per fine interval, 0 = none; see ``resolution``), ``pair_share`` to
+    the 2-way tables of every pair of coordinates from different columns, the rest to the sliced Chebyshev moments
+    (L directions, orders 1..k)."""
 
     n_directions: int = DEFAULT_N_DIRECTIONS
     k: int = DEFAULT_K
     marginal_share: float = DEFAULT_MARGINAL_SHARE
     pair_share: float = DEFAULT_PAIR_SHARE
     fine_bins: int = DEFAULT_FINE_BINS
+    fine_split: int = DEFAULT_FINE_SPLIT
 
     def __post_init__(self) -> None:
         _integer("n_directions (L)", self.n_directions, 1, preflight.MAX_DIRECTIONS)
@@ -66,6 +68,7 @@ class MeasurementSettings:
         _number("marginal_share", self.marginal_share, 0.0, 1.0)
         _number("pair_share", self.pair_share, 0.0, 1.0)
         _integer("fine_bins", self.fine_bins, 0, MAX_FINE_BINS)
+        _integer("fine_split", self.fine_split, 0, MAX_FINE_SPLIT)
         if self.fine_bins % COARSE_BINS:
             raise ValueError(f"fine_bins must be a multiple of {COARSE_BINS} (0 = none), got {self.fine_bins!r}")
 

@@ -119,6 +119,21 @@ def _nearest_level(x: np.ndarray, levels: int) -> np.ndarray:
 
 
 
+def cube_of(values: np.ndarray, lo: float, hi: float, log: bool = False) -> np.ndarray:
+    """Values in [lo, hi] -> [-1, 1], affine or (``log``) affine in log(1 + v - lo): the public encoding of a
+    numeric column (values outside the bounds map outside [-1, 1]; callers clip)."""
+    if log:
+        return -1.0 + 2.0 * np.log1p(np.maximum(values - lo, 0.0)) / math.log1p(hi - lo)
+    return -1.0 + 2.0 * (values - lo) / (hi - lo)
+
+
+def value_of(z: np.ndarray, lo: float, hi: float, log: bool = False) -> np.ndarray:
+    """Inverse of ``cube_of``."""
+    if log:
+        return lo + np.expm1((z + 1.0) * math.log1p(hi - lo) / 2.0)
+    return lo + (z + 1.0) * (hi - lo) / 2.0
+
+
 def unit_ball_scale(d: int) -> float:
     """The public factor sqrt(d) that maps [-1, 1]^d into the unit ball."""
     return math.sqrt(max(d, 1))
@@ -148,7 +163,7 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
             continue
         assert spec.bounds is not None
         lo, hi = spec.bounds
-        values = lo + (x[:, j] + 1.0) * (hi - lo) / 2.0
+        values = value_of(x[:, j], lo, hi, spec.scale == "log")
         j += 1
         missing = np.zeros(len(x), dtype=bool)
         if spec.nullable:

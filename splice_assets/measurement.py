@@ -86,6 +86,7 @@ class Measurement:
     noisy_fine: np.ndarray = field(default_factory=lambda: np.zeros(0))
     fine_sizes: tuple[int, ...] = ()
     fine_bins: int = 0
+    fine_split: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "marginal_sizes", tuple(int(v) for v in self.marginal_sizes))

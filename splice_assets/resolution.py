@@ -19,16 +19,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from splice_assets.layout import DEFAULT_NUMERIC_BINS, layout_for
+from splice_assets.layout import DEFAULT_NUMERIC_BINS, cube_of, layout_for, value_of
+from splice_assets.measurement import Measurement
 from splice_assets.schema import ColumnSpec, TableSchema
 
 DEFAULT_FINE_BINS = 256
+#: Finer cells per fine interval in the second fine table (0 = one fine table only). Off by default: measured in
+#: docs/decisions/0017, it helps columns whose public bounds are far wider than their data and costs the others.
+DEFAULT_FINE_SPLIT = 0
+MAX_FINE_SPLIT = 64
 MAX_FINE_BINS = 4096
-#: Fine cells whose noisy frequency is at most this many noise standard deviations are read as empty.
-DEFAULT_FINE_THRESHOLD = 1.0
+#: Fine cells whose noisy frequency is at most this many noise standard deviations are read as empty before the
+#: projection (0 = the projection alone, measured best in docs/decisions/0017).
+DEFAULT_FINE_THRESHOLD = 0.0
 #: Numeric pairs at least this rank-correlated in their noisy coarse table share their draws inside the bins.
 DEFAULT_FINE_COUPLING = 0.9
 #: Relative tolerance (of the bounds' width) within which a value is a declared point.
@@ -38,7 +45,9 @@ POINT_TOLERANCE = 1e-9
 @dataclass(frozen=True)
 class FineCells:
     """The public fine cells of one numeric column: ``points`` (exact values, data units, sorted), then
-    ``intervals`` equal-width intervals of the bounds; ``parents`` is the coarse bin of each cell."""
+    ``intervals`` equal-width intervals of the (encoded) bounds; ``parents`` is the coarse bin of each cell. With
+    ``split`` > 0 the column has a second, finer table: every interval cut into ``split`` equal sub-intervals. Its
+    table block holds the ``n_cells`` fine cells, then the ``intervals * split`` finer ones."""
 
     column: str
     coordinate: int
@@ -49,20 +58,43 @@ class FineCells:
     points: tuple[float, ...]
     intervals: int
     parents: tuple[int, ...]
+    log: bool = False
+    split: int = 0
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.points) + self.intervals
 
     @property
     def size(self) -> int:
-        return len(self.points) + self.intervals
+        return self.n_cells + self.intervals * self.split
+
+    @property
+    def tables(self) -> int:
+        """How many 1-way tables the column's block holds (each row adds 1 to at most one cell of each)."""
+        return 1 + int(self.intervals * self.split > 0)
+
+    def finer_of(self, z: np.ndarray) -> np.ndarray:
+        """Finer cell (in [0, intervals * split)) of every cube value ``z``, read only for values in an interval."""
+        finer = self.intervals * self.split
+        z = np.clip(np.nan_to_num(z, nan=0.0), -1.0, 1.0)
+        return np.minimum(np.floor((z + 1.0) * finer / 2.0), finer - 1).astype(np.int64)
+
+    def values(self, z: np.ndarray) -> np.ndarray:
+        return value_of(z, self.lo, self.hi, self.log)
+
+    def cube(self, values: np.ndarray) -> np.ndarray:
+        return cube_of(values, self.lo, self.hi, self.log)
 
     def cells_of(self, z: np.ndarray) -> np.ndarray:
         """Fine cell of every cube value ``z`` in [-1, 1] (a deterministic public map)."""
         z = np.clip(np.nan_to_num(z, nan=0.0), -1.0, 1.0)
-        values = self.lo + (z + 1.0) * (self.hi - self.lo) / 2.0
+        values = self.values(z)
         points = np.asarray(self.points, dtype=np.float64)
         if self.intervals == 0:  # a grid: the nearest grid point
-            right = np.clip(np.searchsorted(points, values), 1, len(points) - 1) if len(points) > 1 else None
-            if right is None:
+            if len(points) == 1:
                 return np.zeros(len(z), dtype=np.int64)
+            right = np.clip(np.searchsorted(points, values), 1, len(points) - 1)
             nearer_left = values - points[right - 1] <= points[right] - values
             return np.where(nearer_left, right - 1, right).astype(np.int64)
         cells = len(points) + np.minimum(np.floor((z + 1.0) * self.intervals / 2.0), self.intervals - 1)
@@ -72,30 +104,40 @@ class FineCells:
             cells[np.abs(values - point) <= tolerance] = i
         return cells
 
+    def holds_values(self) -> np.ndarray:
+        """Which cells can hold a value: all but the intervals of an integer column with no integer inside (narrow
+        intervals of a log scale near its lower bound)."""
+        ok = np.ones(self.n_cells, dtype=bool)
+        if self.integer and self.intervals:
+            edges = self.values(-1.0 + 2.0 * np.arange(self.intervals + 1) / self.intervals)
+            edges[-1] = np.nextafter(self.hi, np.inf)  # the last interval holds the upper bound
+            ok[len(self.points):] = np.ceil(edges[:-1] - 1e-9) < edges[1:] - 1e-9
+        return ok
+
     def ordered(self) -> np.ndarray:
         """Cell indices in the order of their values (a point before an interval that starts at it)."""
-        width = (self.hi - self.lo) / max(self.intervals, 1)
-        keys = np.concatenate([np.asarray(self.points, dtype=np.float64), self.lo + np.arange(self.intervals) * width])
+        starts = -1.0 + 2.0 * np.arange(self.intervals) / max(self.intervals, 1)
+        keys = np.concatenate([self.cube(np.asarray(self.points, dtype=np.float64)), starts])
         ties = np.concatenate([np.zeros(len(self.points)), np.ones(self.intervals)])
         return np.lexsort((ties, keys))
 
     def at(self, cells: np.ndarray, position: np.ndarray) -> np.ndarray:
         """Cube values at ``position`` in [0, 1) inside the given fine cells: a point exactly, an interval at that
-        fraction of its width (integer columns: the integer at that fraction of the integers inside it)."""
+        fraction of its (encoded) width; on an integer column the integer at that fraction of those inside it."""
         out = np.empty(len(cells))
         n_points = len(self.points)
         is_point = cells < n_points
-        out[is_point] = np.asarray(self.points, dtype=np.float64)[cells[is_point]]
+        out[is_point] = self.cube(np.asarray(self.points, dtype=np.float64)[cells[is_point]])
         j, fraction = cells[~is_point] - n_points, position[~is_point]
-        width = (self.hi - self.lo) / max(self.intervals, 1)
-        start, stop = self.lo + j * width, self.lo + (j + 1) * width
+        start = -1.0 + 2.0 * j / max(self.intervals, 1)
+        stop = -1.0 + 2.0 * (j + 1) / max(self.intervals, 1)
         if self.integer:
-            first = np.ceil(start)
-            last = np.maximum(np.ceil(stop) - 1.0, first)
-            out[~is_point] = np.minimum(first + np.floor(fraction * (last - first + 1.0)), last)
+            first = np.ceil(self.values(start) - 1e-9)
+            last = np.maximum(np.ceil(self.values(stop) - 1e-9) - 1.0, first)
+            out[~is_point] = self.cube(np.minimum(first + np.floor(fraction * (last - first + 1.0)), last))
         else:
             out[~is_point] = start + fraction * (stop - start)
-        return -1.0 + 2.0 * (out - self.lo) / (self.hi - self.lo)
+        return out
 
 
 def _grid(spec: ColumnSpec, limit: int) -> np.ndarray | None:
@@ -112,13 +154,14 @@ def _grid(spec: ColumnSpec, limit: int) -> np.ndarray | None:
 
 
 def column_fine_cells(
-    spec: ColumnSpec, coordinate: int, missing: int | None, fine_bins: int, numeric_bins: int = DEFAULT_NUMERIC_BINS
+    spec: ColumnSpec, coordinate: int, missing: int | None, fine_bins: int, numeric_bins: int = DEFAULT_NUMERIC_BINS,
+    split: int = 0,
 ) -> FineCells:
     """The fine cells of one numeric column (see the module docstring). Before its ``auto`` bounds are resolved, a
     column has ``fine_bins`` placeholder intervals (the plan's weights depend only on the number of tables)."""
     if spec.bounds is None:
         return FineCells(spec.name, coordinate, missing, -1.0, 1.0, spec.kind == "integer", (), fine_bins,
-                         tuple(int(p) for p in np.arange(fine_bins) * numeric_bins // fine_bins))
+                         tuple(int(p) for p in np.arange(fine_bins) * numeric_bins // fine_bins), split=split)
     lo, hi = spec.bounds
     declared = [v for v in spec.values if lo <= v <= hi]
     grid = _grid(spec, fine_bins)
@@ -126,18 +169,20 @@ def column_fine_cells(
         points, intervals = np.unique(np.concatenate([grid, declared])), 0
     else:
         points, intervals = np.unique(np.asarray(declared, dtype=np.float64)), fine_bins
-    cube = -1.0 + 2.0 * (points - lo) / (hi - lo)
+    cube = cube_of(points, lo, hi, spec.scale == "log")
     point_parents = np.minimum(np.floor((np.clip(cube, -1.0, 1.0) + 1.0) * numeric_bins / 2.0), numeric_bins - 1)
     interval_parents = np.arange(intervals) * numeric_bins // max(intervals, 1)
     parents = np.concatenate([point_parents, interval_parents]).astype(np.int64)
     return FineCells(spec.name, coordinate, missing, float(lo), float(hi), spec.kind == "integer",
-                     tuple(float(p) for p in points), intervals, tuple(int(p) for p in parents))
+                     tuple(float(p) for p in points), intervals, tuple(int(p) for p in parents), spec.scale == "log",
+                     split if intervals else 0)
 
 
 def fine_cells(
-    schema: TableSchema, fine_bins: int, numeric_bins: int = DEFAULT_NUMERIC_BINS
+    schema: TableSchema, fine_bins: int, numeric_bins: int = DEFAULT_NUMERIC_BINS, split: int = 0
 ) -> tuple[FineCells, ...]:
-    """The fine cells of every numeric column of a (resolved) schema; none when ``fine_bins`` is 0."""
+    """The fine cells of every numeric column of a (resolved) schema, intervals cut into ``split`` finer cells
+    (0 = no finer tables); none when ``fine_bins`` is 0."""
     if isinstance(fine_bins, bool) or not isinstance(fine_bins, int) or fine_bins < 0:
         raise ValueError(f"fine_bins must be an integer >= 0 (0 = no fine tables), got {fine_bins!r}")
     if fine_bins == 0:
@@ -148,7 +193,7 @@ def fine_cells(
     position = {(c.column, c.role): i for i, c in enumerate(layout.coordinates)}
     return tuple(
         column_fine_cells(spec, position[(spec.name, "value")], position.get((spec.name, "missing")), fine_bins,
-                          numeric_bins)
+                          numeric_bins, split)
         for spec in schema.columns
         if spec.is_numeric
     )
@@ -163,6 +208,7 @@ class FineTables:
     noise_std: float
     fine_bins: int
     threshold: float = DEFAULT_FINE_THRESHOLD
+    split: int = 0
     #: (follower, leader, sign) positions in ``fine_cells`` order: the follower's draw inside its bin is the
     #: leader's (sign +1) or its mirror (-1); see ``choose_couplings``.
     couplings: tuple[tuple[int, int, int], ...] = ()
@@ -177,51 +223,122 @@ class FineTables:
         """A column's fine table with cells at or below the threshold set to 0 (post-processing)."""
         return np.where(table > self.threshold * self.noise_std, table, 0.0)
 
+    def consistent(
+        self, column: FineCells, table: np.ndarray, coarse: np.ndarray | None = None,
+        numeric_bins: int = DEFAULT_NUMERIC_BINS,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A column's fine and finer tables made consistent (post-processing): the cells of each coarse bin
+        (thresholded, ``kept``) projected onto the non-negative tables summing to the bin's mass in ``coarse`` (the
+        noisy coarse 1-way table; default: the fine cells' own sum), then each interval's finer cells onto that
+        interval's mass. The Euclidean projection is a soft threshold whose level the sum sets, so it removes
+        the noise of many empty cells in a sparse bin and little of a smooth one."""
+        fine = np.where(column.holds_values(), self.kept(table[: column.n_cells]), 0.0)
+        parents = np.asarray(column.parents)
+        weights = np.zeros(column.n_cells)
+        for bin_ in range(numeric_bins):
+            inside = np.flatnonzero(parents == bin_)
+            if len(inside):
+                mass = fine[inside].sum() if coarse is None else coarse[bin_]
+                weights[inside] = _project(fine[inside][None, :], np.array([mass]))[0]
+        finer = self.kept(table[column.n_cells :])
+        if finer.size:
+            children = _project(finer.reshape(column.intervals, column.split), weights[len(column.points) :])
+            finer = children.ravel()
+        return weights, finer
+
     def refine(
         self, x: np.ndarray, cells: tuple[FineCells, ...], rng: np.random.Generator,
-        numeric_bins: int = DEFAULT_NUMERIC_BINS,
+        coarse: list[np.ndarray] | None = None, numeric_bins: int = DEFAULT_NUMERIC_BINS,
     ) -> np.ndarray:
-        """Rows ``x`` (cube) with every present numeric value redrawn inside its coarse bin from the column's kept
-        fine table restricted to that bin, by the inverse of that table's distribution function at a uniform
-        draw; coupled columns (``couplings``) share their draw, so their values keep their order inside the bins.
-        A bin whose kept cells are all empty keeps its values as drawn."""
+        """Rows ``x`` (cube) with every present numeric value redrawn inside its coarse bin from the column's
+        consistent fine tables (``consistent``; ``coarse``: each column's noisy coarse table) restricted to that
+        bin, by the inverse of their distribution function at a uniform draw; coupled columns (``couplings``) share
+        their draw, so their values keep their order inside the bins. A bin whose fine cells are all empty keeps
+        its values as drawn."""
         out = x.copy()
         uniforms = rng.uniform(size=(len(x), len(cells)))
         for follower, leader, sign in self.couplings:
             uniforms[:, follower] = uniforms[:, leader] if sign > 0 else 1.0 - uniforms[:, leader]
         for c, (column, table) in enumerate(zip(cells, self.per_column(cells))):
-            weights, order = self.kept(table), column.ordered()
+            weights, finer = self.consistent(column, table, None if coarse is None else coarse[c], numeric_bins)
+            order = column.ordered()
             parents = np.asarray(column.parents)[order]
             z = np.clip(out[:, column.coordinate], -1.0, 1.0)
-            coarse = np.minimum(np.floor((z + 1.0) * numeric_bins / 2.0), numeric_bins - 1).astype(np.int64)
+            row_bins = np.minimum(np.floor((z + 1.0) * numeric_bins / 2.0), numeric_bins - 1).astype(np.int64)
             present = np.ones(len(x), dtype=bool) if column.missing is None else out[:, column.missing] <= 0.0
-            for bin_ in np.unique(coarse[present]):
+            for bin_ in np.unique(row_bins[present]):
                 inside = order[parents == bin_]
                 mass = weights[inside]
                 if not mass.sum() > 0:
                     continue
-                rows = np.flatnonzero(present & (coarse == bin_))
+                rows = np.flatnonzero(present & (row_bins == bin_))
                 cdf = np.cumsum(mass) / mass.sum()
                 u = uniforms[rows, c]
                 k = np.minimum(np.searchsorted(cdf, u, side="right"), len(inside) - 1)  # skips empty cells
                 below = np.where(k > 0, cdf[np.maximum(k - 1, 0)], 0.0)
                 position = np.clip((u - below) / np.maximum(cdf[k] - below, 1e-300), 0.0, 1.0 - 1e-12)
+                if finer.size:
+                    position = _inside_interval(inside[k] - len(column.points), position, finer, column.split)
                 out[rows, column.coordinate] = column.at(inside[k], position)
         return out
 
 
-def below_noise(
-    tables: FineTables, cells: tuple[FineCells, ...], limit: int = 20
-) -> dict[str, list[float]]:
-    """Declared exact values (and grid values) of each column whose noisy frequency is at or below the threshold:
-    what the noise hides, from the noisy tables only. At most ``limit`` values per column."""
-    out: dict[str, list[float]] = {}
-    for column, table in zip(cells, tables.per_column(cells)):
-        floor = tables.threshold * tables.noise_std
-        hidden = [p for p, f in zip(column.points, table[: len(column.points)]) if f <= floor]
-        if hidden:
-            out[column.column] = hidden[:limit]
+def _project(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """Each row of ``values`` projected (Euclidean) onto the non-negative vectors summing to its ``totals`` entry
+    (0 where the total is not positive): max(v - lambda, 0) with lambda set by the sum (Duchi et al. 2008)."""
+    out = np.zeros_like(values)
+    rows = np.flatnonzero(totals > 0)
+    if not len(rows):
+        return out
+    v, t = values[rows], totals[rows]
+    ordered = -np.sort(-v, axis=1)
+    steps = (np.cumsum(ordered, axis=1) - t[:, None]) / np.arange(1, v.shape[1] + 1)
+    last = (ordered > steps).sum(axis=1) - 1  # the largest j with v_(j) > (sum_{i<=j} v_(i) - t) / j
+    level = steps[np.arange(len(rows)), np.maximum(last, 0)]
+    out[rows] = np.maximum(v - level[:, None], 0.0)
     return out
+
+
+def _inside_interval(interval: np.ndarray, position: np.ndarray, finer: np.ndarray, split: int) -> np.ndarray:
+    """Positions in [0, 1) inside the chosen intervals (``interval`` < 0: a point, unchanged) re-drawn through the
+    interval's kept finer table (inverse distribution function, ``position`` the uniform draw); an interval whose
+    finer cells are all empty keeps its uniform position."""
+    out = position.copy()
+    rows = np.flatnonzero(interval >= 0)
+    children = finer.reshape(-1, split)[interval[rows]]
+    total = children.sum(axis=1)
+    rows, children, total = rows[total > 0], children[total > 0], total[total > 0]
+    cdf = np.cumsum(children, axis=1) / total[:, None]
+    p = position[rows]
+    k = np.minimum((cdf <= p[:, None]).sum(axis=1), split - 1)  # skips empty children
+    taken = np.arange(len(rows))
+    below = np.where(k > 0, cdf[taken, np.maximum(k - 1, 0)], 0.0)
+    within = np.clip((p - below) / np.maximum(cdf[taken, k] - below, 1e-300), 0.0, 1.0 - 1e-12)
+    out[rows] = np.minimum((k + within) / split, 1.0 - 1e-12)
+    return out
+
+
+def below_noise(
+    measurement: Measurement, schema: TableSchema, sigmas: float = 2.0, limit: int = 20
+) -> dict[str, list[Any]]:
+    """What the noise hides, from the noisy statistics only: per column, the categories and the exact (declared or
+    grid) values whose noisy frequency is below ``sigmas`` noise std, so the release cannot tell them from absent
+    (at most ``limit`` per column, rarest first)."""
+    floor = sigmas * measurement.marginal_noise_std()
+    out: dict[str, list[Any]] = {}
+    layout = layout_for(schema)
+    for coordinate, table in zip(layout.coordinates, measurement.marginals()):
+        spec = schema.column(coordinate.column)
+        if spec.is_discrete and coordinate.role == "value" and spec.categories is not None:
+            labels = [*spec.categories, *(["<missing>"] if spec.nullable else [])]
+            out[spec.name] = [labels[i] for i in np.argsort(table) if table[i] < floor][:limit]
+    if measurement.fine_sizes:
+        cells = fine_cells(schema, measurement.fine_bins, measurement.numeric_bins, measurement.fine_split)
+        tables = FineTables(measurement.noisy_fine, measurement.marginal_noise_std(), measurement.fine_bins)
+        for column, table in zip(cells, tables.per_column(cells)):
+            points = table[: len(column.points)]
+            out[column.column] = [column.points[i] for i in np.argsort(points) if points[i] < floor][:limit]
+    return {name: values for name, values in out.items() if values}
 
 
 def choose_couplings(

@@ -340,14 +340,15 @@ def _integers_in_cells(z: np.ndarray, cells: np.ndarray, bins: int, lo: float, h
 
 
 def integer_coordinates(schema: TableSchema) -> dict[int, tuple[float, float]]:
-    """Coordinate index -> public bounds of every integer column's value coordinate."""
+    """Coordinate index -> public bounds of every linear integer column's value coordinate (a log-scale column's
+    values are rounded when decoded, and placed on integers by its fine table)."""
     layout = layout_for(schema)
     specs = {spec.name: spec for spec in schema.columns}
     return {
         # An integer column's bounds are set (not None) once the schema is resolved.
         i: tuple(cast("tuple[float, float]", specs[c.column].bounds))  # type: ignore[misc]
         for i, c in enumerate(layout.coordinates)
-        if c.role == "value" and specs[c.column].kind == "integer"
+        if c.role == "value" and specs[c.column].kind == "integer" and specs[c.column].scale == "linear"
     }
 
 
@@ -361,7 +362,12 @@ def sample_table(
     x = sample_cube(model, n_rows, seed, match_marginals, integer_coordinates(schema))
     if model.fine is not None:
         rng = np.random.default_rng(np.random.SeedSequence([int(seed), _TAG_FINE]))
-        x = model.fine.refine(x, fine_cells(schema, model.fine.fine_bins), rng)
+        cells = fine_cells(schema, model.fine.fine_bins, split=model.fine.split)
+        coarse = None
+        if model.marginal_targets is not None:  # the bins' masses the fine tables are made consistent with
+            targets = model.marginal_targets.per_coordinate(model.layout)
+            coarse = [np.clip(targets[column.coordinate], 0.0, None) for column in cells]
+        x = model.fine.refine(x, cells, rng, coarse)
     return decode(x, schema)
 
 
@@ -417,7 +423,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
         "links": [[link.source, link.target, link.strength] for link in model.links],
         "fine": None if model.fine is None else {
             "noise_std": model.fine.noise_std, "fine_bins": model.fine.fine_bins, "threshold": model.fine.threshold,
-            "couplings": [list(c) for c in model.fine.couplings],
+            "split": model.fine.split, "couplings": [list(c) for c in model.fine.couplings],
         },
         "field": None if pairwise is None else {
             "numeric_bins": pairwise.numeric_bins, "pairs": [list(pair) for pair in pairwise.pairs],
@@ -468,7 +474,8 @@ def load_model(stem: str | Path) -> FittedMixture:
         fine_meta = meta.get("fine")
         fine = None if fine_meta is None else FineTables(
             data["fine_frequencies"], float(fine_meta["noise_std"]), int(fine_meta["fine_bins"]),
-            float(fine_meta["threshold"]), tuple((int(f), int(l), int(s)) for f, l, s in fine_meta["couplings"]),
+            float(fine_meta["threshold"]), int(fine_meta["split"]),
+            tuple((int(f), int(l), int(s)) for f, l, s in fine_meta["couplings"]),
         )
         field_meta = meta.get("field")
         pairwise = None if field_meta is None else PairwiseField(

@@ -61,6 +61,9 @@ class ColumnSpec:
     values: tuple[float, ...] = ()
     #: Public rounding grid of a numeric column (values are multiples of it); synthetic values are rounded to it.
     step: float | None = None
+    #: Public scale of a numeric column's encoding: "linear", or "log" (log(1 + v - lo)) for a skewed column whose
+    #: mass sits near its lower bound, so the equal-width bins of the encoding resolve it.
+    scale: str = "linear"
 
     @property
     def is_numeric(self) -> bool:
@@ -131,8 +134,9 @@ def _parse_categories(where: str, raw: Any) -> tuple[Category, ...]:
 
 
 _COLUMN_KEYS = {
-    "name", "kind", "nullable", "bounds", "categories", "other", "decimals", "values", "step", "description",
+    "name", "kind", "nullable", "bounds", "categories", "other", "decimals", "values", "step", "scale", "description",
 }
+SCALES: tuple[str, ...] = ("linear", "log")
 
 
 def parse_column(raw: Any, position: int) -> ColumnSpec:
@@ -178,9 +182,12 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
     ):
         raise _fail(where, decimals, "decimals (output precision) must be an integer in [0, 12] on a continuous column")
     values, step = _parse_exact_values(where, raw, kind, bounds)
+    scale = raw.get("scale", "linear")
+    if scale not in SCALES or ("scale" in raw and kind not in NUMERIC_KINDS):
+        raise _fail(where, scale, f"scale must be one of {list(SCALES)}, on a numeric column")
     return ColumnSpec(
         name=name, kind=kind, nullable=nullable, bounds=bounds, categories=categories, other=other, bounds_auto=auto,
-        decimals=decimals, values=values, step=step,
+        decimals=decimals, values=values, step=step, scale=scale,
     )
 
 
@@ -282,6 +289,8 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
                 entry["values"] = [int(v) if c.kind == "integer" else v for v in c.values]
             if c.step is not None:
                 entry["step"] = int(c.step) if c.kind == "integer" else c.step
+            if c.scale != "linear":
+                entry["scale"] = c.scale
         elif c.kind != "boolean":
             entry["categories"] = list(c.categories or ())
             if c.other is not None:

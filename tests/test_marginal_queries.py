@@ -348,7 +348,7 @@ def test_joint_noise_with_per_cell_weights():
 def test_plan_with_pairs_costs_the_same_privacy_and_round_trips(tmp_path):
     plan, cal = measuring.make_plan(SCHEMA, 500, 1.0, 1e-6, 32, 6, marginal_share=0.2, pair_share=0.4)
     off, cal_off = measuring.make_plan(SCHEMA, 500, 1.0, 1e-6, 32, 6, marginal_share=0.0, pair_share=0.0)
-    assert plan.pairs == PAIRS and plan.mechanism == "gaussian/sliced-chebyshev+marginals+pairs"
+    assert plan.pairs == PAIRS and plan.mechanism == "gaussian/sliced-chebyshev+marginals+pairs+fine"
     assert off.mechanism == "gaussian/sliced-chebyshev"
     assert cal.noise_multiplier == pytest.approx(cal_off.noise_multiplier)
     assert (cal.sensitivity / cal_off.sensitivity) ** 2 == pytest.approx(1 / 0.4, rel=1e-6)

@@ -163,3 +163,107 @@ def test_fine_tables_survive_saving_the_model(tmp_path):
     loaded = load_model(tmp_path / "model")
     pd.testing.assert_frame_equal(sample_table(synth.model, synth.schema, 500, 7),
                                   sample_table(loaded, synth.schema, 500, 7))
+
+
+def test_a_log_scale_column_is_encoded_binned_and_refined_on_its_scale():
+    schema = parse_schema(yaml.safe_load("""
+name: toy_log
+version: 1
+n_min: 100
+columns:
+  - {name: visits, kind: integer, bounds: [0, 100000], scale: log, values: [0]}
+  - {name: income, kind: continuous, bounds: [0, 1000000], scale: log}
+"""))
+    rng = np.random.default_rng(8)
+    n = 20_000
+    visits = np.where(rng.uniform(size=n) < 0.3, 0, np.rint(rng.lognormal(4, 1.5, n)).clip(0, 100000))
+    table = pd.DataFrame({"visits": visits.astype(np.int64), "income": rng.lognormal(10, 1, n).clip(0, 1e6)})
+    x = encode(table, schema)
+    back = decode(x, schema)
+    assert np.array_equal(back.visits, table.visits)
+    np.testing.assert_allclose(back.income, table.income, rtol=1e-9)
+    # The bulk of a lognormal spreads over many coarse bins on its log scale (on a linear one: the first bin).
+    coarse = np.minimum(np.floor((x + 1) * 8), 15)
+    assert len(np.unique(coarse[:, 1])) >= 8 and np.mean(coarse[:, 1] == np.median(coarse[:, 1])) < 0.5
+    cells = fine_cells(schema, 256)
+    for column in cells:
+        z = column.at(np.arange(column.size), np.full(column.size, 0.5))
+        held = column.holds_values()
+        assert 200 < held.sum() < column.size if column.integer else held.all()  # no integer in the narrowest
+        parents = np.minimum(np.floor((z + 1.0) * 8.0), 15).astype(int)
+        assert np.array_equal(parents[held], np.asarray(column.parents)[held])
+    truth = fine_counts(x, cells).frequencies(n)
+    centre = -1 + (2 * coarse + 1) / 16
+    refined = decode(FineTables(truth, 1e-12, 256).refine(centre, cells, np.random.default_rng(9)), schema)
+    assert abs((refined.visits == 0).mean() - (table.visits == 0).mean()) < 0.01
+    for column in ("visits", "income"):
+        real, fake = (np.quantile(t[column].astype(float), [0.1, 0.5, 0.9]) for t in (table, refined))
+        np.testing.assert_allclose(fake, real, rtol=0.1)
+
+
+def test_the_projection_is_non_negative_sums_to_the_bin_and_keeps_the_order():
+    from splice_assets.resolution import _project
+
+    rng = np.random.default_rng(10)
+    values = rng.normal(0.0, 1.0, (200, 17))
+    totals = rng.uniform(-0.5, 3.0, 200)
+    out = _project(values, totals)
+    positive = totals > 0
+    assert (out >= 0).all() and np.allclose(out.sum(axis=1)[positive], totals[positive])
+    assert (out[~positive] == 0).all()
+    # a soft threshold: every kept cell moved by the same amount
+    shift = values - out
+    for row, kept in zip(shift[positive], out[positive] > 0):
+        assert np.allclose(row[kept], row[kept][0])
+
+
+def test_a_finer_table_is_one_more_table_in_the_plan_and_resolves_inside_the_intervals():
+    plain, _ = make_plan(SCHEMA, 5000, 1.0, 1e-6, fine_split=0)
+    split, _ = make_plan(SCHEMA, 5000, 1.0, 1e-6, fine_split=16)
+    with_intervals = sum(c.intervals > 0 for c in split.fine)  # amount and ratio
+    assert with_intervals == 2 and sum(c.tables for c in split.fine) == len(split.fine) + with_intervals
+    # the 1-way share spread over two more tables: w^2 falls by their ratio
+    tables = len(plain.marginal_sizes) + len(plain.fine)
+    assert split.marginal_weight**2 * (tables + 2) == pytest.approx(plain.marginal_weight**2 * tables)
+    table = rows(np.random.default_rng(11), 4000)
+    x = encode(table, SCHEMA)
+    cells = split.fine
+    counts = fine_counts(x, cells).counts
+    one_more = fine_counts(np.vstack([x, x[:1]]), cells).counts - counts
+    ratio = cells[3]  # a value in an interval adds to its fine and its finer cell
+    block = slice(sum(c.size for c in cells[:3]), sum(c.size for c in cells[:4]))
+    assert sorted(one_more[block]) [-2:] == [1, 1] and one_more[block].sum() == 2 == ratio.tables
+    # Ratios on three values inside their intervals: the finer table puts them back in their finer cells.
+    table["ratio"] = np.random.default_rng(12).choice([0.1003, 0.5001, 0.7502], len(table))
+    x = encode(table, SCHEMA)
+    truth = fine_counts(x, cells).counts / len(x)
+    centre = -1 + (2 * np.minimum(np.floor((x + 1) * 8), 15) + 1) / 16
+    finer = slice(block.start + ratio.n_cells, block.stop)
+    for depth in (16, 0):
+        own = fine_cells(SCHEMA, 256, split=depth)
+        tables = FineTables(fine_counts(x, own).counts / len(x), 1e-12, 256, split=depth)
+        refined = tables.refine(centre, own, np.random.default_rng(13))
+        again = fine_counts(refined, cells).counts[finer] / len(x)
+        hits = again[truth[finer] > 0].sum()  # the share of values in the three true finer cells
+        assert hits == 1.0 if depth else hits < 0.3, (depth, hits)
+
+
+def test_the_release_lists_what_the_noise_hides_from_the_noisy_statistics():
+    """``below_noise`` reads only the measurement: given the exact frequencies in place of the noisy ones (so the
+    test is deterministic) and the plan's noise std (0.016 at eps = 1 on 3,000 rows, floor 0.033), it lists a
+    colour held by 3 rows, the absent top code and the ages (1-2% each), not red, 0 or the prices (4.8% each)."""
+    from splice_assets.private.measuring import exact_statistics, measurement_of
+    from splice_assets.resolution import below_noise
+
+    table = rows(np.random.default_rng(14), 3000)
+    table["amount"] = table["amount"].where(table["amount"] != 100000, 5)
+    table["colour"] = ["green"] * 3 + ["red"] * (len(table) - 3)
+    synth = Synthesizer(SCHEMA, epsilon=1.0, delta=1e-6, seed=0)
+    plan, calibration = synth.plan(len(table))
+    stats = exact_statistics(encode(table, SCHEMA), plan, layout_for(SCHEMA))
+    exact = measurement_of(plan, calibration, stats.d, stats.moments, stats.marginals, stats.pairs, fine=stats.fine)
+    assert 0.015 < exact.marginal_noise_std() < 0.018
+    hidden = below_noise(exact, SCHEMA)
+    assert hidden["colour"] == ["green"]
+    assert 100000.0 in hidden["amount"] and 0.0 not in hidden["amount"]
+    assert len(hidden["age"]) == 20 and "price" not in hidden  # at most 20 listed, rarest first

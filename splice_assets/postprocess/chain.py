@@ -45,13 +45,13 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     model = fit_tables(measurement, schema, config)
     if not measurement.fine_sizes:
         return model
-    columns = fine_cells(schema, measurement.fine_bins, measurement.numeric_bins)
+    columns = fine_cells(schema, measurement.fine_bins, measurement.numeric_bins, measurement.fine_split)
     couplings = choose_couplings(
         measurement.noisy_pairs, measurement.pairs, marginal_sizes(layout_for(schema), measurement.numeric_bins),
         columns, config.fine_coupling,
     )
     fine = FineTables(measurement.noisy_fine, measurement.marginal_noise_std(), measurement.fine_bins,
-                      config.fine_threshold, couplings)
+                      config.fine_threshold, measurement.fine_split, couplings)
     return replace(model, fine=fine)
 
 

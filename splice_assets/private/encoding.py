@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from splice_assets.layout import _grid_position, unit_ball_scale
+from splice_assets.layout import _grid_position, cube_of, unit_ball_scale
 from splice_assets.schema import ColumnSpec, TableSchema
 
 
@@ -33,7 +33,7 @@ def encode(table: pd.DataFrame, schema: TableSchema) -> np.ndarray:
         assert spec.bounds is not None, f"column {spec.name!r} has no bounds (resolve 'auto' bounds first)"
         lo, hi = spec.bounds
         values = series.to_numpy(dtype=np.float64, na_value=np.nan)
-        scaled = np.clip(-1.0 + 2.0 * (np.nan_to_num(values, nan=(lo + hi) / 2.0) - lo) / (hi - lo), -1.0, 1.0)
+        scaled = np.clip(cube_of(np.nan_to_num(values, nan=(lo + hi) / 2.0), lo, hi, spec.scale == "log"), -1.0, 1.0)
         columns.append(np.where(missing, 0.0, scaled))
         if spec.nullable:
             columns.append(np.where(missing, 1.0, -1.0))

@@ -38,7 +38,7 @@ from splice_assets.private.mechanism import (
     DEFAULT_PAIR_SHARE,
 )
 from splice_assets.private.statistics import fine_counts, marginal_counts, moment_sums, pair_counts
-from splice_assets.resolution import DEFAULT_FINE_BINS, FineCells, fine_cells
+from splice_assets.resolution import DEFAULT_FINE_BINS, DEFAULT_FINE_SPLIT, FineCells, fine_cells
 from splice_assets.schema import TableSchema
 
 
@@ -71,6 +71,7 @@ class MeasurementPlan:
     count_weight: float = 0.0
     fine_bins: int = 0
     fine: tuple[FineCells, ...] = ()
+    fine_split: int = 0
 
     @property
     def fine_sizes(self) -> tuple[int, ...]:
@@ -96,7 +97,7 @@ class MeasurementPlan:
             "marginal_share": self.marginal_share,
             "numeric_bins": self.numeric_bins,
             "pair_share": self.pair_share,
-            **({"fine_bins": self.fine_bins} if self.fine else {}),
+            **({"fine_bins": self.fine_bins, "fine_split": self.fine_split} if self.fine else {}),
         }
 
 
@@ -114,15 +115,16 @@ def make_plan(
     pair_share: float = DEFAULT_PAIR_SHARE,
     relation: str = RELATION_REPLACE_ONE,
     fine_bins: int = DEFAULT_FINE_BINS,
+    fine_split: int = DEFAULT_FINE_SPLIT,
 ) -> tuple[MeasurementPlan, privacy.Calibration]:
     """Validate the parameters against the schema's public n_min and calibrate the one Gaussian mechanism.
 
     ``marginal_share`` of Delta^2 goes to the 1-way histograms: every coordinate's, on its levels or the
-    ``numeric_bins`` coarse bins, and with ``fine_bins`` > 0 every numeric column's fine table (``resolution``), all
-    at one weight. ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns
-    (both 0 = the paper's moments only). The row
-    count ``n`` enters the plan under replace-one only; under add-remove it is private, so it is not read, and
-    ``DEFAULT_COUNT_SHARE`` of Delta^2 buys a noisy count instead.
+    ``numeric_bins`` coarse bins, and with ``fine_bins`` > 0 every numeric column's fine table and, with
+    ``fine_split`` > 0, the finer table of a column with intervals (``resolution``), all at one weight.
+    ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns (both 0 = the
+    paper's moments only). The row count ``n`` enters the plan under replace-one only; under add-remove it is
+    private, so it is not read, and ``DEFAULT_COUNT_SHARE`` of Delta^2 buys a noisy count instead.
     """
     privacy.validate_parameters(epsilon, delta, k, n_directions, schema.n_min)
     public_n = n if relation == RELATION_REPLACE_ONE else None
@@ -132,18 +134,18 @@ def make_plan(
         raise ValueError(f"scaling mode {scaling!r} is not supported for releases yet; use 'ball'")
     layout = layout_for(schema)
     sizes = marginal_sizes(layout, numeric_bins) if marginal_share > 0 else ()
-    fine = fine_cells(schema, fine_bins, numeric_bins) if marginal_share > 0 else ()
+    fine = fine_cells(schema, fine_bins, numeric_bins, fine_split) if marginal_share > 0 else ()
     pairs = coordinate_pairs(layout) if pair_share > 0 else ()
     cells = pair_sizes(layout, pairs, numeric_bins)
-    # A fine table is one more 1-way histogram: it counts in the tables that share the 1-way weight.
-    tables, table_cells = len(sizes) + len(fine), int(sum(sizes)) + sum(c.size for c in fine)
+    # A fine or finer table is one more 1-way histogram: it counts in the tables that share the 1-way weight.
+    tables, table_cells = len(sizes) + sum(c.tables for c in fine), int(sum(sizes)) + sum(c.size for c in fine)
     weight, pair_weight, count_weight = privacy.query_weights(
         marginal_share, pair_share, n_directions, k, tables, len(pairs), relation, count_share
     )
     plan = MeasurementPlan(
         schema.name, schema.version, public_n, epsilon, delta, n_directions, k, seed, scaling,
         marginal_share, numeric_bins, sizes, weight, pair_share, pairs, cells, pair_weight, relation, count_weight,
-        fine_bins if fine else 0, fine,
+        fine_bins if fine else 0, fine, fine_split if fine else 0,
     )
     calibration = privacy.calibrate(
         epsilon, delta, public_n, n_directions, k, relation,
@@ -347,7 +349,9 @@ def measurement_of(
         pair_sizes=plan.pair_sizes,
         pair_weight=plan.pair_weight,
         noise_multiplier=calibration.noise_multiplier,
+        # Without ``fine`` the measurement has no fine tables (tests that build one from bare statistics).
         noisy_fine=np.zeros(0) if fine is None else fine,
-        fine_sizes=plan.fine_sizes,
-        fine_bins=plan.fine_bins,
+        fine_sizes=() if fine is None else plan.fine_sizes,
+        fine_bins=0 if fine is None else plan.fine_bins,
+        fine_split=0 if fine is None else plan.fine_split,
     )

@@ -197,13 +197,21 @@ def pair_counts(
 
 def fine_counts(x: np.ndarray, cells: Sequence[FineCells], chunk_rows: int = 65536) -> MarginalCounts:
     """Counts of cube-encoded rows per fine cell of each numeric column (``resolution``), concatenated in ``cells``
-    order. Each row adds exactly 1 to one cell of every column's table, or to none where the value is missing."""
+    order. Each row adds 1 to one cell of every column's fine table and, for a value in an interval, to one cell of
+    its finer table; a missing value adds to none."""
     offsets = np.concatenate([[0], np.cumsum([c.size for c in cells])]).astype(np.int64)
     total = np.zeros(int(offsets[-1]), dtype=np.int64)
     for start in range(0, len(x), chunk_rows):
         block = np.asarray(x[start : start + chunk_rows], dtype=np.float64)
         for column, offset in zip(cells, offsets[:-1]):
             present = np.ones(len(block), dtype=bool) if column.missing is None else block[:, column.missing] <= 0.0
-            index = column.cells_of(block[present, column.coordinate])
-            total[offset : offset + column.size] += np.bincount(index, minlength=column.size)
+            z = block[present, column.coordinate]
+            index = column.cells_of(z)
+            total[offset : offset + column.n_cells] += np.bincount(index, minlength=column.n_cells)
+            finer = column.size - column.n_cells
+            if finer:  # the second table: values in an interval (not at a point) add 1 to their finer cell
+                in_interval = index >= len(column.points)
+                total[offset + column.n_cells : offset + column.size] += np.bincount(
+                    column.finer_of(z[in_interval]), minlength=finer
+                )
     return MarginalCounts(total, len(x))

@@ -214,6 +214,7 @@ def write_release(
     if bounds_epsilon is None:
         bounds_epsilon = bounds_estimate.epsilon if bounds_estimate is not None and bounds_estimate.columns else 0.0
     from splice_assets.release.mlflow_model import registered_model_name
+    from splice_assets.resolution import below_noise
     from splice_assets.sampling import save_model
 
     public_dir.mkdir(parents=True, exist_ok=True)
@@ -239,6 +240,12 @@ def write_release(
         "privacy_statement": privacy_statement(measurement, parent_release_id, bounds_epsilon),
         "accuracy_statement": accuracy_statement(measurement),
         "privacy": facts,
+        "below_noise": {
+            "statement": "Categories and exact values whose noisy frequency is below twice its noise standard "
+            "deviation: the release cannot tell them from absent, so synthetic rows may lack them. Read from the "
+            "noisy statistics only.",
+            "columns": below_noise(measurement, schema),
+        },
         "auto_bounds": None if bounds_estimate is None or not bounds_estimate.columns else {
             "statement": "Bounds the schema left as 'auto' were estimated with an epsilon-DP quantile mechanism "
             "(OpenDP) and charged to the ledger as their own entry; the values below are those DP outputs.",
