@@ -17,7 +17,7 @@ import pandas as pd
 
 from splice_assets.schema import ColumnSpec, TableSchema
 
-Role = Literal["value", "missing", "binned"]
+Role = Literal["value", "exact", "missing", "binned"]
 
 
 ScalingMode = Literal["ball", "l1"]
@@ -30,7 +30,8 @@ SCALING_MODES: tuple[str, ...] = ("ball", "l1")
 class Coordinate:
     """One encoded coordinate: which column it comes from and what it holds.
 
-    ``levels`` is the number of grid points for a discrete coordinate and 0 for a continuous one. Role "binned"
+    ``levels`` is the number of grid points for a discrete coordinate and 0 for a continuous one. Role "exact" is
+    a numeric column's declared exact value (level 0: none, level i: the i-th declared value). Role "binned"
     exists only in the model's view (``histogram_layout``): a continuous value coordinate modelled as a
     histogram over ``levels`` equal-width public bins, its grid points the bin centres.
     """
@@ -80,6 +81,8 @@ def _column_coordinates(spec: ColumnSpec) -> list[Coordinate]:
         assert spec.categories is not None
         return [Coordinate(spec.name, "value", len(spec.categories) + int(spec.nullable))]
     coords = [Coordinate(spec.name, "value", 0)]
+    if spec.values:
+        coords.append(Coordinate(spec.name, "exact", len(spec.values) + 1))
     if spec.nullable:
         coords.append(Coordinate(spec.name, "missing", 2))
     return coords
@@ -143,7 +146,8 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
     """Cube coordinates (n, d) -> a table in the schema's columns, order, dtypes and categories.
 
     Coordinates are clipped to [-1, 1]; discrete coordinates snap to the nearest grid point; integers are
-    rounded; a missing level or a positive missing indicator decodes to NA.
+    rounded; an exact-value level decodes to that declared value; a missing level or a positive missing indicator
+    decodes to NA.
     """
     layout = layout_for(schema)
     if x.ndim != 2 or x.shape[1] != layout.d:
@@ -165,6 +169,11 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
         lo, hi = spec.bounds
         values = value_of(x[:, j], lo, hi, spec.scale == "log")
         j += 1
+        if spec.values:
+            level = _nearest_level(x[:, j], len(spec.values) + 1)
+            exact = np.asarray((np.nan, *spec.values))[level]
+            values = np.where(level > 0, exact, values)
+            j += 1
         missing = np.zeros(len(x), dtype=bool)
         if spec.nullable:
             missing = x[:, j] > 0.0

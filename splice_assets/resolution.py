@@ -17,6 +17,7 @@ missing value to none), at the 1-way tables' weight.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,10 @@ class FineCells:
     parents: tuple[int, ...]
     log: bool = False
     split: int = 0
+    #: Index of the column's exact-value coordinate (declared values), if it has one: a row at a declared value
+    #: keeps it exactly and is not redrawn.
+    exact: int | None = None
+    declared: tuple[float, ...] = ()
 
     @property
     def n_cells(self) -> int:
@@ -192,8 +197,11 @@ def fine_cells(
     layout = layout_for(schema)
     position = {(c.column, c.role): i for i, c in enumerate(layout.coordinates)}
     return tuple(
-        column_fine_cells(spec, position[(spec.name, "value")], position.get((spec.name, "missing")), fine_bins,
-                          numeric_bins, split)
+        dataclasses.replace(
+            column_fine_cells(spec, position[(spec.name, "value")], position.get((spec.name, "missing")), fine_bins,
+                              numeric_bins, split),
+            exact=position.get((spec.name, "exact")), declared=spec.values,
+        )
         for spec in schema.columns
         if spec.is_numeric
     )
@@ -231,14 +239,18 @@ class FineTables:
         (thresholded, ``kept``) projected onto the non-negative tables summing to the bin's mass in ``coarse`` (the
         noisy coarse 1-way table; default: the fine cells' own sum), then each interval's finer cells onto that
         interval's mass. The Euclidean projection is a soft threshold whose level the sum sets, so it removes
-        the noise of many empty cells in a sparse bin and little of a smooth one."""
+        the noise of many empty cells in a sparse bin and little of a smooth one. A declared value's cell is left
+        out (its rows sit on it through the exact coordinate), and so is its mass from the bin's."""
         fine = np.where(column.holds_values(), self.kept(table[: column.n_cells]), 0.0)
+        declared = np.isin(np.arange(column.n_cells), [column.points.index(v) for v in column.declared
+                                                       if v in column.points])
         parents = np.asarray(column.parents)
         weights = np.zeros(column.n_cells)
         for bin_ in range(numeric_bins):
-            inside = np.flatnonzero(parents == bin_)
+            inside = np.flatnonzero((parents == bin_) & ~declared)
             if len(inside):
-                mass = fine[inside].sum() if coarse is None else coarse[bin_]
+                points = np.clip(fine[(parents == bin_) & declared], 0.0, None).sum()
+                mass = fine[inside].sum() if coarse is None else max(coarse[bin_] - points, 0.0)
                 weights[inside] = _project(fine[inside][None, :], np.array([mass]))[0]
         finer = self.kept(table[column.n_cells :])
         if finer.size:
@@ -266,6 +278,13 @@ class FineTables:
             z = np.clip(out[:, column.coordinate], -1.0, 1.0)
             row_bins = np.minimum(np.floor((z + 1.0) * numeric_bins / 2.0), numeric_bins - 1).astype(np.int64)
             present = np.ones(len(x), dtype=bool) if column.missing is None else out[:, column.missing] <= 0.0
+            if column.exact is not None:  # a row at a declared value (the exact coordinate's) sits on it exactly
+                levels = len(column.declared) + 1
+                level = np.rint((np.clip(out[:, column.exact], -1, 1) + 1.0) * (levels - 1) / 2.0).astype(np.int64)
+                on_point = present & (level > 0)
+                declared = column.cube(np.asarray(column.declared, dtype=np.float64))
+                out[on_point, column.coordinate] = declared[level[on_point] - 1]
+                present &= level == 0
             for bin_ in np.unique(row_bins[present]):
                 inside = order[parents == bin_]
                 mass = weights[inside]

@@ -168,6 +168,7 @@ def test_an_extreme_replacement_meets_the_table_shares_exactly_under_replace_one
     seen = capture_sampler(monkeypatch)
     table = private_table(np.random.default_rng(4), 500)
     table["colour"], table["grade"], table["amount"] = "red", 1, table["amount"].clip(0, 400)
+    table.loc[17, "amount"] = 0.0  # at the declared value: its exact-value coordinate moves too
     replaced = table.copy()
     replaced.iloc[17] = pd.Series(EXTREME_ROW)
     diff = library_vector(replaced, RO, 0.0, 0, seen) - library_vector(table, RO, 0.0, 0, seen)

@@ -184,7 +184,8 @@ columns:
     np.testing.assert_allclose(back.income, table.income, rtol=1e-9)
     # The bulk of a lognormal spreads over many coarse bins on its log scale (on a linear one: the first bin).
     coarse = np.minimum(np.floor((x + 1) * 8), 15)
-    assert len(np.unique(coarse[:, 1])) >= 8 and np.mean(coarse[:, 1] == np.median(coarse[:, 1])) < 0.5
+    income = coarse[:, layout_for(schema).d - 1]
+    assert len(np.unique(income)) >= 8 and np.mean(income == np.median(income)) < 0.5
     cells = fine_cells(schema, 256)
     for column in cells:
         z = column.at(np.arange(column.size), np.full(column.size, 0.5))
@@ -193,7 +194,9 @@ columns:
         parents = np.minimum(np.floor((z + 1.0) * 8.0), 15).astype(int)
         assert np.array_equal(parents[held], np.asarray(column.parents)[held])
     truth = fine_counts(x, cells).frequencies(n)
-    centre = -1 + (2 * coarse + 1) / 16
+    centre = x.copy()
+    for column in cells:  # each value at its coarse bin's centre; the exact coordinate (visits = 0) kept
+        centre[:, column.coordinate] = -1 + (2 * coarse[:, column.coordinate] + 1) / 16
     refined = decode(FineTables(truth, 1e-12, 256).refine(centre, cells, np.random.default_rng(9)), schema)
     assert abs((refined.visits == 0).mean() - (table.visits == 0).mean()) < 0.01
     for column in ("visits", "income"):
@@ -267,3 +270,25 @@ def test_the_release_lists_what_the_noise_hides_from_the_noisy_statistics():
     assert hidden["colour"] == ["green"]
     assert 100000.0 in hidden["amount"] and 0.0 not in hidden["amount"]
     assert len(hidden["age"]) == 20 and "price" not in hidden  # at most 20 listed, rarest first
+
+
+def test_a_rule_between_a_declared_value_and_a_category_survives():
+    """The declared value has a coordinate of its own, so its 2-way tables carry "amount = 0 exactly when the
+    account is closed" (100% of real rows) to the model. At eps = 3 on 20,000 rows both directions hold in >= 90%
+    of synthetic rows; drawn from the fine table inside the coarse bin (without that coordinate) about a third."""
+    schema = parse_schema(yaml.safe_load("""
+name: toy_rule
+version: 1
+n_min: 1000
+columns:
+  - {name: status, kind: categorical, categories: [open, closed]}
+  - {name: amount, kind: continuous, bounds: [0, 10000], values: [0]}
+"""))
+    rng = np.random.default_rng(15)
+    closed = rng.uniform(size=20_000) < 0.3
+    table = pd.DataFrame({"status": np.where(closed, "closed", "open"),
+                          "amount": np.where(closed, 0.0, rng.gamma(1.5, 200.0, len(closed)).clip(0.01, 10000))})
+    out = Synthesizer(schema, epsilon=3.0, delta=1e-7, seed=0).fit(table, ledger=None).sample(20_000)
+    zero, shut = out.amount == 0, out.status == "closed"
+    assert zero[shut].mean() >= 0.9 and shut[zero].mean() >= 0.9, (zero[shut].mean(), shut[zero].mean())
+    assert abs(zero.mean() - 0.3) < 0.02
