@@ -109,6 +109,8 @@ def write_results_md(df: pd.DataFrame, path: Path) -> None:
         "TSTR = best learner's",
         "AUC (classification) or R² (regression); detection AUC = real-vs-synthetic classifier (0.5 is ideal);",
         "`dup` = share of duplicate synthetic rows. `ref_real_train` / `ref_independent` are non-DP references.",
+        "`q 1-/2-/3-way`, `range MAE`, `missing`, `det max`: off-grid metrics against the train split (deciles, every",
+        "integer, range queries; bench/offgrid.py), with `ref_bootstrap` (the train split resampled) as their floor.",
         "Neighbouring relations: smartnoise calibrates AIM/MST for add/remove neighbours. "
         "`splice_add_remove` is SPLICE",
         "under that relation (n private, a noisy n released): compare it with `aim` / `mst`. `splice` is the product",
@@ -125,8 +127,8 @@ def write_results_md(df: pd.DataFrame, path: Path) -> None:
         lines += [
             f"| method | ε | runs | wall s | peak MB | validate | measure | fit | sample | 1-way | 2-way | 3-way "
             "| SW1 | MMD "
-            f"| TSTR {metric} | det LR | det XGB | dup |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            f"| TSTR {metric} | det LR | det XGB | dup | q 1-way | q 2-way | q 3-way | range MAE | missing | det max |",
+            "|---" * 24 + "|",
         ]
         for r in g.to_dict("records"):
             eps = "–" if math.isnan(r["epsilon"]) else f"{r['epsilon']:g}"

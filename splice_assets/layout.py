@@ -31,7 +31,7 @@ class Coordinate:
     """One encoded coordinate: which column it comes from and what it holds.
 
     ``levels`` is the number of grid points for a discrete coordinate and 0 for a continuous one. Role "exact" is
-    a numeric column's declared exact value (level 0: none, level i: the i-th declared value). Role "binned"
+    a numeric column's sentinel (level 0: none, level i: the i-th declared sentinel). Role "binned"
     exists only in the model's view (``histogram_layout``): a continuous value coordinate modelled as a
     histogram over ``levels`` equal-width public bins, its grid points the bin centres.
     """
@@ -81,8 +81,8 @@ def _column_coordinates(spec: ColumnSpec) -> list[Coordinate]:
         assert spec.categories is not None
         return [Coordinate(spec.name, "value", len(spec.categories) + int(spec.nullable))]
     coords = [Coordinate(spec.name, "value", 0)]
-    if spec.values:
-        coords.append(Coordinate(spec.name, "exact", len(spec.values) + 1))
+    if spec.sentinels:
+        coords.append(Coordinate(spec.name, "exact", len(spec.sentinels) + 1))
     if spec.nullable:
         coords.append(Coordinate(spec.name, "missing", 2))
     return coords
@@ -146,7 +146,7 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
     """Cube coordinates (n, d) -> a table in the schema's columns, order, dtypes and categories.
 
     Coordinates are clipped to [-1, 1]; discrete coordinates snap to the nearest grid point; integers are
-    rounded; an exact-value level decodes to that declared value; a missing level or a positive missing indicator
+    rounded; a sentinel level decodes to that sentinel; a missing level or a positive missing indicator
     decodes to NA.
     """
     layout = layout_for(schema)
@@ -169,9 +169,9 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
         lo, hi = spec.bounds
         values = value_of(x[:, j], lo, hi, spec.scale == "log")
         j += 1
-        if spec.values:
-            level = _nearest_level(x[:, j], len(spec.values) + 1)
-            exact = np.asarray((np.nan, *spec.values))[level]
+        if spec.sentinels:
+            level = _nearest_level(x[:, j], len(spec.sentinels) + 1)
+            exact = np.asarray((np.nan, *spec.sentinels))[level]
             values = np.where(level > 0, exact, values)
             j += 1
         missing = np.zeros(len(x), dtype=bool)
@@ -219,7 +219,7 @@ def _on_public_precision(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
         out = np.clip(np.round(out / spec.step), first, last) * spec.step
     if spec.decimals is not None:
         out = np.clip(np.round(out, spec.decimals), lo, hi)
-    for point in spec.values:  # after rounding: a top code off the step grid stays exact
+    for point in spec.exact_values:  # after rounding: a top code off the step grid stays exact
         out = np.where(np.abs(values - point) <= 1e-9 * (hi - lo), point, out)
     return out
 

@@ -168,7 +168,7 @@ def column_fine_cells(
         return FineCells(spec.name, coordinate, missing, -1.0, 1.0, spec.kind == "integer", (), fine_bins,
                          tuple(int(p) for p in np.arange(fine_bins) * numeric_bins // fine_bins), split=split)
     lo, hi = spec.bounds
-    declared = [v for v in spec.values if lo <= v <= hi]
+    declared = [v for v in spec.exact_values if lo <= v <= hi]
     grid = _grid(spec, fine_bins)
     if grid is not None:
         points, intervals = np.unique(np.concatenate([grid, declared])), 0
@@ -200,7 +200,7 @@ def fine_cells(
         dataclasses.replace(
             column_fine_cells(spec, position[(spec.name, "value")], position.get((spec.name, "missing")), fine_bins,
                               numeric_bins, split),
-            exact=position.get((spec.name, "exact")), declared=spec.values,
+            exact=position.get((spec.name, "exact")), declared=spec.sentinels,
         )
         for spec in schema.columns
         if spec.is_numeric

@@ -59,11 +59,19 @@ class ColumnSpec:
     #: Public exact values a numeric column takes with positive probability (a sentinel, 0, a top code): each is a
     #: fine cell of its own, measured and reproduced exactly.
     values: tuple[float, ...] = ()
+    #: Public codes a numeric column holds that are not quantities (not tested, unknown): exact values that also get
+    #: a coordinate of their own, so their relations to other columns are measured and kept.
+    sentinels: tuple[float, ...] = ()
     #: Public rounding grid of a numeric column (values are multiples of it); synthetic values are rounded to it.
     step: float | None = None
     #: Public scale of a numeric column's encoding: "linear", or "log" (log(1 + v - lo)) for a skewed column whose
     #: mass sits near its lower bound, so the equal-width bins of the encoding resolve it.
     scale: str = "linear"
+
+    @property
+    def exact_values(self) -> tuple[float, ...]:
+        """Every declared exact value, sentinels included, sorted."""
+        return tuple(sorted(self.values + self.sentinels))
 
     @property
     def is_numeric(self) -> bool:
@@ -134,7 +142,8 @@ def _parse_categories(where: str, raw: Any) -> tuple[Category, ...]:
 
 
 _COLUMN_KEYS = {
-    "name", "kind", "nullable", "bounds", "categories", "other", "decimals", "values", "step", "scale", "description",
+    "name", "kind", "nullable", "bounds", "categories", "other", "decimals", "values", "sentinels", "step", "scale",
+    "description",
 }
 SCALES: tuple[str, ...] = ("linear", "log")
 
@@ -182,12 +191,17 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
     ):
         raise _fail(where, decimals, "decimals (output precision) must be an integer in [0, 12] on a continuous column")
     values, step = _parse_exact_values(where, raw, kind, bounds)
+    sentinels: tuple[float, ...] = ()
+    if "sentinels" in raw:  # parsed by the same rules as values
+        sentinels, _ = _parse_exact_values(where, {"values": raw["sentinels"]}, kind, bounds)
+    if set(values) & set(sentinels):
+        raise _fail(where, raw, "a value is declared both in values and in sentinels")
     scale = raw.get("scale", "linear")
     if scale not in SCALES or ("scale" in raw and kind not in NUMERIC_KINDS):
         raise _fail(where, scale, f"scale must be one of {list(SCALES)}, on a numeric column")
     return ColumnSpec(
         name=name, kind=kind, nullable=nullable, bounds=bounds, categories=categories, other=other, bounds_auto=auto,
-        decimals=decimals, values=values, step=step, scale=scale,
+        decimals=decimals, values=values, sentinels=sentinels, step=step, scale=scale,
     )
 
 
@@ -198,7 +212,7 @@ def _parse_exact_values(
     and its rounding ``step`` (a positive number; an integer on an integer column)."""
     values_raw, step = raw.get("values", []), raw.get("step")
     if ("values" in raw or step is not None) and kind not in NUMERIC_KINDS:
-        raise _fail(where, raw, "values and step belong to numeric columns")
+        raise _fail(where, raw, "values, sentinels and step belong to numeric columns")
     if not isinstance(values_raw, list):
         raise _fail(where, values_raw, "values must be a list of numbers")
     values = []
@@ -285,8 +299,9 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
             entry["bounds"] = "auto" if c.bounds_auto else list(c.bounds or ())
             if c.decimals is not None:
                 entry["decimals"] = c.decimals
-            if c.values:
-                entry["values"] = [int(v) if c.kind == "integer" else v for v in c.values]
+            for key, declared in (("values", c.values), ("sentinels", c.sentinels)):
+                if declared:
+                    entry[key] = [int(v) if c.kind == "integer" else v for v in declared]
             if c.step is not None:
                 entry["step"] = int(c.step) if c.kind == "integer" else c.step
             if c.scale != "linear":

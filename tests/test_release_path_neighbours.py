@@ -41,7 +41,7 @@ name: toy_neighbours
 version: 1
 n_min: 100
 columns:
-  - {name: amount, kind: continuous, bounds: [0, 1000], values: [0]}
+  - {name: amount, kind: continuous, bounds: [0, 1000], sentinels: [0]}
   - {name: age, kind: integer, bounds: [18, 90]}
   - {name: colour, kind: categorical, categories: [red, green, blue, grey]}
   - {name: grade, kind: ordinal, categories: [1, 2, 3]}
@@ -168,7 +168,7 @@ def test_an_extreme_replacement_meets_the_table_shares_exactly_under_replace_one
     seen = capture_sampler(monkeypatch)
     table = private_table(np.random.default_rng(4), 500)
     table["colour"], table["grade"], table["amount"] = "red", 1, table["amount"].clip(0, 400)
-    table.loc[17, "amount"] = 0.0  # at the declared value: its exact-value coordinate moves too
+    table.loc[17, "amount"] = 0.0  # at the sentinel: its coordinate moves too
     replaced = table.copy()
     replaced.iloc[17] = pd.Series(EXTREME_ROW)
     diff = library_vector(replaced, RO, 0.0, 0, seen) - library_vector(table, RO, 0.0, 0, seen)

@@ -49,6 +49,9 @@ def rows(rng: np.random.Generator, n: int) -> pd.DataFrame:
     ("{name: a, kind: continuous, bounds: [0, 9], step: 0}", "positive"),
     ("{name: a, kind: integer, bounds: [0, 9], step: 2.5}", "integer column's step"),
     ("{name: a, kind: categorical, categories: [x], values: [1]}", "numeric columns"),
+    ("{name: a, kind: categorical, categories: [x], sentinels: [1]}", "numeric columns"),
+    ("{name: a, kind: integer, bounds: [0, 9], sentinels: [12]}", "inside the bounds"),
+    ("{name: a, kind: integer, bounds: [0, 9], values: [1], sentinels: [1]}", "both in values and in sentinels"),
 ])
 def test_bad_exact_values_and_steps_are_refused_with_the_entry(entry, problem):
     raw = {"name": "s", "version": 1, "n_min": 10, "columns": [yaml.safe_load(entry)]}
@@ -171,7 +174,7 @@ name: toy_log
 version: 1
 n_min: 100
 columns:
-  - {name: visits, kind: integer, bounds: [0, 100000], scale: log, values: [0]}
+  - {name: visits, kind: integer, bounds: [0, 100000], scale: log, sentinels: [0]}
   - {name: income, kind: continuous, bounds: [0, 1000000], scale: log}
 """))
     rng = np.random.default_rng(8)
@@ -273,7 +276,7 @@ def test_the_release_lists_what_the_noise_hides_from_the_noisy_statistics():
 
 
 def test_a_rule_between_a_declared_value_and_a_category_survives():
-    """The declared value has a coordinate of its own, so its 2-way tables carry "amount = 0 exactly when the
+    """A sentinel has a coordinate of its own, so its 2-way tables carry "amount = 0 exactly when the
     account is closed" (100% of real rows) to the model. At eps = 3 on 20,000 rows both directions hold in >= 90%
     of synthetic rows; drawn from the fine table inside the coarse bin (without that coordinate) about a third."""
     schema = parse_schema(yaml.safe_load("""
@@ -282,7 +285,7 @@ version: 1
 n_min: 1000
 columns:
   - {name: status, kind: categorical, categories: [open, closed]}
-  - {name: amount, kind: continuous, bounds: [0, 10000], values: [0]}
+  - {name: amount, kind: continuous, bounds: [0, 10000], sentinels: [0]}
 """))
     rng = np.random.default_rng(15)
     closed = rng.uniform(size=20_000) < 0.3

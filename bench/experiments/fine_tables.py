@@ -30,7 +30,7 @@ VARIANTS = (("coarse only", 0, 0, (0.0,)), ("fine", 256, 0, (0.0, 1.0, 2.0)), ("
 
 def point_error(train, synthetic, schema) -> float:
     errors = [abs(float((synthetic[c.name] == v).mean()) - float((train[c.name] == v).mean()))
-              for c in schema.columns if c.is_numeric for v in c.values]
+              for c in schema.columns if c.is_numeric for v in c.exact_values]
     return float(np.mean(errors)) if errors else float("nan")
 
 

@@ -35,19 +35,19 @@ def encode(table: pd.DataFrame, schema: TableSchema) -> np.ndarray:
         values = series.to_numpy(dtype=np.float64, na_value=np.nan)
         scaled = np.clip(cube_of(np.nan_to_num(values, nan=(lo + hi) / 2.0), lo, hi, spec.scale == "log"), -1.0, 1.0)
         columns.append(np.where(missing, 0.0, scaled))
-        if spec.values:
-            columns.append(_grid_position(exact_levels(values, spec).astype(np.float64), len(spec.values) + 1))
+        if spec.sentinels:
+            columns.append(_grid_position(exact_levels(values, spec).astype(np.float64), len(spec.sentinels) + 1))
         if spec.nullable:
             columns.append(np.where(missing, 1.0, -1.0))
     return np.column_stack(columns) if columns else np.zeros((n, 0))
 
 
 def exact_levels(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
-    """Level of each value's declared exact value (1-based, in the schema's order), 0 for any other value or NA."""
+    """Level of each value's sentinel (1-based, in the schema's order), 0 for any other value or NA."""
     assert spec.bounds is not None
     tolerance = 1e-9 * (spec.bounds[1] - spec.bounds[0])
     levels = np.zeros(len(values), dtype=np.int64)
-    for i, point in enumerate(spec.values, start=1):
+    for i, point in enumerate(spec.sentinels, start=1):
         levels[np.abs(values - point) <= tolerance] = i  # NaN compares False: missing stays 0
     return levels
 
