@@ -5,8 +5,8 @@ A numeric column's fine cells are a function of its public schema entry and ``fi
 
 - a column on a public grid (an integer column, or one with a declared ``step``) with at most ``fine_bins`` grid
   values in its bounds: one cell per grid value, plus one per declared exact value off the grid;
-- otherwise: one cell per declared exact value (``values``: a sentinel, 0, a top code), then ``fine_bins``
-  equal-width intervals of the bounds for every other value.
+- otherwise: one cell per declared exact value (``values``: 0, a top-code; ``sentinels``: codes such as "not
+  tested"), then ``fine_bins`` equal-width intervals of the bounds for every other value.
 
 Each cell lies inside one coarse bin (``fine_bins`` is a multiple of the coarse bin count; a point is in the bin
 that holds it), so the model keeps choosing the coarse bin of every value (and with it the dependence) and the
@@ -61,8 +61,8 @@ class FineCells:
     parents: tuple[int, ...]
     log: bool = False
     split: int = 0
-    #: Index of the column's exact-value coordinate (declared values), if it has one: a row at a declared value
-    #: keeps it exactly and is not redrawn.
+    #: Index of the column's sentinel coordinate and its ``sentinels``, if it has any: a row at a sentinel keeps it
+    #: exactly and is not redrawn.
     exact: int | None = None
     declared: tuple[float, ...] = ()
 
@@ -239,8 +239,8 @@ class FineTables:
         (thresholded, ``kept``) projected onto the non-negative tables summing to the bin's mass in ``coarse`` (the
         noisy coarse 1-way table; default: the fine cells' own sum), then each interval's finer cells onto that
         interval's mass. The Euclidean projection is a soft threshold whose level the sum sets, so it removes
-        the noise of many empty cells in a sparse bin and little of a smooth one. A declared value's cell is left
-        out (its rows sit on it through the exact coordinate), and so is its mass from the bin's."""
+        the noise of many empty cells in a sparse bin and little of a smooth one. A sentinel's cell is left out
+        (its rows sit on it through the sentinel coordinate), and so is its mass from the bin's."""
         fine = np.where(column.holds_values(), self.kept(table[: column.n_cells]), 0.0)
         declared = np.isin(np.arange(column.n_cells), [column.points.index(v) for v in column.declared
                                                        if v in column.points])
@@ -278,7 +278,7 @@ class FineTables:
             z = np.clip(out[:, column.coordinate], -1.0, 1.0)
             row_bins = np.minimum(np.floor((z + 1.0) * numeric_bins / 2.0), numeric_bins - 1).astype(np.int64)
             present = np.ones(len(x), dtype=bool) if column.missing is None else out[:, column.missing] <= 0.0
-            if column.exact is not None:  # a row at a declared value (the exact coordinate's) sits on it exactly
+            if column.exact is not None:  # a row at a sentinel (its coordinate's level) sits on it exactly
                 levels = len(column.declared) + 1
                 level = np.rint((np.clip(out[:, column.exact], -1, 1) + 1.0) * (levels - 1) / 2.0).astype(np.int64)
                 on_point = present & (level > 0)
