@@ -133,7 +133,9 @@ def plan(
     ledger_url: str | None,
     as_json: bool,
 ) -> None:
-    """Show sensitivity, sigma, per-order noise and the budget left, from public inputs only (no data read)."""
+    """Show sensitivity, sigma, per-order noise and the budget left, from public inputs only (no data read).
+
+    Exits with status 3 when the dataset has a budget and this release would not fit it."""
     from splice_assets.private.measuring import make_plan
 
     try:
@@ -178,7 +180,21 @@ def plan(
     }
     if as_json:
         click.echo(json.dumps(result, indent=2, allow_nan=False))
-        return
+    else:
+        _print_plan(schema, cal, result, per_row, url)
+    if budget is not None and not budget["release_fits"]:
+        raise SystemExit(PLAN_DOES_NOT_FIT)
+
+
+#: Exit status of ``splice plan`` when the release would not fit the dataset's budget.
+PLAN_DOES_NOT_FIT = 3
+
+
+def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, url: str) -> None:
+    n, n_directions, k, relation = result["n"], result["L"], result["k"], result["relation"]
+    marginal_share, pair_share, stds, budget = (
+        result["marginal_share"], result["pair_share"], result["noise_std_per_order"], result["budget"]
+    )
     click.echo(f"dataset            {schema.name} (schema v{schema.version}), relation {cal.relation}")
     click.echo(f"n, L, k            {n}, {n_directions}, {k}")
     click.echo(f"epsilon, delta     {cal.epsilon:g}, {cal.delta:g}")

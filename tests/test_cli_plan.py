@@ -188,3 +188,19 @@ def test_plan_bad_schema_and_bad_ledger(tmp_path, schema_file):
 def test_group_help_lists_plan():
     result = run("--help")
     assert result.exit_code == 0 and "plan" in result.output
+
+
+def test_plan_exits_non_zero_when_the_release_would_not_fit(schema_file, ledger_url):
+    first = plan_json(schema_file, ledger_url, "--n", "5000", "--epsilon", "1", "--delta", "1e-6")
+    with BudgetLedger(ledger_url) as ledger:
+        ledger.set_budget("toy", 1.2, 1e-6)
+        entry = ledger.reserve("toy", "r1", "gaussian", first["noise_multiplier"], first["sigma"],
+                               first["sensitivity"], 1.0, 1e-6, "replace-one", "h")
+        ledger.commit(entry)
+    args = ("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--n", "5000", "--epsilon", "1",
+            "--delta", "1e-6")
+    text, as_json = run(*args), run(*args, "--json")
+    assert text.exit_code == 3 and "(does NOT fit)" in text.output
+    assert as_json.exit_code == 3 and json.loads(as_json.output)["budget"]["release_fits"] is False
+    small = run(*args[:-4], "--epsilon", "0.05", "--delta", "1e-6")
+    assert small.exit_code == 0 and "(fits)" in small.output
