@@ -208,6 +208,20 @@ def _numeric_series(values: np.ndarray, missing: np.ndarray, spec: ColumnSpec) -
     return series
 
 
+#: Relative tolerance (of the bounds' width) within which a value is at a declared exact value.
+POINT_TOLERANCE = 1e-9
+
+
+def at_point(values: np.ndarray, point: float, lo: float, hi: float) -> np.ndarray:
+    """Which ``values`` are the declared exact value ``point`` (within ``POINT_TOLERANCE``; NaN never is)."""
+    return np.abs(values - point) <= POINT_TOLERANCE * (hi - lo)
+
+
+def step_range(lo: float, hi: float, step: float) -> tuple[int, int]:
+    """First and last multiple of ``step`` (as multiples) inside [lo, hi], up to float rounding."""
+    return math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
+
+
 def _on_public_precision(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
     """Values at the schema's public precision: a declared exact value exactly, others rounded to the ``step`` grid
     or to ``decimals`` (then clipped again, as rounding may step over a bound finer than the precision)."""
@@ -215,12 +229,12 @@ def _on_public_precision(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
     lo, hi = spec.bounds
     out = values
     if spec.step is not None:
-        first, last = math.ceil(lo / spec.step - 1e-9), math.floor(hi / spec.step + 1e-9)
+        first, last = step_range(lo, hi, spec.step)
         out = np.clip(np.round(out / spec.step), first, last) * spec.step
     if spec.decimals is not None:
         out = np.clip(np.round(out, spec.decimals), lo, hi)
     for point in spec.exact_values:  # after rounding: a top code off the step grid stays exact
-        out = np.where(np.abs(values - point) <= 1e-9 * (hi - lo), point, out)
+        out = np.where(at_point(values, point, lo, hi), point, out)
     return out
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from splice_assets.layout import DEFAULT_NUMERIC_BINS, cube_of, layout_for, value_of
+from splice_assets.layout import DEFAULT_NUMERIC_BINS, at_point, cube_of, layout_for, step_range, value_of
 from splice_assets.measurement import Measurement
 from splice_assets.schema import ColumnSpec, TableSchema
 
@@ -39,8 +39,6 @@ MAX_FINE_BINS = 4096
 DEFAULT_FINE_THRESHOLD = 0.0
 #: Numeric pairs at least this rank-correlated in their noisy coarse table share their draws inside the bins.
 DEFAULT_FINE_COUPLING = 0.9
-#: Relative tolerance (of the bounds' width) within which a value is a declared point.
-POINT_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -104,9 +102,8 @@ class FineCells:
             return np.where(nearer_left, right - 1, right).astype(np.int64)
         cells = len(points) + np.minimum(np.floor((z + 1.0) * self.intervals / 2.0), self.intervals - 1)
         cells = cells.astype(np.int64)
-        tolerance = POINT_TOLERANCE * (self.hi - self.lo)
         for i, point in enumerate(points):
-            cells[np.abs(values - point) <= tolerance] = i
+            cells[at_point(values, point, self.lo, self.hi)] = i
         return cells
 
     def holds_values(self) -> np.ndarray:
@@ -114,10 +111,17 @@ class FineCells:
         intervals of a log scale near its lower bound)."""
         ok = np.ones(self.n_cells, dtype=bool)
         if self.integer and self.intervals:
-            edges = self.values(-1.0 + 2.0 * np.arange(self.intervals + 1) / self.intervals)
-            edges[-1] = np.nextafter(self.hi, np.inf)  # the last interval holds the upper bound
-            ok[len(self.points):] = np.ceil(edges[:-1] - 1e-9) < edges[1:] - 1e-9
+            first, last = self._integers(np.arange(self.intervals))
+            ok[len(self.points):] = first <= last
         return ok
+
+    def _integers(self, intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """First and last integer inside each of the given intervals (last < first: none); the last interval holds
+        the upper bound."""
+        start = self.values(-1.0 + 2.0 * intervals / self.intervals)
+        stop = self.values(-1.0 + 2.0 * (intervals + 1) / self.intervals)
+        last = np.where(intervals == self.intervals - 1, np.floor(self.hi + 1e-9), np.ceil(stop - 1e-9) - 1.0)
+        return np.ceil(start - 1e-9), last
 
     def ordered(self) -> np.ndarray:
         """Cell indices in the order of their values (a point before an interval that starts at it)."""
@@ -137,8 +141,8 @@ class FineCells:
         start = -1.0 + 2.0 * j / max(self.intervals, 1)
         stop = -1.0 + 2.0 * (j + 1) / max(self.intervals, 1)
         if self.integer:
-            first = np.ceil(self.values(start) - 1e-9)
-            last = np.maximum(np.ceil(self.values(stop) - 1e-9) - 1.0, first)
+            first, last = self._integers(j)
+            last = np.maximum(last, first)  # an interval holding no integer (never drawn): its nearest one
             out[~is_point] = self.cube(np.minimum(first + np.floor(fraction * (last - first + 1.0)), last))
         else:
             out[~is_point] = start + fraction * (stop - start)
@@ -151,8 +155,7 @@ def _grid(spec: ColumnSpec, limit: int) -> np.ndarray | None:
     step = spec.step if spec.step is not None else (1.0 if spec.kind == "integer" else None)
     if step is None:
         return None
-    lo, hi = spec.bounds
-    first, last = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
+    first, last = step_range(*spec.bounds, step)
     if last - first + 1 > limit or last < first:
         return None
     return np.arange(first, last + 1, dtype=np.float64) * step
@@ -207,6 +210,14 @@ def fine_cells(
     )
 
 
+def per_column(frequencies: np.ndarray, cells: tuple[FineCells, ...]) -> list[np.ndarray]:
+    """Concatenated fine tables split into each column's block (``fine_cells`` order)."""
+    sizes = [c.size for c in cells]
+    if sum(sizes) != frequencies.size:
+        raise ValueError(f"the fine tables hold {frequencies.size} cells but the schema implies {sum(sizes)}")
+    return list(np.split(np.asarray(frequencies, dtype=np.float64), np.cumsum(sizes)[:-1]))
+
+
 @dataclass(frozen=True)
 class FineTables:
     """The noisy fine tables of a measurement (concatenated in ``fine_cells`` order) and their noise std: public
@@ -222,10 +233,7 @@ class FineTables:
     couplings: tuple[tuple[int, int, int], ...] = ()
 
     def per_column(self, cells: tuple[FineCells, ...]) -> list[np.ndarray]:
-        sizes = [c.size for c in cells]
-        if sum(sizes) != self.frequencies.size:
-            raise ValueError(f"the fine tables hold {self.frequencies.size} cells but the schema implies {sum(sizes)}")
-        return list(np.split(np.asarray(self.frequencies, dtype=np.float64), np.cumsum(sizes)[:-1]))
+        return per_column(self.frequencies, cells)
 
     def kept(self, table: np.ndarray) -> np.ndarray:
         """A column's fine table with cells at or below the threshold set to 0 (post-processing)."""
@@ -353,8 +361,7 @@ def below_noise(
             out[spec.name] = [labels[i] for i in np.argsort(table) if table[i] < floor][:limit]
     if measurement.fine_sizes:
         cells = fine_cells(schema, measurement.fine_bins, measurement.numeric_bins, measurement.fine_split)
-        tables = FineTables(measurement.noisy_fine, measurement.marginal_noise_std(), measurement.fine_bins)
-        for column, table in zip(cells, tables.per_column(cells)):
+        for column, table in zip(cells, per_column(measurement.noisy_fine, cells)):
             points = table[: len(column.points)]
             out[column.column] = [column.points[i] for i in np.argsort(points) if points[i] < floor][:limit]
     return {name: values for name, values in out.items() if values}

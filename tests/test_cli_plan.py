@@ -134,13 +134,18 @@ def test_plan_does_not_create_a_ledger(schema_file, tmp_path):
     assert not (tmp_path / "nowhere").exists()
 
 
-def test_plan_reports_budget_from_ledger(schema_file, ledger_url):
+def spend_one_release(schema_file, ledger_url: str, budget: float) -> None:
+    """Set the toy dataset's budget and commit one release at (1, 1e-6) planned as ``plan`` plans it."""
     first = plan_json(schema_file, ledger_url, "--n", "5000", "--epsilon", "1", "--delta", "1e-6")
     with BudgetLedger(ledger_url) as ledger:
-        ledger.set_budget("toy", 2.0, 1e-6)
+        ledger.set_budget("toy", budget, 1e-6)
         entry = ledger.reserve("toy", "r1", "gaussian", first["noise_multiplier"], first["sigma"],
                                first["sensitivity"], 1.0, 1e-6, "replace-one", "h")
         ledger.commit(entry)
+
+
+def test_plan_reports_budget_from_ledger(schema_file, ledger_url):
+    spend_one_release(schema_file, ledger_url, budget=2.0)
     out = plan_json(schema_file, ledger_url, "--n", "5000", "--epsilon", "1", "--delta", "1e-6")
     assert out["budget_remaining"] == pytest.approx(1.0, abs=1e-6)
     assert out["budget"]["epsilon_spent"] == pytest.approx(1.0, abs=1e-6)
@@ -191,12 +196,7 @@ def test_group_help_lists_plan():
 
 
 def test_plan_exits_non_zero_when_the_release_would_not_fit(schema_file, ledger_url):
-    first = plan_json(schema_file, ledger_url, "--n", "5000", "--epsilon", "1", "--delta", "1e-6")
-    with BudgetLedger(ledger_url) as ledger:
-        ledger.set_budget("toy", 1.2, 1e-6)
-        entry = ledger.reserve("toy", "r1", "gaussian", first["noise_multiplier"], first["sigma"],
-                               first["sensitivity"], 1.0, 1e-6, "replace-one", "h")
-        ledger.commit(entry)
+    spend_one_release(schema_file, ledger_url, budget=1.2)
     args = ("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--n", "5000", "--epsilon", "1",
             "--delta", "1e-6")
     text, as_json = run(*args), run(*args, "--json")

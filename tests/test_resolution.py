@@ -295,3 +295,17 @@ columns:
     zero, shut = out.amount == 0, out.status == "closed"
     assert zero[shut].mean() >= 0.9 and shut[zero].mean() >= 0.9, (zero[shut].mean(), shut[zero].mean())
     assert abs(zero.mean() - 0.3) < 0.02
+
+
+def test_the_last_interval_of_a_wide_integer_column_holds_its_upper_bound():
+    schema = parse_schema(yaml.safe_load("""
+name: toy_wide
+version: 1
+n_min: 10
+columns:
+  - {name: loss, kind: integer, bounds: [0, 5000]}
+"""))
+    (loss,) = fine_cells(schema, 256)
+    last = np.array([loss.intervals - 1])
+    drawn = decode(loss.at(last, np.array([0.999]))[:, None], schema).loss
+    assert int(drawn.iloc[0]) == 5000 and loss.holds_values().all()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from splice_assets.layout import _grid_position, cube_of, unit_ball_scale
+from splice_assets.layout import _grid_position, at_point, cube_of, unit_ball_scale
 from splice_assets.schema import ColumnSpec, TableSchema
 
 
@@ -45,10 +45,9 @@ def encode(table: pd.DataFrame, schema: TableSchema) -> np.ndarray:
 def exact_levels(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
     """Level of each value's sentinel (1-based, in the schema's order), 0 for any other value or NA."""
     assert spec.bounds is not None
-    tolerance = 1e-9 * (spec.bounds[1] - spec.bounds[0])
     levels = np.zeros(len(values), dtype=np.int64)
     for i, point in enumerate(spec.sentinels, start=1):
-        levels[np.abs(values - point) <= tolerance] = i  # NaN compares False: missing stays 0
+        levels[at_point(values, point, *spec.bounds)] = i  # NaN is at no point: missing stays 0
     return levels
 
 
