@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from bench.common import (
     BENCH_DIR,
@@ -139,6 +140,24 @@ def public_domain(schema) -> dict:
     return {"name": schema.name, "columns": cols}
 
 
+def resolve_auto_bounds(raw: pd.DataFrame, schema, out: Path):
+    """A schema with ``bounds: auto`` gets its DP bounds once per bench run, as a release at epsilon 1 would draw
+    them (the default share, on the whole table), and every method then sees the same public bounds. Returns the
+    resolved schema and its file (written beside the bench's prepared data)."""
+    from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, auto_columns, estimate_bounds
+    from splice_assets.private.mechanism import split_privacy
+    from splice_assets.schema import schema_to_dict
+
+    if not auto_columns(schema):
+        return schema, None
+    _, multiplier = split_privacy(1.0, DELTA, DEFAULT_BOUNDS_SHARE)
+    resolved, estimate = estimate_bounds(raw, schema, multiplier, DELTA, None, "bench", "replace-one")
+    path = out / "schema.yaml"
+    path.write_text(yaml.safe_dump(schema_to_dict(resolved), sort_keys=False))
+    print(f"[bench] {schema.name}: DP bounds for {len(estimate.columns)} auto columns -> {path}", flush=True)
+    return resolved, path
+
+
 def prepare(name: str) -> Prepared | None:
     from splice_assets.datasets import schema_path
     from splice_assets.private.validation import read_table, validate
@@ -154,10 +173,13 @@ def prepare(name: str) -> Prepared | None:
         print(f"[bench] dataset {name!r}: {exc}; skipped", flush=True)
         return None
     schema = load_schema(spath)
-    table = validate(read_table(data), schema).table
-    train, test = split_train_test(table)
     out = RAW_DIR / name
     out.mkdir(parents=True, exist_ok=True)
+    raw = read_table(data)
+    schema, resolved_path = resolve_auto_bounds(raw, schema, out)
+    spath = resolved_path or spath
+    table = validate(raw, schema).table
+    train, test = split_train_test(table)
     train_csv = out / "train.csv"
     train.to_csv(train_csv, index=False)
     domain_json = out / "domain.json"

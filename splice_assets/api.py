@@ -34,7 +34,7 @@ from splice_assets.config import (
 from splice_assets.layout import layout_for
 from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
 from splice_assets.model.fit import FittedMixture
-from splice_assets.private.bounds import BoundsEstimate, auto_columns, estimate_bounds
+from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, BoundsEstimate, auto_columns, estimate_bounds
 from splice_assets.private.encoding import encode
 from splice_assets.private.ledger import BudgetLedger
 from splice_assets.private.measuring import (
@@ -44,11 +44,18 @@ from splice_assets.private.measuring import (
     make_plan,
     measure_exact,
 )
-from splice_assets.private.mechanism import Calibration
+from splice_assets.private.mechanism import Calibration, compose_epsilon, split_privacy
 from splice_assets.private.validation import ValidatedTable, check_structure, validate
 from splice_assets.schema import TableSchema, load_schema, schema_to_dict
 
 SETTINGS_FILE = "settings.json"
+
+
+def release_epsilon(measurement: Measurement, bounds_noise_multiplier: float | None) -> float:
+    """A release's whole epsilon at its delta: the measurement's, composed exactly with any DP bounds' Gaussian."""
+    if bounds_noise_multiplier is None:
+        return measurement.epsilon
+    return compose_epsilon([measurement.noise_multiplier, bounds_noise_multiplier], measurement.delta)
 
 
 class NotFitted(RuntimeError):
@@ -57,15 +64,15 @@ class NotFitted(RuntimeError):
 
 @dataclass(frozen=True)
 class PrivacyFacts:
-    """The public privacy facts of a fitted synthesizer. ``epsilon`` is the whole guarantee: the measurement's
-    plus the pure epsilon of any DP bounds estimate (basic composition); ``n`` is public under replace-one and
-    the noisy estimate under add-remove."""
+    """The public privacy facts of a fitted synthesizer. ``epsilon`` is the whole guarantee at ``delta``: the
+    measurement's Gaussian composed with that of any DP bounds estimate (``bounds_noise_multiplier``, None without
+    one); ``n`` is public under replace-one and the noisy estimate under add-remove."""
 
     epsilon: float
     delta: float
     relation: str
     measurement_epsilon: float
-    bounds_epsilon: float
+    bounds_noise_multiplier: float | None
     sigma: float
     sensitivity: float
     noise_multiplier: float
@@ -90,14 +97,14 @@ class Synthesizer:
         measurement: MeasurementSettings | None = None,
         model: ModelSettings | None = None,
         postprocessing: PostProcessingSettings | None = None,
-        bounds_epsilon_share: float = 0.1,
+        bounds_share: float = DEFAULT_BOUNDS_SHARE,
         max_unparseable_share: float | None = None,
         expert: dict[str, Any] | None = None,
     ) -> None:
         extra = {} if max_unparseable_share is None else {"max_unparseable_share": max_unparseable_share}
         self.settings = SynthesizerSettings(
             epsilon, delta, relation, seed, measurement or MeasurementSettings(), model or ModelSettings(),
-            postprocessing or PostProcessingSettings(), bounds_epsilon_share, expert=dict(expert or {}), **extra,
+            postprocessing or PostProcessingSettings(), bounds_share, expert=dict(expert or {}), **extra,
         )
         self.schema = schema
         self.bounds: BoundsEstimate | None = None
@@ -108,18 +115,21 @@ class Synthesizer:
     def from_settings(cls, schema: TableSchema, settings: SynthesizerSettings) -> Synthesizer:
         s = settings
         return cls(schema, s.epsilon, s.delta, s.relation, s.seed, s.measurement, s.model, s.postprocessing,
-                   s.bounds_epsilon_share, s.max_unparseable_share, dict(s.expert))
+                   s.bounds_share, s.max_unparseable_share, dict(s.expert))
 
     # -- the stages ----------------------------------------------------------------------------------------------
 
-    @property
-    def bounds_epsilon(self) -> float:
-        """The share of epsilon that DP bounds take: nonzero only when the schema has ``bounds: auto`` columns."""
-        return self.settings.epsilon * self.settings.bounds_epsilon_share if auto_columns(self.schema) else 0.0
+    def privacy_split(self) -> tuple[float, float | None]:
+        """(the measurement's epsilon, the DP bounds' noise multiplier): with ``bounds: auto`` columns the bounds
+        take ``bounds_share`` of the release's Gaussian privacy (``split_privacy``), else the measurement takes all."""
+        s = self.settings
+        if not auto_columns(self.schema) and not (self.bounds is not None and self.bounds.columns):
+            return s.epsilon, None
+        return split_privacy(s.epsilon, s.delta, s.bounds_share)
 
     @property
     def measurement_epsilon(self) -> float:
-        return self.settings.epsilon - (self.bounds.epsilon if self.bounds is not None else self.bounds_epsilon)
+        return self.privacy_split()[0]
 
     def plan(self, n_measured: int) -> tuple[MeasurementPlan, Calibration]:
         """The measurement's public plan and calibration for ``n_measured`` rows (n enters under replace-one)."""
@@ -143,12 +153,12 @@ class Synthesizer:
         n = len(raw) if n_measured is None else n_measured
         plan, calibration = self.plan(max(n, 1))
         cells = int(sum(plan.marginal_sizes) + sum(plan.pair_sizes))
-        pure = (self.bounds_epsilon,) if self.bounds_epsilon else ()
+        bounds_multiplier = self.privacy_split()[1]
         m = self.settings.measurement
         preflight.check_release(
             self.schema, self.settings.relation, self.settings.delta, n, layout_for(self.schema).d, m.n_directions,
             m.k, self.settings.model.components, cells, ledger,
-            preflight.ReleaseCost(calibration.noise_multiplier, pure),
+            preflight.ReleaseCost((calibration.noise_multiplier, *([bounds_multiplier] if bounds_multiplier else []))),
         )
 
     def prepare(self, raw: pd.DataFrame, ledger: BudgetLedger | None, release_id: str = "adhoc",
@@ -156,9 +166,10 @@ class Synthesizer:
         """``check``, then DP bounds for ``bounds: auto`` columns (charged; the schema takes the estimates), then
         record-level cleaning. Returns the cleaned table and its INTERNAL repair report."""
         self.check(raw, ledger, n_measured, expected_version)
-        if auto_columns(self.schema):
+        bounds_multiplier = self.privacy_split()[1]
+        if bounds_multiplier is not None and auto_columns(self.schema):
             self.schema, self.bounds = estimate_bounds(
-                raw, self.schema, self.bounds_epsilon, ledger, release_id, self.settings.relation
+                raw, self.schema, bounds_multiplier, self.settings.delta, ledger, release_id, self.settings.relation
             )
         return validate(raw, self.schema, expected_version, max_unparseable_share=self.settings.max_unparseable_share)
 
@@ -230,9 +241,9 @@ class Synthesizer:
         m = self.measurement
         if m is None:
             raise NotFitted("a synthesizer has privacy facts once it is measured")
-        bounds = self.bounds.epsilon if self.bounds is not None and self.bounds.columns else 0.0
-        return PrivacyFacts(m.epsilon + bounds, m.delta, m.relation, m.epsilon, bounds, m.sigma, m.sensitivity,
-                            m.noise_multiplier, m.n, m.ledger_entry_id)
+        bounds = self.bounds.noise_multiplier if self.bounds is not None and self.bounds.columns else None
+        return PrivacyFacts(release_epsilon(m, bounds), m.delta, m.relation, m.epsilon, bounds, m.sigma,
+                            m.sensitivity, m.noise_multiplier, m.n, m.ledger_entry_id)
 
     def save(self, folder: str | Path) -> Path:
         """Write the public artifacts: noisy measurement, model, schema (with any DP bounds) and settings."""
@@ -261,6 +272,9 @@ class Synthesizer:
         synth = cls.from_settings(load_schema(folder / "schema.yaml"), SynthesizerSettings.from_dict(saved["settings"]))
         if saved.get("bounds"):
             bounds = dict(saved["bounds"])
+            if "noise_multiplier" not in bounds:
+                raise ValueError(f"{folder}: saved by a splice whose DP bounds were pure-epsilon quantiles; load it "
+                                 "with that version")
             bounds["columns"] = {k: tuple(v) for k, v in bounds["columns"].items()}
             synth.bounds = BoundsEstimate(**bounds)
         synth.measurement = Measurement.load(folder / "measurement")

@@ -21,6 +21,7 @@ from splice_assets.layout import DEFAULT_NUMERIC_BINS as COARSE_BINS
 from splice_assets.measurement import RELATION_ADD_REMOVE, RELATIONS
 from splice_assets.model.fit import FitConfig
 from splice_assets.private import preflight
+from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE
 from splice_assets.private.mechanism import (
     DEFAULT_COUNT_SHARE,
     DEFAULT_K,
@@ -38,13 +39,13 @@ def _integer(name: str, value: object, least: int, most: int | None = None) -> N
         raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
 
 
-def _number(name: str, value: object, low: float, high: float, high_open: bool = True) -> None:
+def _number(name: str, value: object, low: float, high: float, high_open: bool = True, low_open: bool = False) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or not isinstance(value, (int, float)) or not (  # isinstance again: narrows for mypy
-        low <= value < high if high_open else low <= value <= high
+        (low < value if low_open else low <= value) and (value < high if high_open else value <= high)
     ):
-        bracket = ")" if high_open else "]"
-        raise ValueError(f"{name} must be a number in [{low:g}, {high:g}{bracket}, got {value!r}")
+        left, right = "(" if low_open else "[", ")" if high_open else "]"
+        raise ValueError(f"{name} must be a number in {left}{low:g}, {high:g}{right}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ class SynthesizerSettings:
     measurement: MeasurementSettings = field(default_factory=MeasurementSettings)
     model: ModelSettings = field(default_factory=ModelSettings)
     postprocessing: PostProcessingSettings = field(default_factory=PostProcessingSettings)
-    bounds_epsilon_share: float = 0.1
+    bounds_share: float = DEFAULT_BOUNDS_SHARE
     max_unparseable_share: float = DEFAULT_MAX_UNPARSEABLE_SHARE
     expert: Mapping[str, Any] = field(default_factory=dict)
 
@@ -140,7 +141,7 @@ class SynthesizerSettings:
         preflight.check_settings(self.epsilon, self.delta)
         _integer("seed", self.seed, 0)
         self.measurement.check_relation(self.relation)
-        _number("bounds_epsilon_share", self.bounds_epsilon_share, 0.0, 1.0)
+        _number("bounds_share", self.bounds_share, 0.0, 1.0, low_open=True)
         _number("max_unparseable_share", self.max_unparseable_share, 0.0, 1.0, high_open=False)
         known = {f.name for f in dataclasses.fields(FitConfig)}
         unknown = sorted(set(self.expert) - known)

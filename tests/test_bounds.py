@@ -1,4 +1,5 @@
-"""`bounds: auto`: DP quantile bounds, charged to the ledger as their own entry and shown in the release."""
+"""`bounds: auto`: DP bounds from Gaussian histograms on a public log grid, charged to the ledger as their own
+entry, composed exactly with the measurement, and shown in the release."""
 
 from __future__ import annotations
 
@@ -11,9 +12,21 @@ import pandas as pd
 import pytest
 import yaml
 
-from splice_assets.private.bounds import MECHANISM, estimate_bounds, private_quantile
+from splice_assets.private import mechanism
+from splice_assets.private.bounds import (
+    BUCKET_LOWER,
+    BUCKET_UPPER,
+    MECHANISM,
+    N_BUCKETS,
+    ZERO_BUCKET,
+    bounds_from_noisy,
+    bucket_of,
+    estimate_bounds,
+    exact_histograms,
+    histogram_sensitivity,
+)
 from splice_assets.private.ledger import BudgetExceeded, BudgetLedger
-from splice_assets.private.mechanism import compose_epsilon
+from splice_assets.private.mechanism import calibrate, compose_epsilon, split_privacy
 from splice_assets.private.validation import StructuralError, validate
 from splice_assets.schema import parse_schema
 
@@ -25,16 +38,19 @@ SCHEMA = parse_schema(
         "columns": [
             {"name": "income", "kind": "continuous", "bounds": "auto", "nullable": True},
             {"name": "age", "kind": "integer", "bounds": [0, 120]},
+            {"name": "visits", "kind": "integer", "bounds": "auto"},
         ],
     }
 )
+#: Share 0.1 of (1, 1e-6): the bounds' noise multiplier (about 17) on sqrt(2 * 2) under replace-one.
+Z_BOUNDS = split_privacy(1.0, 1e-6, 0.1)[1]
 
 
 def table(n: int = 5000, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     income = rng.lognormal(10, 0.5, n)
     income[:50] = np.nan
-    return pd.DataFrame({"income": income, "age": rng.integers(18, 90, n)})
+    return pd.DataFrame({"income": income, "age": rng.integers(18, 90, n), "visits": rng.poisson(3.0, n)})
 
 
 def test_unresolved_auto_bounds_are_a_structural_error():
@@ -42,38 +58,104 @@ def test_unresolved_auto_bounds_are_a_structural_error():
         validate(table(), SCHEMA)
 
 
-def test_private_quantile_is_accurate_at_a_reasonable_budget():
-    """epsilon = 1 per quantile, n = 5,000: the exponential mechanism picks a candidate next to the true 98%
-    quantile (grid step 12%); an error needs a score gap of 100 rows to lose, probability < 1e-6 per draw."""
-    values = np.random.default_rng(1).normal(50, 10, 5000)
-    truth = np.quantile(values, 0.98)
-    for _ in range(5):
-        estimate = private_quantile(values, 0.98, 1.0)
-        assert 0.85 * truth <= estimate <= 1.15 * truth
+def test_every_value_lies_in_its_bucket_and_zero_is_alone():
+    rng = np.random.default_rng(0)
+    values = np.concatenate([
+        rng.normal(0, 1, 500), rng.lognormal(0, 6, 500) * rng.choice([-1, 1], 500), [0.0, 1e-3, -1e-3, 1e9, 1.0],
+        rng.integers(-300, 300, 200).astype(float),
+    ])
+    index = bucket_of(values)
+    assert np.all((index >= 0) & (index < N_BUCKETS))
+    assert np.all((BUCKET_LOWER[index] <= values) & (values <= BUCKET_UPPER[index]))
+    assert np.all((index == ZERO_BUCKET) == (values == 0))
+    assert bucket_of(np.array([5e12]))[0] == N_BUCKETS - 1 and bucket_of(np.array([-5e12]))[0] == 0
+    assert bucket_of(np.array([np.nan]))[0] == -1
 
 
-def test_estimate_charges_one_entry_and_resolves_the_schema(tmp_path):
+@pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
+def test_one_row_moves_the_histograms_by_at_most_their_sensitivity(relation):
+    """Neighbours of the exact histograms, worst cases included: a row in other buckets of every column, a
+    missing or unparseable cell, an infinite value."""
+    schema_columns = [c for c in SCHEMA.columns if c.bounds_auto]
+    base = table(300, 1)
+    extreme = pd.DataFrame([{"income": 1e15, "age": 30, "visits": -7}])
+    if relation == "add-remove":
+        others = [pd.concat([base, extreme], ignore_index=True), base.drop(index=3),
+                  pd.concat([base, pd.DataFrame([{"income": "n/a", "age": 1, "visits": np.inf}])], ignore_index=True)]
+    else:
+        others = []
+        for row in (extreme, pd.DataFrame([{"income": np.nan, "age": 1, "visits": 3}])):
+            other = base.copy().astype(object)
+            other.iloc[100] = row.iloc[0]  # a row with an income (the first 50 have none)
+            others.append(other)
+    bound = histogram_sensitivity(len(schema_columns), relation)
+    reference = exact_histograms(base, schema_columns)
+    shifts = [float(np.linalg.norm(exact_histograms(o, schema_columns) - reference)) for o in others]
+    assert max(shifts) <= bound * (1 + 1e-12)
+    assert shifts[0] == pytest.approx(bound)  # the extreme row reaches it
+
+
+@pytest.mark.parametrize("epsilon, delta, share", [(1.0, 1e-6, 0.05), (0.3, 1e-9, 0.1), (4.0, 1e-7, 0.5)])
+def test_the_split_composes_back_to_the_release_budget(epsilon, delta, share):
+    measurement_epsilon, z_bounds = split_privacy(epsilon, delta, share)
+    z_measurement = calibrate(measurement_epsilon, delta, 5000, 8, 4).noise_multiplier
+    assert measurement_epsilon < epsilon
+    assert compose_epsilon([z_measurement, z_bounds], delta) == pytest.approx(epsilon, abs=2e-6)
+    assert compose_epsilon([z_measurement, z_bounds], delta) <= epsilon + 1e-6
+
+
+def test_bounds_follow_the_data_within_a_bucket_at_a_small_share():
+    """n = 5,000, share 0.1 of epsilon = 1: noise sd ~35 rows, threshold ~175 rows per 12%-wide bucket. The bounds
+    cover the body of the lognormal and stay within a factor 2 of its 1% / 99% quantiles (a tail bucket has fewer
+    rows than the threshold, so the tails are clipped)."""
+    raw = table()
+    for _ in range(3):
+        resolved, estimate = estimate_bounds(raw, SCHEMA, Z_BOUNDS, 1e-6, None, "r", "replace-one")
+        lo, hi = resolved.column("income").bounds
+        q01, q10, q90, q99 = np.nanquantile(raw["income"], [0.01, 0.1, 0.9, 0.99])
+        assert q01 / 2 <= lo <= q10 and q90 <= hi <= 2 * q99
+        v_lo, v_hi = resolved.column("visits").bounds
+        assert v_lo == 0 and 6 <= v_hi <= 12 and float(v_hi).is_integer()
+    assert estimate.noise_multiplier == Z_BOUNDS and estimate.threshold == pytest.approx(5 * estimate.sigma)
+
+
+def test_degenerate_and_empty_histograms_give_usable_bounds():
+    noisy = np.zeros(N_BUCKETS)
+    noisy[ZERO_BUCKET] = 1000.0
+    assert bounds_from_noisy(noisy, 100.0, integer=True) == (0.0, 1.0)
+    lo, hi = bounds_from_noisy(noisy, 100.0, integer=False)
+    assert lo == 0.0 and hi > 0.0
+    noisy = np.full(N_BUCKETS, -5.0)
+    noisy[ZERO_BUCKET + 30] = 50.0  # nothing clears the threshold: the largest bucket
+    assert bounds_from_noisy(noisy, 100.0, integer=False) == (BUCKET_LOWER[ZERO_BUCKET + 30],
+                                                               BUCKET_UPPER[ZERO_BUCKET + 30])
+
+
+def test_estimate_charges_one_gaussian_entry_before_its_noise(tmp_path, monkeypatch):
     ledger = BudgetLedger(f"sqlite:///{tmp_path / 'l.sqlite'}")
     ledger.set_budget("auto_toy", 3.0, 1e-6)
-    resolved, estimate = estimate_bounds(table(), SCHEMA, 1.0, ledger, "r1", "replace-one")
-    lo, hi = resolved.column("income").bounds
-    true_lo, true_hi = np.nanquantile(table()["income"], [0.02, 0.98])
-    assert 0.7 * true_lo <= lo <= 1.3 * true_lo and 0.7 * true_hi <= hi <= 1.3 * true_hi
+    draw = mechanism.gaussian_noise
+    statuses = []
+
+    def observed(values, sigma):
+        statuses.append([e.status for e in ledger.entries("auto_toy")])
+        return draw(values, sigma)
+
+    monkeypatch.setattr(mechanism, "gaussian_noise", observed)
+    resolved, estimate = estimate_bounds(table(), SCHEMA, Z_BOUNDS, 1e-6, ledger, "r1", "replace-one")
+    assert statuses == [["reserved"]]
     assert not resolved.column("income").bounds_auto and resolved.column("age") == SCHEMA.column("age")
     entries = ledger.entries("auto_toy")
-    assert [(e.mechanism, e.status, e.epsilon, e.noise_multiplier) for e in entries] == [
-        (MECHANISM, "committed", 1.0, None)
-    ]
-    assert estimate.ledger_entry_id == entries[0].id
-    assert ledger.spent("auto_toy")[0] == pytest.approx(1.0, abs=1e-5)
-    validate(table(), resolved)  # the resolved schema validates the same table
+    assert [(e.mechanism, e.status, e.noise_multiplier) for e in entries] == [(MECHANISM, "committed", Z_BOUNDS)]
+    assert entries[0].sensitivity == pytest.approx(2.0) and estimate.ledger_entry_id == entries[0].id
+    validate(table(), resolved)  # the resolved schema validates the same table (clipping the tails)
 
 
-def test_bounds_spend_is_refused_before_any_quantile(tmp_path):
+def test_bounds_spend_is_refused_before_any_noise(tmp_path):
     ledger = BudgetLedger(f"sqlite:///{tmp_path / 'l.sqlite'}")
-    ledger.set_budget("auto_toy", 0.5, 1e-6)
+    ledger.set_budget("auto_toy", 0.02, 1e-6)
     with pytest.raises(BudgetExceeded):
-        estimate_bounds(table(), SCHEMA, 1.0, ledger, "r1", "replace-one")
+        estimate_bounds(table(), SCHEMA, Z_BOUNDS, 1e-6, ledger, "r1", "replace-one")
     assert ledger.entries("auto_toy") == []
 
 
@@ -85,7 +167,7 @@ def test_pure_and_gaussian_entries_compose():
     assert max(gauss, 0.5) < both <= gauss + 0.5 + 1e-6
 
 
-def test_release_job_with_auto_bounds_splits_epsilon_explicitly(tmp_path, monkeypatch, demo_table):
+def test_release_job_with_auto_bounds_splits_the_privacy_explicitly(tmp_path, monkeypatch, demo_table):
     from splice_assets.dagster_layer.assets import op_name
     from splice_assets.dagster_layer.automation import run_config_for
     from splice_assets.dagster_layer.config import ReleaseConfig
@@ -104,25 +186,27 @@ def test_release_job_with_auto_bounds_splits_epsilon_explicitly(tmp_path, monkey
 
     set_budget(tmp_path)
     defs = build_definitions(resources_in(tmp_path))
-    config = ReleaseConfig(**FAST, epsilon=2.0, bounds_epsilon_share=0.25)
+    config = ReleaseConfig(**FAST, epsilon=2.0, bounds_share=0.25)
     with dg.DagsterInstance.ephemeral() as instance:
         result = defs.resolve_job_def("release").execute_in_process(
             run_config=run_config_for(config), instance=instance
         )
     assert result.success
+    measurement_epsilon, z_bounds = split_privacy(2.0, config.delta, 0.25)
     entries = BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}").entries("fair_affairs")
     by_mechanism = {e.mechanism: e for e in entries}
-    assert by_mechanism[MECHANISM].epsilon == pytest.approx(0.5)
-    measurement_entry = next(e for e in entries if e.noise_multiplier is not None)
-    assert measurement_entry.epsilon == pytest.approx(1.5)
+    assert by_mechanism[MECHANISM].noise_multiplier == pytest.approx(z_bounds)
+    measurement_entry = next(e for e in entries if e.mechanism != MECHANISM)
+    assert measurement_entry.epsilon == pytest.approx(measurement_epsilon)
+    assert compose_epsilon([e.noise_multiplier for e in entries], config.delta) == pytest.approx(2.0, abs=2e-6)
     record = result.output_for_node(op_name("release"))
     manifest = json.loads((Path(record["public_dir"]) / "release.json").read_text())
-    assert manifest["auto_bounds"]["epsilon"] == pytest.approx(0.5)
+    assert manifest["auto_bounds"]["noise_multiplier"] == pytest.approx(z_bounds)
     lo, hi = manifest["auto_bounds"]["bounds"]["affairs"]
-    assert lo <= hi
+    assert 0 <= lo < hi
     bundle_schema = yaml.safe_load((Path(record["public_dir"]) / "schema.yaml").read_text())
     affairs = next(c for c in bundle_schema["columns"] if c["name"] == "affairs")
     assert affairs["bounds"] == [lo, hi]
-    # The headline guarantee is the whole release's: measurement plus bounds.
-    assert manifest["privacy"]["epsilon"] == pytest.approx(2.0)
-    assert manifest["privacy"]["measurement_epsilon"] == pytest.approx(1.5)
+    # The headline guarantee is the whole release's: measurement and bounds composed.
+    assert manifest["privacy"]["epsilon"] == pytest.approx(2.0, abs=2e-6)
+    assert manifest["privacy"]["measurement_epsilon"] == pytest.approx(measurement_epsilon)

@@ -19,7 +19,7 @@ from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
 from splice_assets.private import preflight
 from splice_assets.private.ledger import BudgetLedger, budgets_table
-from splice_assets.private.mechanism import PrivacyParameterError
+from splice_assets.private.mechanism import PrivacyParameterError, compose_epsilon
 
 SCHEMA = {
     "name": "toy_preflight", "version": 1, "n_min": 100,
@@ -135,10 +135,10 @@ def test_no_budget_and_a_relation_mismatch_are_refused(world):
 
 
 def test_the_whole_release_with_its_bounds_estimate_must_fit_the_budget(world):
-    # At the lifetime delta 1e-6 the measurement's (0.9, 1e-9) alone composes to 0.676, with its 0.1 of DP bounds
-    # to 0.752: a budget of 0.7 admits the one and not the other.
-    set_budget(world, epsilon=0.7, dataset=AUTO_SCHEMA["name"])
-    result = run(world, dataset=AUTO_SCHEMA["name"], epsilon=1.0, bounds_epsilon_share=0.1)
+    # With 0.1 of the privacy on DP bounds the measurement is (0.946, 1e-9); at the lifetime delta 1e-6 it alone
+    # composes to 0.712, with the bounds' Gaussian to 0.754: a budget of 0.73 admits the one and not the other.
+    set_budget(world, epsilon=0.73, dataset=AUTO_SCHEMA["name"])
+    result = run(world, dataset=AUTO_SCHEMA["name"], epsilon=1.0, bounds_share=0.1)
     assert not result.success and "lifetime epsilon of 0.75" in failure_message(result)
     assert_nothing_charged_or_written(world, AUTO_SCHEMA["name"])
 
@@ -173,7 +173,7 @@ def test_a_utf8_bom_header_releases(world):
 
 def test_release_json_states_the_whole_cost_bounds_estimate_included(world):
     set_budget(world, dataset=AUTO_SCHEMA["name"])
-    result = run(world, dataset=AUTO_SCHEMA["name"], epsilon=1.0, bounds_epsilon_share=0.1)
+    result = run(world, dataset=AUTO_SCHEMA["name"], epsilon=1.0, bounds_share=0.1)
     assert result.success
     with BudgetLedger(ledger_url(world)) as book:
         entries = book.entries(AUTO_SCHEMA["name"])
@@ -181,10 +181,11 @@ def test_release_json_states_the_whole_cost_bounds_estimate_included(world):
     manifest = json.loads(next((world / "releases").rglob("release.json")).read_text())
     privacy = manifest["privacy"]
     assert manifest["release_id"] == release_id
-    assert (privacy["epsilon"], privacy["measurement_epsilon"], privacy["bounds_epsilon"]) == pytest.approx(
-        (1.0, 0.9, 0.1)
+    assert (privacy["epsilon"], privacy["measurement_epsilon"], privacy["bounds_noise_multiplier"]) == pytest.approx(
+        (1.0, 0.9463, 17.378), rel=1e-4
     )
     assert privacy["epsilon_cost"] == pytest.approx(1.0)
     assert manifest["privacy_statement"].startswith("This release satisfies (1, 1e-09)-differential privacy")
-    assert "0.1-DP estimates of the numeric bounds" in manifest["privacy_statement"]
-    assert sorted(e.epsilon for e in entries) == pytest.approx([0.1, 0.9])
+    assert "estimated the numeric bounds" in manifest["privacy_statement"]
+    # Two Gaussian entries that compose exactly to the release's (1, 1e-9).
+    assert compose_epsilon([e.noise_multiplier for e in entries], 1e-9) == pytest.approx(1.0, abs=1e-6)

@@ -194,12 +194,13 @@ def test_the_split_measures_a_neighbour_of_the_measured_part(monkeypatch):
 # -- through the Dagster job --------------------------------------------------------------------------------------
 
 
-def job_vector(tmp, table: pd.DataFrame, relation: str, name: str, monkeypatch, seen: list) -> np.ndarray:
+def job_vector(tmp, table: pd.DataFrame, relation: str, name: str, monkeypatch, seen: list,
+               dataset: str = SCHEMA.name) -> np.ndarray:
     """Run the release job on ``table`` until the sampler would draw; return what it was handed."""
     source = tmp / f"{name}.csv"
     table.to_csv(source, index=False)
     job = build_definitions(release_resources(tmp)).resolve_job_def("release")
-    config = ReleaseConfig(dataset=SCHEMA.name, input_path=str(source), relation=relation, holdout_fraction=0.2)
+    config = ReleaseConfig(dataset=dataset, input_path=str(source), relation=relation, holdout_fraction=0.2)
     with dg.DagsterInstance.ephemeral() as instance:
         result = job.execute_in_process(run_config=run_config_for(config), instance=instance, raise_on_error=False)
     assert not result.success and len(seen) == 1
@@ -224,3 +225,34 @@ def test_the_release_job_keeps_neighbours_within_delta(tmp_path, monkeypatch, re
     assert max(shifts.values()) > 0.3, shifts
     with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
         assert {e.status for e in book.entries(SCHEMA.name)} == {"aborted"}  # stopped before noise: no charge
+
+
+@pytest.mark.parametrize("relation", [AR, RO])
+def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds(tmp_path, monkeypatch, relation):
+    """With ``bounds: auto`` the first Gaussian draw is the bounds histograms (whole input, before the split):
+    one row moves them by at most histogram_sensitivity, exactly that where it changes bucket in every column."""
+    from splice_assets.private.bounds import histogram_sensitivity
+
+    auto_yaml = SCHEMA_YAML.replace("name: toy_neighbours", "name: toy_neighbours_auto").replace(
+        "bounds: [0, 1000], sentinels: [0]", "bounds: auto").replace("bounds: [18, 90]", "bounds: auto")
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "toy_neighbours_auto.yaml").write_text(auto_yaml)
+    monkeypatch.setenv("SPLICE_SCHEMA_DIR", str(tmp_path / "schemas"))
+    with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
+        book.set_budget("toy_neighbours_auto", 10.0, 1e-6, relation)
+    seen = capture_sampler(monkeypatch)
+    rng = np.random.default_rng(3)
+    table = private_table(rng, 400)
+    table["amount"] = table["amount"].clip(1, 500)  # the extreme row (1000, 90) is in other buckets of both
+    table["age"] = table["age"].clip(18, 80)
+    base = job_vector(tmp_path, table, relation, "base", monkeypatch, seen, "toy_neighbours_auto")
+    bound = histogram_sensitivity(2, relation)
+    for index, (name, other) in enumerate(neighbours(rng, table, relation).items()):
+        shift = float(np.linalg.norm(
+            job_vector(tmp_path, other, relation, f"n{index}", monkeypatch, seen, "toy_neighbours_auto") - base
+        ))
+        assert shift <= bound * (1 + 1e-12), (name, shift, bound)
+        if "extreme" in name:
+            assert shift == pytest.approx(bound), name
+    with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
+        assert {e.status for e in book.entries("toy_neighbours_auto")} == {"aborted"}

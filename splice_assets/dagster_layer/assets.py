@@ -285,7 +285,8 @@ def fidelity_report(
     synth = private_moments.synth
     with ledger.open() as book:
         facts = release_lib.public_facts(
-            cast(Measurement, synth.measurement), book, release_id, bounds_epsilon=synth.privacy.bounds_epsilon
+            cast(Measurement, synth.measurement), book, release_id,
+            bounds_noise_multiplier=synth.privacy.bounds_noise_multiplier,
         )
     result = build_report(
         v.train,

@@ -23,7 +23,8 @@ def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -
         budget = book.budget(s.dataset)
         if budget is None:
             return dg.AssetCheckResult(passed=False, description=f"no lifetime budget is set for {s.dataset!r}")
-        spent, after = ledger_projection(book, s.dataset, budget.delta_total, ReleaseCost(calibration.noise_multiplier))
+        cost = ReleaseCost((calibration.noise_multiplier,))
+        spent, after = ledger_projection(book, s.dataset, budget.delta_total, cost)
     fits = after <= budget.epsilon_total + BUDGET_TOLERANCE
     return dg.AssetCheckResult(
         passed=bool(fits),

@@ -11,6 +11,7 @@ from splice_assets.measurement import (
 )
 from splice_assets.model.fit import FitConfig
 from splice_assets.private import preflight
+from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE
 from splice_assets.private.mechanism import (
     DEFAULT_K,
     DEFAULT_MARGINAL_SHARE,
@@ -41,9 +42,10 @@ class ReleaseConfig(dg.Config):
     n_synthetic: int = Field(default=0, description="Synthetic rows to sample; 0 = as many as the input.")
     seed: int = Field(default=0, description="Public seed: directions, initialisation, sampling, holdout split.")
     holdout_fraction: float = Field(default=0.2, description="Share of rows kept out of measurement for the report.")
-    bounds_epsilon_share: float = Field(
-        default=0.1,
-        description="Share of epsilon spent on DP bounds for schema columns with `bounds: auto` (unused otherwise).",
+    bounds_share: float = Field(
+        default=DEFAULT_BOUNDS_SHARE, gt=0.0, lt=1.0,
+        description="Share of the release's Gaussian privacy (1/z^2) spent on DP bounds for schema columns with "
+        "`bounds: auto` (unused otherwise); the measurement's noise grows by 1/sqrt(1 - share).",
     )
     max_unparseable_share: float = Field(
         default=DEFAULT_MAX_UNPARSEABLE_SHARE,

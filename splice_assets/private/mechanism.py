@@ -381,6 +381,30 @@ def calibrate(
     )
 
 
+def epsilon_of(noise_multiplier: float, delta: float) -> float:
+    """The epsilon at ``delta`` of one Gaussian mechanism with sigma/Delta = ``noise_multiplier`` (for the record)."""
+    return float(get_epsilon_gaussian(float(noise_multiplier), float(delta), tol=1e-13)) + ANALYTIC_PAD
+
+
+def split_privacy(epsilon: float, delta: float, share: float) -> tuple[float, float]:
+    """Split one (epsilon, delta) Gaussian budget between a main and a side Gaussian measurement.
+
+    With z the noise multiplier that alone is (epsilon, delta)-DP, the side measurement gets z / sqrt(share) and
+    the main one z / sqrt(1 - share). Gaussian mechanisms compose exactly to one Gaussian with multiplier
+    (sum_i z_i^-2)^(-1/2) (Dong, Roth & Su 2022, Cor. 3.3), here z again, so together they are (epsilon, delta)-DP.
+    Returns (the main measurement's epsilon at delta, to calibrate it with ``calibrate``, which can only make its
+    multiplier larger; the side measurement's noise multiplier).
+    """
+    if not (_finite_real(share) and 0.0 < float(share) < 1.0):
+        raise PrivacyParameterError(f"a privacy share must lie in (0, 1), got {share!r}")
+    z = get_sigma_gaussian(float(epsilon), float(delta)) * (1.0 + SIGMA_MARGIN)
+    while delta_for(z, epsilon) > delta:  # the same defensive step as ``calibrate``
+        z *= 1.0 + SIGMA_MARGIN
+    main = z / math.sqrt(1.0 - share)
+    # Rounded down, so that the calibrated main multiplier is at least ``main``.
+    return float(get_epsilon_gaussian(main, float(delta), tol=1e-13)) * (1.0 - 1e-9), z / math.sqrt(share)
+
+
 def raw_moment_noise_std(sigma: float, k: int) -> np.ndarray:
     """Noise std of raw moment order j = 1..k: sigma * sqrt(j) (the scaled coordinate m_j/sqrt(j) gets sigma)."""
     return float(sigma) * np.sqrt(np.arange(1, int(k) + 1, dtype=np.float64))

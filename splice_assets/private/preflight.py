@@ -75,9 +75,10 @@ def available_memory_bytes() -> int:
 
 @dataclass(frozen=True)
 class ReleaseCost:
-    """What one release charges: its Gaussian measurement (sigma / Delta) and any pure-epsilon parts (bounds)."""
+    """What one release charges: its Gaussian measurements (sigma / Delta: the moments and tables, any DP bounds)
+    and any pure-epsilon parts."""
 
-    noise_multiplier: float
+    noise_multipliers: tuple[float, ...]
     pure_epsilons: tuple[float, ...] = ()
 
 
@@ -147,5 +148,5 @@ def ledger_projection(ledger: BudgetLedger, dataset: str, delta_total: float, co
     """(lifetime epsilon spent, lifetime epsilon after this release), both composed at the lifetime delta."""
     gaussian, pure = ledger.counted(dataset)
     spent = compose_epsilon(gaussian, delta_total, pure)
-    after = compose_epsilon([*gaussian, cost.noise_multiplier], delta_total, [*pure, *cost.pure_epsilons])
+    after = compose_epsilon([*gaussian, *cost.noise_multipliers], delta_total, [*pure, *cost.pure_epsilons])
     return spent, after if math.isfinite(after) else math.inf

@@ -80,25 +80,28 @@ def public_facts(
     release_id: str,
     ledger_entry_id: str | None = None,
     epsilon_cost: float | None = None,
-    bounds_epsilon: float = 0.0,
+    bounds_noise_multiplier: float | None = None,
 ) -> dict[str, Any]:
     """Public facts of a release: its guarantee, its own spend and the dataset's lifetime budget after it.
 
-    ``epsilon``/``delta`` are the release's whole guarantee: the measurement's (epsilon, delta) plus the pure
-    ``bounds_epsilon`` of DP bounds estimation when the schema had ``bounds: auto`` (basic composition; the ledger
-    composes its entries more tightly). ``epsilon_cost`` is what this release charged (0 for a zero-cost refit).
+    ``epsilon``/``delta`` are the release's whole guarantee: the measurement's Gaussian composed exactly with the
+    Gaussian of DP bounds estimation (``bounds_noise_multiplier``) when the schema had ``bounds: auto``.
+    ``epsilon_cost`` is what this release charged (0 for a zero-cost refit).
     ``ledger_entry_id`` is the release's own ledger entry and ``measurement_ledger_entry_id`` the charged entry of
     the measurement (equal unless the release is a refit).
     """
+    from splice_assets.api import release_epsilon
+
+    epsilon = release_epsilon(measurement, bounds_noise_multiplier)
     spent_eps, budget_delta = ledger.spent(measurement.dataset)
     budget = ledger.budget(measurement.dataset)
     facts: dict[str, Any] = {
         "release_id": release_id,
         "dataset": measurement.dataset,
-        "epsilon": measurement.epsilon + bounds_epsilon,
+        "epsilon": epsilon,
         "delta": measurement.delta,
         "measurement_epsilon": measurement.epsilon,
-        "bounds_epsilon": bounds_epsilon,
+        "bounds_noise_multiplier": bounds_noise_multiplier,
         "sigma": measurement.sigma,
         "sensitivity": measurement.sensitivity,
         "relation": measurement.relation,
@@ -107,7 +110,7 @@ def public_facts(
         "k": measurement.k,
         "n": measurement.n,
         "directions_seed": measurement.seed,
-        "epsilon_cost": measurement.epsilon + bounds_epsilon if epsilon_cost is None else float(epsilon_cost),
+        "epsilon_cost": epsilon if epsilon_cost is None else float(epsilon_cost),
         "ledger_entry_id": ledger_entry_id or measurement.ledger_entry_id,
         "measurement_ledger_entry_id": measurement.ledger_entry_id,
         "lifetime_epsilon_spent": spent_eps,
@@ -147,9 +150,11 @@ def accuracy_statement(measurement: Measurement) -> str:
 
 
 def privacy_statement(
-    measurement: Measurement, parent_release_id: str | None = None, bounds_epsilon: float = 0.0
+    measurement: Measurement, parent_release_id: str | None = None, bounds_noise_multiplier: float | None = None
 ) -> str:
-    total = measurement.epsilon + bounds_epsilon
+    from splice_assets.api import release_epsilon
+
+    total = release_epsilon(measurement, bounds_noise_multiplier)
     text = (
         f"This release satisfies ({total:g}, {measurement.delta:g})-differential privacy with respect "
         + (
@@ -161,10 +166,11 @@ def privacy_statement(
         + "Only noisy moments and histograms drawn from the Gaussian mechanism, the public schema and public seeds "
         "shaped it; the fitted model and the synthetic rows are post-processing and cost no further privacy."
     )
-    if bounds_epsilon:
+    if bounds_noise_multiplier is not None:
         text += (
-            f" That total is the measurement's ({measurement.epsilon:g}, {measurement.delta:g}) plus "
-            f"{bounds_epsilon:g}-DP estimates of the numeric bounds the schema left as 'auto'."
+            f" That total composes the measurement's ({measurement.epsilon:g}, {measurement.delta:g}) with the "
+            f"Gaussian histograms (noise multiplier {bounds_noise_multiplier:.3g}) that estimated the numeric bounds "
+            "the schema left as 'auto'."
         )
     if parent_release_id:
         text += (
@@ -202,17 +208,17 @@ def write_release(
     ledger_entry_id: str | None = None,
     register_model: bool = True,
     bounds_estimate: Any = None,
-    bounds_epsilon: float | None = None,
+    bounds_noise_multiplier: float | None = None,
 ) -> dict[str, Any]:
     """Write both bundles and log the public one to MLflow; returns a summary of public facts.
 
-    A refit passes ``parent_release_id``, its zero-cost ``ledger_entry_id`` and the parent's ``bounds_epsilon``
+    A refit passes ``parent_release_id``, its zero-cost ``ledger_entry_id`` and the parent's ``bounds_noise_multiplier``
     (its schema holds the parent's DP bounds); it has no report, no validation and no source (it never reads real
     rows). The internal record (source, validation counts, the report's numbers) stays in ``internal_dir``: it is
     never logged to MLflow, where it would sit beside the public model.
     """
-    if bounds_epsilon is None:
-        bounds_epsilon = bounds_estimate.epsilon if bounds_estimate is not None and bounds_estimate.columns else 0.0
+    if bounds_noise_multiplier is None and bounds_estimate is not None and bounds_estimate.columns:
+        bounds_noise_multiplier = bounds_estimate.noise_multiplier
     from splice_assets.release.mlflow_model import registered_model_name
     from splice_assets.resolution import below_noise
     from splice_assets.sampling import save_model
@@ -226,7 +232,8 @@ def write_release(
     save_model(model, public_dir / "model")
     (public_dir / "schema.yaml").write_text(yaml.safe_dump(schema_to_dict(schema), sort_keys=False))
     refit = parent_release_id is not None
-    facts = public_facts(measurement, ledger, release_id, ledger_entry_id, 0.0 if refit else None, bounds_epsilon)
+    facts = public_facts(measurement, ledger, release_id, ledger_entry_id, 0.0 if refit else None,
+                         bounds_noise_multiplier)
     version = code_version()
     public_params = public_parameters(settings)
     manifest = {
@@ -237,7 +244,7 @@ def write_release(
         "dataset": schema.name,
         "schema_version": schema.version,
         "visibility": "public",
-        "privacy_statement": privacy_statement(measurement, parent_release_id, bounds_epsilon),
+        "privacy_statement": privacy_statement(measurement, parent_release_id, bounds_noise_multiplier),
         "accuracy_statement": accuracy_statement(measurement),
         "privacy": facts,
         "below_noise": {
@@ -247,10 +254,13 @@ def write_release(
             "columns": below_noise(measurement, schema),
         },
         "auto_bounds": None if bounds_estimate is None or not bounds_estimate.columns else {
-            "statement": "Bounds the schema left as 'auto' were estimated with an epsilon-DP quantile mechanism "
-            "(OpenDP) and charged to the ledger as their own entry; the values below are those DP outputs.",
-            "epsilon": bounds_estimate.epsilon,
-            "quantiles": [bounds_estimate.lower_quantile, bounds_estimate.upper_quantile],
+            "statement": "Bounds the schema left as 'auto' are the outer edges of the outermost buckets of a public "
+            "log grid whose Gaussian noisy count clears the threshold; the histograms were charged to the ledger as "
+            "their own entry and the values below are post-processing of them.",
+            "epsilon_alone": bounds_estimate.epsilon,
+            "noise_multiplier": bounds_estimate.noise_multiplier,
+            "sigma": bounds_estimate.sigma,
+            "threshold": bounds_estimate.threshold,
             "bounds": {k: list(v) for k, v in bounds_estimate.columns.items()},
             "ledger_entry_id": bounds_estimate.ledger_entry_id,
         },

@@ -169,7 +169,7 @@ def refit_release(
             parent_release_id=parent.release_id,
             ledger_entry_id=entry_id,
             # the parent's schema holds its DP bounds, so their cost is part of the child's guarantee too
-            bounds_epsilon=float((manifest.get("privacy") or {}).get("bounds_epsilon") or 0.0),
+            bounds_noise_multiplier=(manifest.get("privacy") or {}).get("bounds_noise_multiplier"),
         )
     finally:
         ledger.close()

@@ -41,7 +41,7 @@ class ReleaseSettings:
     n_synthetic: int
     seed: int
     holdout_fraction: float
-    bounds_epsilon_share: float
+    bounds_share: float
     match_marginals: bool
     marginal_share: float
     pair_share: float
@@ -71,7 +71,7 @@ class ReleaseSettings:
             MeasurementSettings(self.n_directions, self.k, self.marginal_share, self.pair_share),
             ModelSettings(self.components, self.max_steps, self.joint_pairs),
             PostProcessingSettings(self.link_lambda, self.tilt_chi2, self.field_iterations, self.match_marginals),
-            self.bounds_epsilon_share, self.max_unparseable_share,
+            self.bounds_share, self.max_unparseable_share,
         )
 
     def synthesizer(self, schema: TableSchema) -> Synthesizer:
