@@ -230,7 +230,7 @@ def test_the_release_job_keeps_neighbours_within_delta(tmp_path, monkeypatch, re
 @pytest.mark.parametrize("relation", [AR, RO])
 def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds(tmp_path, monkeypatch, relation):
     """With ``bounds: auto`` the first Gaussian draw is the bounds histograms (whole input, before the split):
-    one row moves them by at most histogram_sensitivity, exactly that where it changes bucket in every column."""
+    one row moves them by at most histogram_sensitivity, exactly that where it changes bucket in every histogram."""
     from splice_assets.private.bounds import histogram_sensitivity
 
     auto_yaml = SCHEMA_YAML.replace("name: toy_neighbours", "name: toy_neighbours_auto").replace(
@@ -243,8 +243,8 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds(tmp_path
     seen = capture_sampler(monkeypatch)
     rng = np.random.default_rng(3)
     table = private_table(rng, 400)
-    table["amount"] = table["amount"].clip(1, 500)  # the extreme row (1000, 90) is in other buckets of both
-    table["age"] = table["age"].clip(18, 80)
+    # The extreme row (1000, 90) then lies in other decades, so in other buckets of all four histograms.
+    table["amount"], table["age"] = table["amount"].clip(1, 99), table["age"] % 9 + 1
     base = job_vector(tmp_path, table, relation, "base", monkeypatch, seen, "toy_neighbours_auto")
     bound = histogram_sensitivity(2, relation)
     for index, (name, other) in enumerate(neighbours(rng, table, relation).items()):
