@@ -19,34 +19,26 @@ import warnings
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
 
-from splice_assets.measurement import (
-    RELATION_ADD_REMOVE,
-    RELATION_REPLACE_ONE,
-    RELATIONS,
-)
-from splice_assets.private.ledger import (
-    BudgetLedger,
-    LedgerError,
-    budgets_table,
-    default_ledger_url,
-)
-from splice_assets.private.mechanism import (
+# Only click, the standard library and import-free modules at module level: `splice --help` and the light commands
+# start in well under a second. Every heavy module (SQLAlchemy, the ledger, the accountant, pandas, torch, Dagster)
+# is imported inside the command that needs it (tests/test_cli_startup.py pins this).
+from splice_assets.defaults import (
     DEFAULT_K,
     DEFAULT_MARGINAL_SHARE,
     DEFAULT_N_DIRECTIONS,
     DEFAULT_PAIR_SHARE,
-    PrivacyParameterError,
-    validate_parameters,
+    RELATION_ADD_REMOVE,
+    RELATION_REPLACE_ONE,
+    RELATIONS,
 )
-from splice_assets.release.locations import artifact_dir, dagster_home
-from splice_assets.release.refit import ReleaseLocation, find_release, iter_releases
-from splice_assets.schema import SchemaError, load_schema
+from splice_assets.release.locations import ReleaseLocation, artifact_dir, dagster_home, find_release, iter_releases
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from splice_assets.private.ledger import BudgetLedger
 
 
 def _one_line(exc: BaseException) -> str:
@@ -60,6 +52,8 @@ def fail(exc: BaseException | str) -> click.ClickException:
 
 
 def _sqlite_file_missing(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return False
@@ -71,6 +65,8 @@ def _sqlite_file_missing(url: str) -> bool:
 
 def budget_status(url: str, dataset: str, noise_multiplier: float | None = None) -> dict[str, Any] | None:
     """The dataset's budget and spend from the ledger (None if no ledger or no budget). Never creates a file."""
+    from splice_assets.private.ledger import BudgetLedger
+
     if _sqlite_file_missing(url):
         return None
     ledger = BudgetLedger(url)
@@ -136,7 +132,12 @@ def plan(
     """Show sensitivity, sigma, per-order noise and the budget left, from public inputs only (no data read).
 
     Exits with status 3 when the dataset has a budget and this release would not fit it."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from splice_assets.private.ledger import LedgerError, default_ledger_url
     from splice_assets.private.measuring import make_plan
+    from splice_assets.private.mechanism import PrivacyParameterError, validate_parameters
+    from splice_assets.schema import SchemaError, load_schema
 
     try:
         schema = load_schema(schema_path)
@@ -228,6 +229,8 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
 
 
 def _redact(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
     try:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:  # noqa: BLE001 - only for display
@@ -271,12 +274,16 @@ def _json_out(value: Any) -> None:
 
 def _open_ledger(url: str | None = None) -> BudgetLedger | None:
     """The ledger, or None when its SQLite file does not exist (reading never creates one)."""
+    from splice_assets.private.ledger import BudgetLedger, default_ledger_url
+
     url = url or default_ledger_url()
     return None if _sqlite_file_missing(url) else BudgetLedger(url)
 
 
 def _ledger_datasets(ledger: BudgetLedger) -> list[str]:
     import sqlalchemy as sa
+
+    from splice_assets.private.ledger import budgets_table
 
     with ledger.engine.connect() as conn:
         names = [r.dataset for r in conn.execute(sa.select(budgets_table.c.dataset))]
@@ -418,6 +425,8 @@ def release_command(
 ) -> None:
     """Run one release (the Dagster `release` job, in-process): validate, measure (charged), fit, sample, write."""
     from splice_assets.datasets import DEMO_DATASET, schema_path
+    from splice_assets.private.mechanism import validate_parameters
+    from splice_assets.schema import load_schema
 
     if schema_file is not None:
         schema = load_schema(schema_file)
@@ -575,6 +584,7 @@ def _ledger_entries_of(location: ReleaseLocation) -> list[dict[str, Any]]:
 @guarded
 def show_command(release_id: str, as_json: bool) -> None:
     """Show a release's public manifest (release.json) and its ledger entry."""
+    from splice_assets.private.ledger import default_ledger_url
     location = find_release(release_id)
     manifest = location.manifest()
     entries = _ledger_entries_of(location)
@@ -667,6 +677,8 @@ def budget_group() -> None:
 @guarded
 def budget_command(dataset: str, as_json: bool) -> None:
     """A dataset's lifetime budget: spent, remaining, the per-release history and the budget's change history."""
+    from splice_assets.private.ledger import BudgetLedger, default_ledger_url
+
     url = default_ledger_url()
     status = budget_status(url, dataset)
     if status is None:
@@ -708,7 +720,8 @@ def budget_set_command(dataset: str, epsilon: float, delta: float, relation: str
 
     Lowering it below what is already spent is allowed: it only refuses further releases."""
     from splice_assets.datasets import schema_path
-    from splice_assets.private.ledger import BUDGET_TOLERANCE, default_actor
+    from splice_assets.private.ledger import BUDGET_TOLERANCE, BudgetLedger, default_actor, default_ledger_url
+    from splice_assets.schema import load_schema
 
     try:
         path: Path | None = schema_path(dataset)
@@ -800,7 +813,7 @@ def ledger_stale_command(older_than: float, dataset: str | None, as_json: bool) 
 def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, as_json: bool) -> None:
     """Resolve a dead run's reservation: committed if its noisy measurement is stored, else expired (still counted,
     since its noise may have been drawn and lost). Only --abort --confirm-no-noise-drawn un-counts it."""
-    from splice_assets.private.ledger import STATUS_RESERVED, default_actor
+    from splice_assets.private.ledger import STATUS_RESERVED, default_actor, default_ledger_url
 
     if confirm_no_noise and not abort:
         raise fail("--confirm-no-noise-drawn only goes with --abort")
@@ -883,6 +896,7 @@ def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | No
     """Sample rows from a release's fitted model (post-processing: no privacy cost)."""
     from splice_assets.release.bundle import write_csv_escaped
     from splice_assets.sampling import load_model, sample_table
+    from splice_assets.schema import load_schema
 
     location = find_release(release_id)
     manifest = location.manifest()
