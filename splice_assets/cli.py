@@ -14,7 +14,9 @@ import functools
 import json
 import math
 import os
+import re
 import shutil
+import sys
 import warnings
 from collections.abc import Callable
 from datetime import datetime
@@ -92,7 +94,28 @@ def budget_status(url: str, dataset: str, noise_multiplier: float | None = None)
         ledger.close()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: Exit status when stdout is a pipe closed early (``splice releases | head -1``): 128 + SIGPIPE, what a shell
+#: reports for a command the pipe's signal ended.
+EXIT_BROKEN_PIPE = 141
+
+
+class _SpliceGroup(click.Group):
+    """The top-level group: a pipe closed early ends the command quietly (no ``Error: [Errno 32] Broken pipe``)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit-time flush
+            return result
+        except BrokenPipeError:
+            # As the Python docs recommend (signal module, "Note on SIGPIPE"): point stdout at devnull so the
+            # exit-time flush does not raise again, then exit quietly.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise SystemExit(EXIT_BROKEN_PIPE) from None
+
+
+@click.group(cls=_SpliceGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """SPLICE: differentially private synthetic tables from sliced Chebyshev moments."""
 
@@ -247,8 +270,8 @@ def guarded(command: Callable[..., None]) -> Callable[..., None]:
     def wrapper(*args: Any, **kwargs: Any) -> None:
         try:
             command(*args, **kwargs)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise
+        except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
+            raise  # click's own, and a closed pipe (handled quietly by the group)
         except Exception as exc:  # noqa: BLE001 - the CLI's one-line error contract
             if os.environ.get("SPLICE_DEBUG"):
                 raise
@@ -519,6 +542,16 @@ telemetry:
 """  # noqa: E501 (the written file's first line)
 
 
+def _without_class_path(message: str | None, cls_name: str | None) -> str:
+    """A Dagster error's first line without the ``package.module.Class: `` prefix that Python's traceback format
+    puts in front of the message (``splice_assets.private.validation.StructuralError: column 'x': ...``)."""
+    lines = (message or "").strip().splitlines()
+    first = lines[0] if lines else ""
+    if cls_name:
+        first = re.sub(rf"^(?:[A-Za-z_]\w*\.)*{re.escape(cls_name)}: ?", "", first)
+    return " ".join(first.split()) or "the step failed without a message (rerun with --verbose)"
+
+
 def _quiet_mlflow() -> None:
     import logging
 
@@ -537,7 +570,7 @@ def _failure_reason(result: Any) -> str:
             while error is not None and error.cause is not None:
                 error = error.cause
             if error is not None:
-                return _one_line(error.message.strip().splitlines()[0] if error.message else error.cls_name)
+                return _without_class_path(error.message, error.cls_name)
     for evaluation in result.get_asset_check_evaluations():
         if not evaluation.passed:
             return f"check {evaluation.check_name} failed"
