@@ -29,6 +29,7 @@ import click
 # start in well under a second. Every heavy module (SQLAlchemy, the ledger, the accountant, pandas, torch, Dagster)
 # is imported inside the command that needs it (tests/test_cli_startup.py pins this).
 from splice_assets.defaults import (
+    DEFAULT_HOLDOUT_FRACTION,
     DEFAULT_K,
     DEFAULT_MARGINAL_SHARE,
     DEFAULT_N_DIRECTIONS,
@@ -122,9 +123,15 @@ def main() -> None:
 
 @main.command()
 @click.option("--schema", "schema_path", required=True, type=click.Path(dir_okay=False), help="Public schema YAML.")
-@click.option("--n", "n", required=True, type=int,
-              help="Number of rows n: public under replace-one; under add-remove only used to show the noise on "
-              "frequencies (n is private there and does not shape the noise).")
+@click.option("--n", "n", default=None, type=int,
+              help="Rows of the input table: public under replace-one; under add-remove only used to show the noise "
+              "on frequencies (n is private there and does not shape the noise) [default: the schema's n_min].")
+@click.option("--input", "input_path", default=None, type=click.Path(dir_okay=False),
+              help="CSV (optionally .gz) or Parquet input whose row count stands for --n (replace-one only): only "
+              "the count is read (CSV records, Parquet metadata).")
+@click.option("--holdout", "holdout_fraction", default=DEFAULT_HOLDOUT_FRACTION, show_default=True,
+              type=click.FloatRange(0.0, 0.9, max_open=True),
+              help="Share of the rows the release holds out (never measured), as `splice release --holdout`.")
 @click.option("--relation", type=click.Choice(RELATIONS), default=RELATION_REPLACE_ONE, show_default=True,
               help="Neighbouring relation of the guarantee.")
 @click.option("--epsilon", required=True, type=float, help="Per-release epsilon.")
@@ -141,7 +148,9 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(
     schema_path: str,
-    n: int,
+    n: int | None,
+    input_path: str | None,
+    holdout_fraction: float,
     epsilon: float,
     delta: float,
     n_directions: int,
@@ -152,9 +161,10 @@ def plan(
     ledger_url: str | None,
     as_json: bool,
 ) -> None:
-    """Show sensitivity, sigma, per-order noise and the budget left, from public inputs only (no data read).
+    """Show sensitivity, sigma, per-order noise and the budget left, from public inputs only.
 
-    Exits with status 3 when the dataset has a budget and this release would not fit it."""
+    sigma is for the rows the release measures: the input's rows less the holdout. With --input only the row count
+    is read. Exits with status 3 when the dataset has a budget and this release would not fit it."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from splice_assets.private.ledger import LedgerError, default_ledger_url
@@ -164,6 +174,8 @@ def plan(
 
     try:
         schema = load_schema(schema_path)
+        rows = _planned_rows(schema.n_min, n, input_path, holdout_fraction, relation)
+        n = rows["n"]
         validate_parameters(epsilon, delta, k, n_directions, schema.n_min, n=n)
         _, cal = make_plan(
             schema, n, epsilon, delta, n_directions, k, marginal_share=marginal_share, pair_share=pair_share,
@@ -184,6 +196,9 @@ def plan(
         "schema_version": schema.version,
         "relation": cal.relation,
         "n": n,
+        "n_input": rows["n_input"],
+        "n_source": rows["n_source"],
+        "holdout_fraction": holdout_fraction,
         "L": n_directions,
         "k": k,
         "epsilon": cal.epsilon,
@@ -214,12 +229,62 @@ def plan(
 PLAN_DOES_NOT_FIT = 3
 
 
+def measured_rows(n_input: int, holdout_fraction: float) -> int:
+    """The rows a release measures out of ``n_input``: the replace-one split keeps n - round(fraction * n) of
+    them (``holdout_split.split_holdout``; under add-remove that is the expected size)."""
+    return n_input - int(round(holdout_fraction * n_input))
+
+
+def _planned_rows(
+    n_min: int, n: int | None, input_path: str | None, holdout_fraction: float, relation: str
+) -> dict[str, Any]:
+    """The n the plan calibrates for (the measured rows), where it comes from, and the input's row count."""
+    from splice_assets.private.row_count import input_row_count
+
+    if n is not None and input_path is not None:
+        raise ValueError("give --n or --input, not both")
+    if relation == RELATION_ADD_REMOVE:
+        if input_path is not None:
+            raise ValueError(f"under {RELATION_ADD_REMOVE} the row count is private, so plan does not read it from "
+                             f"--input {input_path!r}: give --n to show the noise on frequencies at a row count of "
+                             "your choice, or nothing for the schema's public n_min")
+        if n is None:  # n_min bounds the measured part from below: the largest noise on a frequency
+            return {"n": n_min, "n_input": None, "n_source": "n_min"}
+        return {"n": measured_rows(n, holdout_fraction), "n_input": n, "n_source": "--n"}
+    if input_path is not None:
+        n_input, source = input_row_count(input_path), "--input"
+    elif n is not None:
+        n_input, source = n, "--n"
+    else:
+        raise ValueError(f"under {RELATION_REPLACE_ONE} sigma depends on the public row count: give --n ROWS or "
+                         "--input FILE")
+    measured = measured_rows(n_input, holdout_fraction)
+    if n_input >= 1 and measured < n_min:
+        raise ValueError(f"the release measures {measured:,} of {n_input:,} rows ({holdout_fraction:.0%} holdout), "
+                         f"below the schema's n_min = {n_min}; lower --holdout or use more rows")
+    return {"n": measured, "n_input": n_input, "n_source": source}
+
+
+def _rows_text(result: dict[str, Any], n_min: int) -> str:
+    """What the plan's n is: the measured part of the input (replace-one), or a display row count (add-remove)."""
+    n, n_input, fraction = result["n"], result["n_input"], result["holdout_fraction"]
+    if result["relation"] == RELATION_ADD_REMOVE:
+        shown = (f"the schema's public n_min = {n_min:,}" if n_input is None
+                 else f"about {1 - fraction:.0%} of --n {n_input:,} = {n:,} ({fraction:.0%} holdout)")
+        return (f"n is private under {RELATION_ADD_REMOVE} and does not shape the noise; frequencies shown at "
+                f"{shown}")
+    source = "" if result["n_source"] == "--n" else " (row count of --input)"
+    return (f"measures {1 - fraction:.0%} of {n_input:,} rows{source} = {n:,} ({fraction:.0%} holdout); "
+            f"sigma is for {n:,}")
+
+
 def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, url: str) -> None:
     n, n_directions, k, relation = result["n"], result["L"], result["k"], result["relation"]
     marginal_share, pair_share, stds, budget = (
         result["marginal_share"], result["pair_share"], result["noise_std_per_order"], result["budget"]
     )
     click.echo(f"dataset            {schema.name} (schema v{schema.version}), relation {cal.relation}")
+    click.echo(f"rows               {_rows_text(result, schema.n_min)}")
     click.echo(f"n, L, k            {n}, {n_directions}, {k}")
     click.echo(f"epsilon, delta     {cal.epsilon:g}, {cal.delta:g}")
     formula = (
