@@ -69,6 +69,7 @@ def _sqlite_file_missing(url: str) -> bool:
 def budget_status(url: str, dataset: str, noise_multiplier: float | None = None) -> dict[str, Any] | None:
     """The dataset's budget and spend from the ledger (None if no ledger or no budget). Never creates a file."""
     from splice_assets.private.ledger import BudgetLedger
+    from splice_assets.release.budget_text import composed_releases
 
     if _sqlite_file_missing(url):
         return None
@@ -85,6 +86,7 @@ def budget_status(url: str, dataset: str, noise_multiplier: float | None = None)
             "relation": budget.relation,
             "epsilon_spent": spent,
             "epsilon_remaining": ledger.remaining(dataset),
+            "releases_composed": composed_releases(ledger, dataset),
         }
         if noise_multiplier is not None:
             after = ledger.projected(dataset, [noise_multiplier])
@@ -279,6 +281,8 @@ def _rows_text(result: dict[str, Any], n_min: int) -> str:
 
 
 def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, url: str) -> None:
+    from splice_assets.release.budget_text import lifetime_text, release_text
+
     n, n_directions, k, relation = result["n"], result["L"], result["k"], result["relation"]
     marginal_share, pair_share, stds, budget = (
         result["marginal_share"], result["pair_share"], result["noise_std_per_order"], result["budget"]
@@ -286,7 +290,7 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
     click.echo(f"dataset            {schema.name} (schema v{schema.version}), relation {cal.relation}")
     click.echo(f"rows               {_rows_text(result, schema.n_min)}")
     click.echo(f"n, L, k            {n}, {n_directions}, {k}")
-    click.echo(f"epsilon, delta     {cal.epsilon:g}, {cal.delta:g}")
+    click.echo(f"this release       {release_text(cal.epsilon, cal.delta)}, charged when it runs")
     formula = (
         "sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n" if relation == RELATION_REPLACE_ONE
         else "sqrt(L H_k + w^2 C + w2^2 P + wn^2), on sums and counts"
@@ -309,11 +313,11 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
         click.echo(f"budget             none set for {schema.name!r} in {_redact(url)}")
     else:
         fits = "fits" if budget["release_fits"] else "does NOT fit"
-        click.echo(
-            f"budget             epsilon {budget['epsilon_total']:g} at delta {budget['delta_total']:g}; "
-            f"spent {budget['epsilon_spent']:.6f}, remaining {budget['epsilon_remaining']:.6f}"
-        )
-        click.echo(f"after this release epsilon {budget['epsilon_after_release']:.6f} ({fits})")
+        total, delta_total, composed = budget["epsilon_total"], budget["delta_total"], budget["releases_composed"]
+        click.echo("lifetime now       " + lifetime_text(budget["epsilon_spent"], total, delta_total, composed,
+                                                         budget["epsilon_remaining"]))
+        after = lifetime_text(budget["epsilon_after_release"], total, delta_total, composed + 1)
+        click.echo(f"lifetime after it  {after} ({fits})")
 
 
 def _redact(url: str) -> str:
@@ -514,6 +518,7 @@ def release_command(
     """Run one release (the Dagster `release` job, in-process): validate, measure (charged), fit, sample, write."""
     from splice_assets.datasets import DEMO_DATASET, schema_path
     from splice_assets.private.mechanism import validate_parameters
+    from splice_assets.release.budget_text import release_text
     from splice_assets.schema import load_schema
 
     if schema_file is not None:
@@ -553,8 +558,17 @@ def release_command(
     model = record.get("registered_model_name")
     click.echo(f"MLflow run     {record['mlflow_run_id']}" + (
         f"; model models:/{model}/{record['registered_model_version']}" if model else ""))
-    click.echo(f"epsilon        {record['epsilon_cost']:g} charged; lifetime spent {record['epsilon_spent']:.6f}, "
-               f"remaining {record['epsilon_remaining']:.6f}")
+    click.echo(f"this release   {release_text(record['epsilon_cost'], chosen['delta'])} charged to the ledger")
+    click.echo(f"lifetime       {_lifetime_now(dataset)}")
+
+
+def _lifetime_now(dataset: str) -> str:
+    """The dataset's lifetime line as the ledger has it now."""
+    from splice_assets.private.ledger import BudgetLedger, default_ledger_url
+    from splice_assets.release.budget_text import lifetime_of
+
+    with BudgetLedger(default_ledger_url()) as ledger:
+        return lifetime_of(ledger, dataset)
 
 
 def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], verbose: bool) -> dict[str, Any]:
@@ -683,6 +697,8 @@ def _ledger_entries_of(location: ReleaseLocation) -> list[dict[str, Any]]:
 def show_command(release_id: str, as_json: bool) -> None:
     """Show a release's public manifest (release.json) and its ledger entry."""
     from splice_assets.private.ledger import default_ledger_url
+    from splice_assets.release.budget_text import lifetime_text, release_text
+
     location = find_release(release_id)
     manifest = location.manifest()
     entries = _ledger_entries_of(location)
@@ -695,10 +711,11 @@ def show_command(release_id: str, as_json: bool) -> None:
         click.echo(f"parent      {manifest['parent_release_id']}")
     click.echo(f"dataset     {manifest['dataset']} (schema v{manifest.get('schema_version')})")
     click.echo(f"created     {manifest.get('created_at', '-')}")
-    click.echo(
-        f"guarantee   ({privacy.get('epsilon')}, {privacy.get('delta')})-DP, relation {privacy.get('relation')}; "
-        f"this release charged epsilon {privacy.get('epsilon_cost')}"
-    )
+    click.echo(f"guarantee   ({privacy.get('epsilon')}, {privacy.get('delta')})-DP, relation {privacy.get('relation')}")
+    cost = privacy.get("epsilon_cost")
+    refit = manifest.get("kind") == "refit"
+    click.echo("this release " + ("-" if cost is None else release_text(cost, None if refit else privacy.get("delta")))
+               + " charged" + (" (a zero-cost refit of the parent's measurement)" if refit else ""))
     add_remove = privacy.get("relation") == RELATION_ADD_REMOVE
     multiplier = privacy.get("noise_multiplier")
     click.echo(f"mechanism   sigma {privacy.get('sigma'):.6g} on frequencies, Delta {privacy.get('sensitivity'):.6g}"
@@ -707,8 +724,10 @@ def show_command(release_id: str, as_json: bool) -> None:
                + f", L {privacy.get('L')}, k {privacy.get('k')}, n {privacy.get('n')}"
                + (" (noisy)" if add_remove else "")
                + f", seed {privacy.get('directions_seed')}")
-    click.echo(f"lifetime    epsilon spent {privacy.get('lifetime_epsilon_spent')} at delta "
-               f"{privacy.get('lifetime_delta')}, remaining {privacy.get('lifetime_epsilon_remaining')}")
+    if privacy.get("lifetime_epsilon_spent") is not None and privacy.get("lifetime_delta") is not None:
+        lifetime = lifetime_text(privacy["lifetime_epsilon_spent"], privacy.get("lifetime_epsilon_budget"),
+                                 privacy["lifetime_delta"], remaining=privacy.get("lifetime_epsilon_remaining"))
+        click.echo(f"lifetime    {lifetime}, when this release was made (now: splice budget {manifest['dataset']})")
     click.echo(f"rows        {manifest.get('synthetic_rows')} synthetic")
     mlflow_info = manifest.get("mlflow") or {}
     if mlflow_info.get("run_id"):
@@ -776,6 +795,7 @@ def budget_group() -> None:
 def budget_command(dataset: str, as_json: bool) -> None:
     """A dataset's lifetime budget: spent, remaining, the per-release history and the budget's change history."""
     from splice_assets.private.ledger import BudgetLedger, default_ledger_url
+    from splice_assets.release.budget_text import lifetime_text, release_text
 
     url = default_ledger_url()
     status = budget_status(url, dataset)
@@ -791,17 +811,20 @@ def budget_command(dataset: str, as_json: bool) -> None:
         _json_out({**status, "history": history, "budget_changes": changes})
         return
     click.echo(f"dataset   {dataset} (relation {status['relation']})")
-    click.echo(f"budget    epsilon {status['epsilon_total']:g} at delta {status['delta_total']:g}")
+    click.echo(f"budget    lifetime epsilon_total = {status['epsilon_total']:g} at delta_total = "
+               f"{status['delta_total']:g}")
     for c in changes:
         click.echo(f"  changed {_change_text(c)}")
     if not changes:  # budgets set before changes were recorded
         click.echo("  changed (no recorded change)")
-    click.echo(f"spent     epsilon {status['epsilon_spent']:.6f} (composed, rounded up)")
-    click.echo(f"remaining epsilon {status['epsilon_remaining']:.6f}")
+    click.echo("lifetime  " + lifetime_text(status["epsilon_spent"], status["epsilon_total"], status["delta_total"],
+                                            status["releases_composed"], status["epsilon_remaining"]))
+    if history:
+        click.echo("releases  each at its own (epsilon, delta); the lifetime line composes them")
     for e in history:
         parent = f" refit of {e['parent_release_id']}" if e["parent_release_id"] else ""
-        click.echo(f"  {e['created_at']}  {e['release_id']}  {e['status']:<9} epsilon {e['epsilon']:g} "
-                   f"delta {e['delta']:g}{parent}")
+        click.echo(f"  {e['created_at']}  {e['release_id']}  {e['status']:<9} this release "
+                   f"{release_text(e['epsilon'], e['delta'])}{parent}")
 
 
 @budget_group.command("set")
@@ -912,6 +935,7 @@ def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, a
     """Resolve a dead run's reservation: committed if its noisy measurement is stored, else expired (still counted,
     since its noise may have been drawn and lost). Only --abort --confirm-no-noise-drawn un-counts it."""
     from splice_assets.private.ledger import STATUS_RESERVED, default_actor, default_ledger_url
+    from splice_assets.release.budget_text import lifetime_of
 
     if confirm_no_noise and not abort:
         raise fail("--confirm-no-noise-drawn only goes with --abort")
@@ -941,6 +965,7 @@ def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, a
         spent, delta_total = ledger.spent(entry.dataset)
         budget = ledger.budget(entry.dataset)
         remaining = ledger.remaining(entry.dataset)
+        lifetime = lifetime_of(ledger, entry.dataset)
     finally:
         ledger.close()
     if as_json:
@@ -950,9 +975,7 @@ def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, a
                    "epsilon_total": None if budget is None else budget.epsilon_total, "epsilon_remaining": remaining})
         return
     click.echo(f"ledger entry {entry_id} ({entry.dataset!r}, release {entry.release_id}): reserved -> {status} ({why})")
-    total = "" if budget is None else f" of {budget.epsilon_total:g}"
-    click.echo(f"{entry.dataset!r} spent epsilon {spent:.6f}{total} at delta {delta_total:g} "
-               f"(composed, rounded up), remaining {remaining:.6f}")
+    click.echo(f"lifetime of {entry.dataset!r}: {lifetime}")
 
 
 @main.command("refit")
@@ -968,6 +991,7 @@ def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, a
 def refit_command(release_id: str, components: int | None, steps: int | None, rows: int | None,
                   seed: int | None, as_json: bool) -> None:
     """Refit a release's stored noisy moments into a new zero-cost release (no real rows read)."""
+    from splice_assets.release.budget_text import release_text
     from splice_assets.release.refit import refit_release
 
     _quiet_mlflow()
@@ -980,7 +1004,8 @@ def refit_command(release_id: str, components: int | None, steps: int | None, ro
     click.echo(f"release {record['release_id']} (zero-cost refit of {record['parent_release_id']})")
     click.echo(f"public bundle  {record['public_dir']}")
     click.echo(f"MLflow run     {record['mlflow_run_id']}")
-    click.echo(f"epsilon        0 charged; lifetime spent {record['epsilon_spent']:.6f}")
+    click.echo(f"this release   {release_text(0.0)} charged (post-processing of the parent's measurement)")
+    click.echo(f"lifetime       {_lifetime_now(record['dataset'])}")
 
 
 @main.command("sample")
