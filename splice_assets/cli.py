@@ -866,6 +866,39 @@ def budget_set_command(dataset: str, epsilon: float, delta: float, relation: str
                    f"{after.delta_total:g}), more than the new budget: further releases are refused", err=True)
 
 
+# -- schema drafting ---------------------------------------------------------------------------------------
+
+
+@main.group("schema")
+def schema_group() -> None:
+    """Write a first schema: `schema init --input FILE` drafts one from the header and cell types."""
+
+
+@schema_group.command("init")
+@click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV (optionally .gz) or Parquet input; only its header and cell types shape the draft.")
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="Write the draft here (refused if the file exists) [default: print it].")
+@click.option("--name", default=None, help="Dataset name [default: the input's file name up to its first dot].")
+@click.option("--from-data", "from_data", is_flag=True,
+              help="Offer observed categories and min/max, each column marked `from_data: true`: releases refuse "
+              "it until you have checked the values are public and removed the mark.")
+@guarded
+def schema_init_command(input_path: str, out: str | None, name: str | None, from_data: bool) -> None:
+    """Draft a schema: column names, kinds and nullability; bounds, categories and n_min left to you."""
+    from splice_assets.private.schema_draft import draft_schema
+
+    if out is not None and Path(out).exists():
+        raise fail(f"--out {out!r} exists; not overwriting it")
+    text = draft_schema(input_path, name, from_data)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    Path(out).write_text(text, encoding="utf-8")
+    click.echo(f"wrote a draft schema to {out}: fill in n_min, bounds and categories"
+               + (", and remove every from_data mark once its values are confirmed public" if from_data else ""))
+
+
 # -- ledger maintenance --------------------------------------------------------------------------------------
 
 

@@ -44,7 +44,8 @@ def loaded_after(*args: str) -> set[str]:
     return run_probe(PROBE, list(args))
 
 
-@pytest.mark.parametrize("args", [["--help"], ["plan", "--help"], ["release", "--help"], ["budget", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["plan", "--help"], ["release", "--help"], ["budget", "--help"],
+                                  ["schema", "init", "--help"]])
 def test_help_imports_no_heavy_module(args):
     heavy = loaded_after(*args) & set(HEAVY)
     assert not heavy, f"`splice {' '.join(args)}` imported {sorted(heavy)}"
