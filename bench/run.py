@@ -273,9 +273,13 @@ def score(p: Prepared, synthetic: pd.DataFrame) -> dict:
 
 
 def score_file(p: Prepared, path: Path) -> dict:
+    import dataclasses
+
     from splice_assets.private.validation import read_table, validate
 
-    return score(p, validate(read_table(path), p.schema).table)
+    # Synthetic rows are checked against the schema's columns; their count (noisy under add-remove) may fall
+    # below the schema's n_min, which bounds the private input, not an output.
+    return score(p, validate(read_table(path), dataclasses.replace(p.schema, n_min=1)).table)
 
 
 def reference_rows(p: Prepared) -> list[dict]:

@@ -14,39 +14,34 @@ import functools
 import json
 import math
 import os
+import re
 import shutil
+import sys
 import warnings
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
 
-from splice_assets.measurement import (
-    RELATION_ADD_REMOVE,
-    RELATION_REPLACE_ONE,
-    RELATIONS,
-)
-from splice_assets.private.ledger import (
-    BudgetLedger,
-    LedgerError,
-    budgets_table,
-    default_ledger_url,
-)
-from splice_assets.private.mechanism import (
+# Only click, the standard library and import-free modules at module level: `splice --help` and the light commands
+# start in well under a second. Every heavy module (SQLAlchemy, the ledger, the accountant, pandas, torch, Dagster)
+# is imported inside the command that needs it (tests/test_cli_startup.py pins this).
+from splice_assets.defaults import (
+    DEFAULT_HOLDOUT_FRACTION,
     DEFAULT_K,
     DEFAULT_MARGINAL_SHARE,
     DEFAULT_N_DIRECTIONS,
     DEFAULT_PAIR_SHARE,
-    PrivacyParameterError,
-    validate_parameters,
+    RELATION_ADD_REMOVE,
+    RELATION_REPLACE_ONE,
+    RELATIONS,
 )
-from splice_assets.release.locations import artifact_dir, dagster_home
-from splice_assets.release.refit import ReleaseLocation, find_release, iter_releases
-from splice_assets.schema import SchemaError, load_schema
+from splice_assets.release.locations import ReleaseLocation, artifact_dir, dagster_home, find_release, iter_releases
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from splice_assets.private.ledger import BudgetLedger
 
 
 def _one_line(exc: BaseException) -> str:
@@ -60,6 +55,8 @@ def fail(exc: BaseException | str) -> click.ClickException:
 
 
 def _sqlite_file_missing(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return False
@@ -69,8 +66,11 @@ def _sqlite_file_missing(url: str) -> bool:
     return not Path(database).expanduser().exists()
 
 
-def budget_status(url: str, dataset: str, noise_multiplier: float | None = None) -> dict[str, Any] | None:
+def budget_status(url: str, dataset: str, noise_multipliers: list[float] | None = None) -> dict[str, Any] | None:
     """The dataset's budget and spend from the ledger (None if no ledger or no budget). Never creates a file."""
+    from splice_assets.private.ledger import BudgetLedger
+    from splice_assets.release.budget_text import composed_releases
+
     if _sqlite_file_missing(url):
         return None
     ledger = BudgetLedger(url)
@@ -86,9 +86,10 @@ def budget_status(url: str, dataset: str, noise_multiplier: float | None = None)
             "relation": budget.relation,
             "epsilon_spent": spent,
             "epsilon_remaining": ledger.remaining(dataset),
+            "releases_composed": composed_releases(ledger, dataset),
         }
-        if noise_multiplier is not None:
-            after = ledger.projected(dataset, [noise_multiplier])
+        if noise_multipliers is not None:
+            after = ledger.projected(dataset, noise_multipliers)
             status["epsilon_after_release"] = after
             status["release_fits"] = after <= budget.epsilon_total + 1e-9
         return status
@@ -96,16 +97,43 @@ def budget_status(url: str, dataset: str, noise_multiplier: float | None = None)
         ledger.close()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: Exit status when stdout is a pipe closed early (``splice releases | head -1``): 128 + SIGPIPE, what a shell
+#: reports for a command the pipe's signal ended.
+EXIT_BROKEN_PIPE = 141
+
+
+class _SpliceGroup(click.Group):
+    """The top-level group: a pipe closed early ends the command quietly (no ``Error: [Errno 32] Broken pipe``)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit-time flush
+            return result
+        except BrokenPipeError:
+            # As the Python docs recommend (signal module, "Note on SIGPIPE"): point stdout at devnull so the
+            # exit-time flush does not raise again, then exit quietly.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise SystemExit(EXIT_BROKEN_PIPE) from None
+
+
+@click.group(cls=_SpliceGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """SPLICE: differentially private synthetic tables from sliced Chebyshev moments."""
 
 
 @main.command()
 @click.option("--schema", "schema_path", required=True, type=click.Path(dir_okay=False), help="Public schema YAML.")
-@click.option("--n", "n", required=True, type=int,
-              help="Number of rows n: public under replace-one; under add-remove only used to show the noise on "
-              "frequencies (n is private there and does not shape the noise).")
+@click.option("--n", "n", default=None, type=int,
+              help="Rows of the input table: public under replace-one; under add-remove only used to show the noise "
+              "on frequencies (n is private there and does not shape the noise) [default: the schema's n_min].")
+@click.option("--input", "input_path", default=None, type=click.Path(dir_okay=False),
+              help="CSV (optionally .gz) or Parquet input whose row count stands for --n (replace-one only): only "
+              "the count is read (CSV records, Parquet metadata).")
+@click.option("--holdout", "holdout_fraction", default=DEFAULT_HOLDOUT_FRACTION, show_default=True,
+              type=click.FloatRange(0.0, 0.9, max_open=True),
+              help="Share of the rows the release holds out (never measured), as `splice release --holdout`.")
 @click.option("--relation", type=click.Choice(RELATIONS), default=RELATION_REPLACE_ONE, show_default=True,
               help="Neighbouring relation of the guarantee.")
 @click.option("--epsilon", required=True, type=float, help="Per-release epsilon.")
@@ -122,7 +150,9 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(
     schema_path: str,
-    n: int,
+    n: int | None,
+    input_path: str | None,
+    holdout_fraction: float,
     epsilon: float,
     delta: float,
     n_directions: int,
@@ -133,23 +163,37 @@ def plan(
     ledger_url: str | None,
     as_json: bool,
 ) -> None:
-    """Show sensitivity, sigma, per-order noise and the budget left, from public inputs only (no data read).
+    """Show sensitivity, sigma, per-order noise and the budget left, from public inputs only.
 
-    Exits with status 3 when the dataset has a budget and this release would not fit it."""
+    sigma is for the rows the release measures: the input's rows less the holdout. With --input only the row count
+    is read. Exits with status 3 when the dataset has a budget and this release would not fit it."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, auto_columns
+    from splice_assets.private.ledger import LedgerError, default_ledger_url
     from splice_assets.private.measuring import make_plan
+    from splice_assets.private.mechanism import PrivacyParameterError, split_privacy, validate_parameters
+    from splice_assets.schema import SchemaError, load_schema
 
     try:
         schema = load_schema(schema_path)
+        rows = _planned_rows(schema.n_min, n, input_path, holdout_fraction, relation)
+        n = rows["n"]
         validate_parameters(epsilon, delta, k, n_directions, schema.n_min, n=n)
+        # DP bounds of `bounds: auto` columns take their share of the privacy, as in the release.
+        measured_epsilon, bounds_multiplier = (
+            split_privacy(epsilon, delta, DEFAULT_BOUNDS_SHARE) if auto_columns(schema) else (epsilon, None)
+        )
         _, cal = make_plan(
-            schema, n, epsilon, delta, n_directions, k, marginal_share=marginal_share, pair_share=pair_share,
-            relation=relation,
+            schema, n, measured_epsilon, delta, n_directions, k, marginal_share=marginal_share,
+            pair_share=pair_share, relation=relation,
         )
     except (SchemaError, PrivacyParameterError, ValueError) as exc:
         raise fail(exc) from None
     url = ledger_url or default_ledger_url()
     try:
-        budget = budget_status(url, schema.name, cal.noise_multiplier)
+        multipliers = [cal.noise_multiplier] + ([bounds_multiplier] if bounds_multiplier else [])
+        budget = budget_status(url, schema.name, multipliers)
     except (LedgerError, SQLAlchemyError, ValueError) as exc:
         raise fail(f"cannot read the budget ledger: {_one_line(exc)}") from None
     # Under add-remove sigma is on sums and counts; divided by n it is the noise on frequencies, as replace-one's.
@@ -160,9 +204,14 @@ def plan(
         "schema_version": schema.version,
         "relation": cal.relation,
         "n": n,
+        "n_input": rows["n_input"],
+        "n_source": rows["n_source"],
+        "holdout_fraction": holdout_fraction,
         "L": n_directions,
         "k": k,
-        "epsilon": cal.epsilon,
+        "epsilon": epsilon,
+        "measurement_epsilon": cal.epsilon,
+        "bounds_noise_multiplier": bounds_multiplier,
         "delta": cal.delta,
         "sensitivity": cal.sensitivity,
         "float_slack": cal.slack,
@@ -190,14 +239,69 @@ def plan(
 PLAN_DOES_NOT_FIT = 3
 
 
+def measured_rows(n_input: int, holdout_fraction: float) -> int:
+    """The rows a release measures out of ``n_input``: the replace-one split keeps n - round(fraction * n) of
+    them (``holdout_split.split_holdout``; under add-remove that is the expected size)."""
+    return n_input - int(round(holdout_fraction * n_input))
+
+
+def _planned_rows(
+    n_min: int, n: int | None, input_path: str | None, holdout_fraction: float, relation: str
+) -> dict[str, Any]:
+    """The n the plan calibrates for (the measured rows), where it comes from, and the input's row count."""
+    from splice_assets.private.row_count import input_row_count
+
+    if n is not None and input_path is not None:
+        raise ValueError("give --n or --input, not both")
+    if relation == RELATION_ADD_REMOVE:
+        if input_path is not None:
+            raise ValueError(f"under {RELATION_ADD_REMOVE} the row count is private, so plan does not read it from "
+                             f"--input {input_path!r}: give --n to show the noise on frequencies at a row count of "
+                             "your choice, or nothing for the schema's public n_min")
+        if n is None:  # n_min bounds the measured part from below: the largest noise on a frequency
+            return {"n": n_min, "n_input": None, "n_source": "n_min"}
+        return {"n": measured_rows(n, holdout_fraction), "n_input": n, "n_source": "--n"}
+    if input_path is not None:
+        n_input, source = input_row_count(input_path), "--input"
+    elif n is not None:
+        n_input, source = n, "--n"
+    else:
+        raise ValueError(f"under {RELATION_REPLACE_ONE} sigma depends on the public row count: give --n ROWS or "
+                         "--input FILE")
+    measured = measured_rows(n_input, holdout_fraction)
+    if n_input >= 1 and measured < n_min:
+        raise ValueError(f"the release measures {measured:,} of {n_input:,} rows ({holdout_fraction:.0%} holdout), "
+                         f"below the schema's n_min = {n_min}; lower --holdout or use more rows")
+    return {"n": measured, "n_input": n_input, "n_source": source}
+
+
+def _rows_text(result: dict[str, Any], n_min: int) -> str:
+    """What the plan's n is: the measured part of the input (replace-one), or a display row count (add-remove)."""
+    n, n_input, fraction = result["n"], result["n_input"], result["holdout_fraction"]
+    if result["relation"] == RELATION_ADD_REMOVE:
+        shown = (f"the schema's public n_min = {n_min:,}" if n_input is None
+                 else f"about {1 - fraction:.0%} of --n {n_input:,} = {n:,} ({fraction:.0%} holdout)")
+        return (f"n is private under {RELATION_ADD_REMOVE} and does not shape the noise; frequencies shown at "
+                f"{shown}")
+    source = "" if result["n_source"] == "--n" else " (row count of --input)"
+    return (f"measures {1 - fraction:.0%} of {n_input:,} rows{source} = {n:,} ({fraction:.0%} holdout); "
+            f"sigma is for {n:,}")
+
+
 def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, url: str) -> None:
+    from splice_assets.release.budget_text import lifetime_text, release_text
+
     n, n_directions, k, relation = result["n"], result["L"], result["k"], result["relation"]
     marginal_share, pair_share, stds, budget = (
         result["marginal_share"], result["pair_share"], result["noise_std_per_order"], result["budget"]
     )
     click.echo(f"dataset            {schema.name} (schema v{schema.version}), relation {cal.relation}")
+    click.echo(f"rows               {_rows_text(result, schema.n_min)}")
     click.echo(f"n, L, k            {n}, {n_directions}, {k}")
-    click.echo(f"epsilon, delta     {cal.epsilon:g}, {cal.delta:g}")
+    click.echo(f"this release       {release_text(result['epsilon'], cal.delta)}, charged when it runs")
+    if result["bounds_noise_multiplier"] is not None:
+        click.echo(f"                   of it DP bounds for the 'auto' columns: noise multiplier "
+                   f"{result['bounds_noise_multiplier']:.4g}; the measurement alone: epsilon = {cal.epsilon:.6g}")
     formula = (
         "sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n" if relation == RELATION_REPLACE_ONE
         else "sqrt(L H_k + w^2 C + w2^2 P + wn^2), on sums and counts"
@@ -220,14 +324,16 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
         click.echo(f"budget             none set for {schema.name!r} in {_redact(url)}")
     else:
         fits = "fits" if budget["release_fits"] else "does NOT fit"
-        click.echo(
-            f"budget             epsilon {budget['epsilon_total']:g} at delta {budget['delta_total']:g}; "
-            f"spent {budget['epsilon_spent']:.6f}, remaining {budget['epsilon_remaining']:.6f}"
-        )
-        click.echo(f"after this release epsilon {budget['epsilon_after_release']:.6f} ({fits})")
+        total, delta_total, composed = budget["epsilon_total"], budget["delta_total"], budget["releases_composed"]
+        click.echo("lifetime now       " + lifetime_text(budget["epsilon_spent"], total, delta_total, composed,
+                                                         budget["epsilon_remaining"]))
+        after = lifetime_text(budget["epsilon_after_release"], total, delta_total, composed + 1)
+        click.echo(f"lifetime after it  {after} ({fits})")
 
 
 def _redact(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
     try:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:  # noqa: BLE001 - only for display
@@ -244,8 +350,8 @@ def guarded(command: Callable[..., None]) -> Callable[..., None]:
     def wrapper(*args: Any, **kwargs: Any) -> None:
         try:
             command(*args, **kwargs)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise
+        except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
+            raise  # click's own, and a closed pipe (handled quietly by the group)
         except Exception as exc:  # noqa: BLE001 - the CLI's one-line error contract
             if os.environ.get("SPLICE_DEBUG"):
                 raise
@@ -271,12 +377,16 @@ def _json_out(value: Any) -> None:
 
 def _open_ledger(url: str | None = None) -> BudgetLedger | None:
     """The ledger, or None when its SQLite file does not exist (reading never creates one)."""
+    from splice_assets.private.ledger import BudgetLedger, default_ledger_url
+
     url = url or default_ledger_url()
     return None if _sqlite_file_missing(url) else BudgetLedger(url)
 
 
 def _ledger_datasets(ledger: BudgetLedger) -> list[str]:
     import sqlalchemy as sa
+
+    from splice_assets.private.ledger import budgets_table
 
     with ledger.engine.connect() as conn:
         names = [r.dataset for r in conn.execute(sa.select(budgets_table.c.dataset))]
@@ -418,6 +528,9 @@ def release_command(
 ) -> None:
     """Run one release (the Dagster `release` job, in-process): validate, measure (charged), fit, sample, write."""
     from splice_assets.datasets import DEMO_DATASET, schema_path
+    from splice_assets.private.mechanism import validate_parameters
+    from splice_assets.release.budget_text import release_text
+    from splice_assets.schema import load_schema
 
     if schema_file is not None:
         schema = load_schema(schema_file)
@@ -456,8 +569,17 @@ def release_command(
     model = record.get("registered_model_name")
     click.echo(f"MLflow run     {record['mlflow_run_id']}" + (
         f"; model models:/{model}/{record['registered_model_version']}" if model else ""))
-    click.echo(f"epsilon        {record['epsilon_cost']:g} charged; lifetime spent {record['epsilon_spent']:.6f}, "
-               f"remaining {record['epsilon_remaining']:.6f}")
+    click.echo(f"this release   {release_text(record['epsilon_cost'], chosen['delta'])} charged to the ledger")
+    click.echo(f"lifetime       {_lifetime_now(dataset)}")
+
+
+def _lifetime_now(dataset: str) -> str:
+    """The dataset's lifetime line as the ledger has it now."""
+    from splice_assets.private.ledger import BudgetLedger, default_ledger_url
+    from splice_assets.release.budget_text import lifetime_of
+
+    with BudgetLedger(default_ledger_url()) as ledger:
+        return lifetime_of(ledger, dataset)
 
 
 def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], verbose: bool) -> dict[str, Any]:
@@ -510,6 +632,16 @@ telemetry:
 """  # noqa: E501 (the written file's first line)
 
 
+def _without_class_path(message: str | None, cls_name: str | None) -> str:
+    """A Dagster error's first line without the ``package.module.Class: `` prefix that Python's traceback format
+    puts in front of the message (``splice_assets.private.validation.StructuralError: column 'x': ...``)."""
+    lines = (message or "").strip().splitlines()
+    first = lines[0] if lines else ""
+    if cls_name:
+        first = re.sub(rf"^(?:[A-Za-z_]\w*\.)*{re.escape(cls_name)}: ?", "", first)
+    return " ".join(first.split()) or "the step failed without a message (rerun with --verbose)"
+
+
 def _quiet_mlflow() -> None:
     import logging
 
@@ -528,7 +660,7 @@ def _failure_reason(result: Any) -> str:
             while error is not None and error.cause is not None:
                 error = error.cause
             if error is not None:
-                return _one_line(error.message.strip().splitlines()[0] if error.message else error.cls_name)
+                return _without_class_path(error.message, error.cls_name)
     for evaluation in result.get_asset_check_evaluations():
         if not evaluation.passed:
             return f"check {evaluation.check_name} failed"
@@ -575,6 +707,9 @@ def _ledger_entries_of(location: ReleaseLocation) -> list[dict[str, Any]]:
 @guarded
 def show_command(release_id: str, as_json: bool) -> None:
     """Show a release's public manifest (release.json) and its ledger entry."""
+    from splice_assets.private.ledger import default_ledger_url
+    from splice_assets.release.budget_text import lifetime_text, release_text
+
     location = find_release(release_id)
     manifest = location.manifest()
     entries = _ledger_entries_of(location)
@@ -587,10 +722,11 @@ def show_command(release_id: str, as_json: bool) -> None:
         click.echo(f"parent      {manifest['parent_release_id']}")
     click.echo(f"dataset     {manifest['dataset']} (schema v{manifest.get('schema_version')})")
     click.echo(f"created     {manifest.get('created_at', '-')}")
-    click.echo(
-        f"guarantee   ({privacy.get('epsilon')}, {privacy.get('delta')})-DP, relation {privacy.get('relation')}; "
-        f"this release charged epsilon {privacy.get('epsilon_cost')}"
-    )
+    click.echo(f"guarantee   ({privacy.get('epsilon')}, {privacy.get('delta')})-DP, relation {privacy.get('relation')}")
+    cost = privacy.get("epsilon_cost")
+    refit = manifest.get("kind") == "refit"
+    click.echo("this release " + ("-" if cost is None else release_text(cost, None if refit else privacy.get("delta")))
+               + " charged" + (" (a zero-cost refit of the parent's measurement)" if refit else ""))
     add_remove = privacy.get("relation") == RELATION_ADD_REMOVE
     multiplier = privacy.get("noise_multiplier")
     click.echo(f"mechanism   sigma {privacy.get('sigma'):.6g} on frequencies, Delta {privacy.get('sensitivity'):.6g}"
@@ -599,8 +735,10 @@ def show_command(release_id: str, as_json: bool) -> None:
                + f", L {privacy.get('L')}, k {privacy.get('k')}, n {privacy.get('n')}"
                + (" (noisy)" if add_remove else "")
                + f", seed {privacy.get('directions_seed')}")
-    click.echo(f"lifetime    epsilon spent {privacy.get('lifetime_epsilon_spent')} at delta "
-               f"{privacy.get('lifetime_delta')}, remaining {privacy.get('lifetime_epsilon_remaining')}")
+    if privacy.get("lifetime_epsilon_spent") is not None and privacy.get("lifetime_delta") is not None:
+        lifetime = lifetime_text(privacy["lifetime_epsilon_spent"], privacy.get("lifetime_epsilon_budget"),
+                                 privacy["lifetime_delta"], remaining=privacy.get("lifetime_epsilon_remaining"))
+        click.echo(f"lifetime    {lifetime}, when this release was made (now: splice budget {manifest['dataset']})")
     click.echo(f"rows        {manifest.get('synthetic_rows')} synthetic")
     mlflow_info = manifest.get("mlflow") or {}
     if mlflow_info.get("run_id"):
@@ -667,6 +805,9 @@ def budget_group() -> None:
 @guarded
 def budget_command(dataset: str, as_json: bool) -> None:
     """A dataset's lifetime budget: spent, remaining, the per-release history and the budget's change history."""
+    from splice_assets.private.ledger import BudgetLedger, default_ledger_url
+    from splice_assets.release.budget_text import lifetime_text, release_text
+
     url = default_ledger_url()
     status = budget_status(url, dataset)
     if status is None:
@@ -681,17 +822,20 @@ def budget_command(dataset: str, as_json: bool) -> None:
         _json_out({**status, "history": history, "budget_changes": changes})
         return
     click.echo(f"dataset   {dataset} (relation {status['relation']})")
-    click.echo(f"budget    epsilon {status['epsilon_total']:g} at delta {status['delta_total']:g}")
+    click.echo(f"budget    lifetime epsilon_total = {status['epsilon_total']:g} at delta_total = "
+               f"{status['delta_total']:g}")
     for c in changes:
         click.echo(f"  changed {_change_text(c)}")
     if not changes:  # budgets set before changes were recorded
         click.echo("  changed (no recorded change)")
-    click.echo(f"spent     epsilon {status['epsilon_spent']:.6f} (composed, rounded up)")
-    click.echo(f"remaining epsilon {status['epsilon_remaining']:.6f}")
+    click.echo("lifetime  " + lifetime_text(status["epsilon_spent"], status["epsilon_total"], status["delta_total"],
+                                            status["releases_composed"], status["epsilon_remaining"]))
+    if history:
+        click.echo("releases  each at its own (epsilon, delta); the lifetime line composes them")
     for e in history:
         parent = f" refit of {e['parent_release_id']}" if e["parent_release_id"] else ""
-        click.echo(f"  {e['created_at']}  {e['release_id']}  {e['status']:<9} epsilon {e['epsilon']:g} "
-                   f"delta {e['delta']:g}{parent}")
+        click.echo(f"  {e['created_at']}  {e['release_id']}  {e['status']:<9} this release "
+                   f"{release_text(e['epsilon'], e['delta'])}{parent}")
 
 
 @budget_group.command("set")
@@ -708,7 +852,8 @@ def budget_set_command(dataset: str, epsilon: float, delta: float, relation: str
 
     Lowering it below what is already spent is allowed: it only refuses further releases."""
     from splice_assets.datasets import schema_path
-    from splice_assets.private.ledger import BUDGET_TOLERANCE, default_actor
+    from splice_assets.private.ledger import BUDGET_TOLERANCE, BudgetLedger, default_actor, default_ledger_url
+    from splice_assets.schema import load_schema
 
     try:
         path: Path | None = schema_path(dataset)
@@ -730,6 +875,39 @@ def budget_set_command(dataset: str, epsilon: float, delta: float, relation: str
     if spent > after.epsilon_total + BUDGET_TOLERANCE:
         click.echo(f"warning: {dataset!r} has already spent epsilon {spent:.6f} (composed at delta "
                    f"{after.delta_total:g}), more than the new budget: further releases are refused", err=True)
+
+
+# -- schema drafting ---------------------------------------------------------------------------------------
+
+
+@main.group("schema")
+def schema_group() -> None:
+    """Write a first schema: `schema init --input FILE` drafts one from the header and cell types."""
+
+
+@schema_group.command("init")
+@click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV (optionally .gz) or Parquet input; only its header and cell types shape the draft.")
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="Write the draft here (refused if the file exists) [default: print it].")
+@click.option("--name", default=None, help="Dataset name [default: the input's file name up to its first dot].")
+@click.option("--from-data", "from_data", is_flag=True,
+              help="Offer observed categories and min/max, each column marked `from_data: true`: releases refuse "
+              "it until you have checked the values are public and removed the mark.")
+@guarded
+def schema_init_command(input_path: str, out: str | None, name: str | None, from_data: bool) -> None:
+    """Draft a schema: column names, kinds and nullability; bounds, categories and n_min left to you."""
+    from splice_assets.private.schema_draft import draft_schema
+
+    if out is not None and Path(out).exists():
+        raise fail(f"--out {out!r} exists; not overwriting it")
+    text = draft_schema(input_path, name, from_data)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    Path(out).write_text(text, encoding="utf-8")
+    click.echo(f"wrote a draft schema to {out}: fill in n_min, bounds and categories"
+               + (", and remove every from_data mark once its values are confirmed public" if from_data else ""))
 
 
 # -- ledger maintenance --------------------------------------------------------------------------------------
@@ -800,7 +978,8 @@ def ledger_stale_command(older_than: float, dataset: str | None, as_json: bool) 
 def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, as_json: bool) -> None:
     """Resolve a dead run's reservation: committed if its noisy measurement is stored, else expired (still counted,
     since its noise may have been drawn and lost). Only --abort --confirm-no-noise-drawn un-counts it."""
-    from splice_assets.private.ledger import STATUS_RESERVED, default_actor
+    from splice_assets.private.ledger import STATUS_RESERVED, default_actor, default_ledger_url
+    from splice_assets.release.budget_text import lifetime_of
 
     if confirm_no_noise and not abort:
         raise fail("--confirm-no-noise-drawn only goes with --abort")
@@ -830,6 +1009,7 @@ def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, a
         spent, delta_total = ledger.spent(entry.dataset)
         budget = ledger.budget(entry.dataset)
         remaining = ledger.remaining(entry.dataset)
+        lifetime = lifetime_of(ledger, entry.dataset)
     finally:
         ledger.close()
     if as_json:
@@ -839,9 +1019,7 @@ def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, a
                    "epsilon_total": None if budget is None else budget.epsilon_total, "epsilon_remaining": remaining})
         return
     click.echo(f"ledger entry {entry_id} ({entry.dataset!r}, release {entry.release_id}): reserved -> {status} ({why})")
-    total = "" if budget is None else f" of {budget.epsilon_total:g}"
-    click.echo(f"{entry.dataset!r} spent epsilon {spent:.6f}{total} at delta {delta_total:g} "
-               f"(composed, rounded up), remaining {remaining:.6f}")
+    click.echo(f"lifetime of {entry.dataset!r}: {lifetime}")
 
 
 @main.command("refit")
@@ -857,6 +1035,7 @@ def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, a
 def refit_command(release_id: str, components: int | None, steps: int | None, rows: int | None,
                   seed: int | None, as_json: bool) -> None:
     """Refit a release's stored noisy moments into a new zero-cost release (no real rows read)."""
+    from splice_assets.release.budget_text import release_text
     from splice_assets.release.refit import refit_release
 
     _quiet_mlflow()
@@ -869,7 +1048,8 @@ def refit_command(release_id: str, components: int | None, steps: int | None, ro
     click.echo(f"release {record['release_id']} (zero-cost refit of {record['parent_release_id']})")
     click.echo(f"public bundle  {record['public_dir']}")
     click.echo(f"MLflow run     {record['mlflow_run_id']}")
-    click.echo(f"epsilon        0 charged; lifetime spent {record['epsilon_spent']:.6f}")
+    click.echo(f"this release   {release_text(0.0)} charged (post-processing of the parent's measurement)")
+    click.echo(f"lifetime       {_lifetime_now(record['dataset'])}")
 
 
 @main.command("sample")
@@ -883,6 +1063,7 @@ def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | No
     """Sample rows from a release's fitted model (post-processing: no privacy cost)."""
     from splice_assets.release.bundle import write_csv_escaped
     from splice_assets.sampling import load_model, sample_table
+    from splice_assets.schema import load_schema
 
     location = find_release(release_id)
     manifest = location.manifest()

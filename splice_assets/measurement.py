@@ -15,14 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from splice_assets.defaults import RELATION_ADD_REMOVE as RELATION_ADD_REMOVE
+from splice_assets.defaults import RELATION_REPLACE_ONE as RELATION_REPLACE_ONE
+from splice_assets.defaults import RELATIONS as RELATIONS
 from splice_assets.layout import ScalingMode, direction_scales, draw_directions
 
-#: Neighbouring tables differ by replacing one row; n is public and every statistic is a frequency.
-RELATION_REPLACE_ONE = "replace-one"
-#: Neighbouring tables differ by adding or removing one row; n is private, so the mechanism releases noisy sums and a
-#: noisy count, and frequencies are their post-processing (``pooled_row_count``, then a division).
-RELATION_ADD_REMOVE = "add-remove"
-RELATIONS = (RELATION_REPLACE_ONE, RELATION_ADD_REMOVE)
 FORMAT_VERSION = 1
 
 

@@ -1,6 +1,8 @@
 """Public table schemas: the only source of bounds and category lists that may shape a release.
 
-A schema is a versioned YAML file written from public knowledge (never from observed min/max).
+A schema is a versioned YAML file written from public knowledge (never from observed min/max). A column that
+``splice schema init --from-data`` filled from the rows carries ``from_data: true`` and is refused until the
+operator has confirmed its values are public and removed the mark.
 It is parsed into small frozen dataclasses; any malformed entry raises ``SchemaError`` quoting it.
 """
 
@@ -143,7 +145,7 @@ def _parse_categories(where: str, raw: Any) -> tuple[Category, ...]:
 
 _COLUMN_KEYS = {
     "name", "kind", "nullable", "bounds", "categories", "other", "decimals", "values", "sentinels", "step", "scale",
-    "description",
+    "description", "from_data",
 }
 SCALES: tuple[str, ...] = ("linear", "log")
 
@@ -159,6 +161,12 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
     if not isinstance(name, str) or not name.strip():
         raise _fail(where, raw, "name must be a non-empty string")
     where = f"column {name!r}"
+    if raw.get("from_data", False) is not False:
+        # `splice schema init --from-data` copied observed values (categories, min/max) from the private rows: they
+        # may shape a release only once the operator has confirmed they are public knowledge.
+        raise _fail(where, {"from_data": raw["from_data"]},
+                    "its bounds or categories were taken from the data (from_data: true); check that they are public "
+                    "knowledge, then delete the from_data mark")
     kind = raw.get("kind")
     if kind not in NUMERIC_KINDS | DISCRETE_KINDS:
         raise _fail(where, kind, f"kind must be one of {sorted(NUMERIC_KINDS | DISCRETE_KINDS)}")

@@ -97,7 +97,7 @@ def test_budget_set_then_show_lists_the_change_history(env):
     text = ok("budget", DEMO_DATASET).stdout
     assert "none -> epsilon 10 at delta 1e-06 (replace-one)" in text and "initial grant" in text
     assert "epsilon 10 at delta 1e-06 (replace-one) -> epsilon 4 at delta 1e-07 (replace-one)" in text
-    assert default_actor() in text and "remaining epsilon 4.000000" in text
+    assert default_actor() in text and "(4.000000 remaining)" in text
 
 
 def test_budget_set_keeps_the_relation_and_warns_when_lowered_below_the_spend(env):
@@ -155,7 +155,7 @@ def test_ledger_resolve_commits_or_expires_and_expired_still_counts(env):
     store_measurement(env, "toy", "stored")
     two = compose_epsilon([CAL.noise_multiplier] * 2, 1e-6)
     result = ok("ledger", "resolve", stored)
-    assert "reserved -> committed" in result.stdout and f"spent epsilon {two:.6f}" in result.stdout
+    assert "reserved -> committed" in result.stdout and f"epsilon = {two:.6f} spent of 10" in result.stdout
     resolved = json.loads(ok("ledger", "resolve", lost, "--json").stdout)
     assert (resolved["status"], resolved["measurement_stored"], resolved["epsilon_spent"]) == ("expired", False, two)
     with open_ledger(env) as ledger:
@@ -185,7 +185,7 @@ def test_ledger_resolve_abort_is_refused_when_the_measurement_exists(env):
         assert [ledger.entry(e).status for e in (stored, never)] == ["reserved", "reserved"]
     one = compose_epsilon([CAL.noise_multiplier], 1e-6)
     result = ok("ledger", "resolve", never, "--abort", "--confirm-no-noise-drawn")
-    assert "reserved -> aborted" in result.stdout and f"spent epsilon {one:.6f}" in result.stdout
+    assert "reserved -> aborted" in result.stdout and f"epsilon = {one:.6f} spent of 10" in result.stdout
     with open_ledger(env) as ledger:
         assert ledger.entry(never).status == "aborted" and ledger.spent("toy")[0] == one
         assert [(r.entry_id, r.new_status) for r in ledger.resolutions("toy")] == [(never, "aborted")]

@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -14,6 +15,8 @@ from splice_assets.cli import main
 from splice_assets.layout import harmonic
 from splice_assets.private.ledger import BudgetLedger
 from splice_assets.private.mechanism import DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
+from splice_assets.private.row_count import input_row_count
+from splice_assets.private.validation import read_table
 
 
 @pytest.fixture
@@ -44,8 +47,10 @@ def run(*args: str):
     return CliRunner().invoke(main, list(args))
 
 
-def plan_json(schema_file, ledger_url, *extra: str) -> dict:
-    result = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--json", *extra)
+def plan_json(schema_file, ledger_url, *extra: str, holdout: str = "0") -> dict:
+    """``plan --json``; at ``--holdout 0`` by default, so that --n is the measured n of the golden numbers."""
+    result = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--json", "--holdout", holdout,
+                 *extra)
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 
@@ -154,7 +159,7 @@ def test_plan_reports_budget_from_ledger(schema_file, ledger_url):
     text = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--n", "5000", "--epsilon", "1",
                "--delta", "1e-6")
     assert text.exit_code == 0
-    assert "remaining 1.000000" in text.output and "j=16" in text.output and "4.2247" in text.output
+    assert "(1.000000 remaining)" in text.output and "j=16" in text.output and "4.2247" in text.output
 
 
 @pytest.mark.parametrize(
@@ -204,3 +209,109 @@ def test_plan_exits_non_zero_when_the_release_would_not_fit(schema_file, ledger_
     assert as_json.exit_code == 3 and json.loads(as_json.output)["budget"]["release_fits"] is False
     small = run(*args[:-4], "--epsilon", "0.05", "--delta", "1e-6")
     assert small.exit_code == 0 and "(fits)" in small.output
+
+
+# -- the rows a release measures: --n or --input, less the holdout ---------------------------------------------
+
+
+def test_plan_calibrates_for_the_measured_split(schema_file, ledger_url):
+    planned = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-6", holdout="0.2")
+    measured = plan_json(schema_file, ledger_url, "--n", "16000", "--epsilon", "1", "--delta", "1e-6")
+    assert (planned["n"], planned["n_input"], planned["holdout_fraction"]) == (16000, 20000, 0.2)
+    assert planned["sigma"] == measured["sigma"] and planned["sensitivity"] == measured["sensitivity"]
+    text = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--n", "20000", "--epsilon", "1",
+               "--delta", "1e-6")  # the default holdout is the release's
+    assert text.exit_code == 0
+    assert "measures 80% of 20,000 rows = 16,000 (20% holdout)" in text.output
+
+
+def write_table(path: Path, rows: int) -> Path:
+    table = pd.DataFrame({"age": [i % 90 for i in range(rows)], "colour": ["red", "green"] * (rows // 2)})
+    if path.suffix == ".parquet":
+        table.to_parquet(path, index=False)
+    else:
+        table.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("name", ["toy.csv", "toy.csv.gz", "toy.parquet"])
+def test_plan_input_reads_only_the_row_count(schema_file, ledger_url, tmp_path, name):
+    path = write_table(tmp_path / name, 1500)
+    out = plan_json(schema_file, ledger_url, "--input", str(path), "--epsilon", "1", "--delta", "1e-6",
+                    holdout="0.2")
+    assert (out["n_input"], out["n"], out["n_source"]) == (1500, 1200, "--input")
+    by_n = plan_json(schema_file, ledger_url, "--n", "1500", "--epsilon", "1", "--delta", "1e-6", holdout="0.2")
+    assert out["sigma"] == by_n["sigma"]
+
+
+def test_row_count_matches_the_release_reader(tmp_path):
+    # A byte-order mark, blank and white-space-only lines (not rows), a quoted cell over two lines, an all-empty row
+    # (a row), no final newline: the count is the rows `read_table` gives the release.
+    path = tmp_path / "tricky.csv"
+    path.write_bytes(b'\xef\xbb\xbfage,colour\n1,red\n\n   \n2,"gr\neen"\n,\n\t\n3,red')
+    assert input_row_count(path) == len(read_table(path)) == 4
+
+
+def test_plan_holdout_below_n_min_is_refused(schema_file, ledger_url):
+    result = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--n", "1200", "--epsilon", "1",
+                 "--delta", "1e-6")
+    assert result.exit_code == 1
+    assert "measures 960 of 1,200 rows (20% holdout), below the schema's n_min = 1000" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ([], "give --n ROWS or --input FILE"),
+        (["--n", "5000", "--input", "x.csv"], "not both"),
+        (["--input", "missing.csv"], "does not exist"),
+        (["--relation", "add-remove", "--input", "x.csv"], "the row count is private"),
+    ],
+)
+def test_plan_row_count_errors(schema_file, ledger_url, args, needle):
+    result = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--epsilon", "1", "--delta",
+                 "1e-6", *args)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and needle in lines[0], result.output
+
+
+def test_plan_add_remove_without_n_shows_frequencies_at_n_min(schema_file, ledger_url):
+    out = plan_json(schema_file, ledger_url, "--relation", "add-remove", "--epsilon", "1", "--delta", "1e-6")
+    with_n = plan_json(schema_file, ledger_url, "--relation", "add-remove", "--n", "4000", "--epsilon", "1",
+                       "--delta", "1e-6")
+    assert (out["n"], out["n_source"], out["n_input"]) == (1000, "n_min", None)
+    assert out["sigma"] == with_n["sigma"]  # n does not shape the noise under add-remove
+    assert out["noise_std_per_order"][0] == pytest.approx(4 * with_n["noise_std_per_order"][0])
+    text = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--relation", "add-remove",
+               "--epsilon", "1", "--delta", "1e-6")
+    assert "n is private under add-remove" in text.output and "n_min = 1,000" in text.output
+
+
+# -- budget wording: one release's epsilon, the lifetime composed -----------------------------------------------
+
+
+def test_budget_lines_say_which_epsilon_they_are(schema_file, ledger_url, monkeypatch):
+    # Two releases at (1, 1e-9) against a lifetime of 1.5 at delta_total 1e-6: composed by the PLD accountant they
+    # spend about 1.09, not 2, and a third still fits.
+    one = plan_json(schema_file, ledger_url, "--n", "5000", "--epsilon", "1", "--delta", "1e-9")
+    with BudgetLedger(ledger_url) as ledger:
+        ledger.set_budget("toy", 1.5, 1e-6)
+        for release_id in ("r1", "r2"):
+            ledger.commit(ledger.reserve("toy", release_id, "gaussian", one["noise_multiplier"], one["sigma"],
+                                         one["sensitivity"], 1.0, 1e-9, "replace-one", "h"))
+    text = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--n", "5000", "--epsilon", "1",
+               "--delta", "1e-9")
+    assert text.exit_code == 0, text.output
+    lines = {line.split("  ")[0]: line for line in text.output.splitlines()}
+    assert "epsilon = 1 (delta = 1e-09)" in lines["this release"]
+    now, after = lines["lifetime now"], lines["lifetime after it"]
+    assert " spent of 1.5 " in now and "2 releases composed at delta_total = 1e-06 (PLD accountant" in now
+    assert "3 releases composed at delta_total = 1e-06 (PLD accountant" in after and after.endswith("(fits)")
+    monkeypatch.setenv("SPLICE_LEDGER_URL", ledger_url)
+    shown = run("budget", "toy")
+    assert shown.exit_code == 0, shown.output
+    lifetime = [line for line in shown.output.splitlines() if line.startswith("lifetime")]
+    assert len(lifetime) == 1 and "2 releases composed at delta_total = 1e-06 (PLD accountant" in lifetime[0]
+    per_release = [line for line in shown.output.splitlines() if "this release" in line]
+    assert len(per_release) == 2 and all("this release epsilon = 1 (delta = 1e-09)" in line for line in per_release)
+    assert all("spent" not in line and "composed" not in line for line in per_release)

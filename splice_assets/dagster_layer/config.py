@@ -6,6 +6,7 @@ import dagster as dg
 from pydantic import Field, field_validator, model_validator
 
 from splice_assets.datasets import DEMO_DATASET
+from splice_assets.defaults import DEFAULT_HOLDOUT_FRACTION
 from splice_assets.measurement import (
     RELATION_REPLACE_ONE,
 )
@@ -41,7 +42,9 @@ class ReleaseConfig(dg.Config):
     max_steps: int = Field(default=600, description="Upper bound on fitting steps (convergence stops earlier).")
     n_synthetic: int = Field(default=0, description="Synthetic rows to sample; 0 = as many as the input.")
     seed: int = Field(default=0, description="Public seed: directions, initialisation, sampling, holdout split.")
-    holdout_fraction: float = Field(default=0.2, description="Share of rows kept out of measurement for the report.")
+    holdout_fraction: float = Field(
+        default=DEFAULT_HOLDOUT_FRACTION, description="Share of rows kept out of measurement for the report."
+    )
     bounds_share: float = Field(
         default=DEFAULT_BOUNDS_SHARE, gt=0.0, lt=1.0,
         description="Share of the release's Gaussian privacy (1/z^2) spent on DP bounds for schema columns with "

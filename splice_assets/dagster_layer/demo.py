@@ -12,6 +12,7 @@ from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
 from splice_assets.datasets import DEMO_DATASET
 from splice_assets.private.ledger import BudgetLedger, default_ledger_url
+from splice_assets.release.budget_text import lifetime_of, release_text
 from splice_assets.release.locations import dagster_home
 
 #: The demo's lifetime budget, set as an administrator would (`splice budget set`) when the ledger has none.
@@ -53,7 +54,10 @@ def main() -> int:
     print(f"public bundle : {record['public_dir']}")
     print(f"internal audit: {record['internal_dir']} (fidelity_report.html: internal, reads real rows)")
     print(f"MLflow run    : {record['mlflow_run_id']}  (make mlflow-ui)")
-    print(f"lifetime epsilon spent {record['epsilon_spent']:.4f}, remaining {record['epsilon_remaining']:.4f}")
+    settings = ReleaseConfig().settings()
+    print(f"this release  : {release_text(record['epsilon_cost'], settings.delta)} charged to the ledger")
+    with BudgetLedger(default_ledger_url()) as book:
+        print(f"lifetime      : {lifetime_of(book, DEMO_DATASET)}")
     return 0
 
 

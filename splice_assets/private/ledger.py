@@ -27,7 +27,7 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -40,8 +40,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.pool import StaticPool
 
-from splice_assets.measurement import RELATION_REPLACE_ONE
-from splice_assets.private.mechanism import PrivacyParameterError, compose_epsilon
+from splice_assets.defaults import RELATION_REPLACE_ONE
+from splice_assets.private.errors import PrivacyParameterError
 
 #: A composed epsilon (already rounded up to 1e-6) may exceed epsilon_total by at most this much.
 BUDGET_TOLERANCE = 1e-9
@@ -233,6 +233,16 @@ def params_hash(public_params: Mapping[str, Any]) -> str:
         dict(public_params), sort_keys=True, separators=(",", ":"), allow_nan=False, default=_json_default
     )
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _compose_epsilon(
+    noise_multipliers: Sequence[float | None], delta_total: float, pure_epsilons: Sequence[float] = ()
+) -> float:
+    """``mechanism.compose_epsilon``, imported on first use: reading entries (``splice releases``, ``show``) does
+    not load the accountant (dp_accounting and scipy, about 2 s)."""
+    from splice_assets.private.mechanism import compose_epsilon
+
+    return compose_epsilon(noise_multipliers, delta_total, pure_epsilons)
 
 
 def default_ledger_url() -> str:
@@ -553,9 +563,9 @@ class BudgetLedger:
             budget = self._require_budget(conn, dataset)
             self._check_relation(conn, budget, relation)
             existing, existing_pure = self._counted(conn, dataset)
-            total = compose_epsilon([*existing, *multipliers], budget.delta_total, [*existing_pure, *pure])
+            total = _compose_epsilon([*existing, *multipliers], budget.delta_total, [*existing_pure, *pure])
             if total > budget.epsilon_total + BUDGET_TOLERANCE:
-                spent = compose_epsilon(existing, budget.delta_total, existing_pure)
+                spent = _compose_epsilon(existing, budget.delta_total, existing_pure)
                 raise BudgetExceeded(
                     f"privacy budget exceeded for dataset {dataset!r}: spent epsilon={spent:.6f} "
                     f"({len(existing) + len(existing_pure)} release(s)), {what} would bring the total to "
@@ -726,13 +736,13 @@ class BudgetLedger:
         """(composed epsilon of the counted entries (reserved, committed, expired), rounded up; its delta_total)."""
         budget = self._get_budget(dataset)
         multipliers, pure = self.counted(dataset)
-        return compose_epsilon(multipliers, budget.delta_total, pure), budget.delta_total
+        return _compose_epsilon(multipliers, budget.delta_total, pure), budget.delta_total
 
     def projected(self, dataset: str, noise_multipliers: list[float]) -> float:
         """Composed epsilon (at delta_total) if releases with these sigma/Delta were added now."""
         budget = self._get_budget(dataset)
         multipliers, pure = self.counted(dataset)
-        return compose_epsilon([*multipliers, *noise_multipliers], budget.delta_total, pure)
+        return _compose_epsilon([*multipliers, *noise_multipliers], budget.delta_total, pure)
 
     def counted(self, dataset: str) -> tuple[list[float], list[float]]:
         """(noise multipliers of the counted Gaussian entries, epsilons of the counted pure-DP entries)."""

@@ -27,12 +27,17 @@ from dp_accounting import dp_event, pld
 from dp_accounting.gaussian_mechanism import get_epsilon_gaussian, get_sigma_gaussian
 from scipy.stats import norm
 
+from splice_assets.defaults import DEFAULT_K as DEFAULT_K
+from splice_assets.defaults import DEFAULT_MARGINAL_SHARE as DEFAULT_MARGINAL_SHARE
+from splice_assets.defaults import DEFAULT_N_DIRECTIONS as DEFAULT_N_DIRECTIONS
+from splice_assets.defaults import DEFAULT_PAIR_SHARE as DEFAULT_PAIR_SHARE
 from splice_assets.layout import harmonic
 from splice_assets.measurement import (
     RELATION_ADD_REMOVE,
     RELATION_REPLACE_ONE,
     RELATIONS,
 )
+from splice_assets.private.errors import PrivacyParameterError as PrivacyParameterError
 from splice_assets.private.statistics import MAX_ROWS
 
 #: Relative safety margin on the root-finder output of ``get_sigma_gaussian`` (it can miss the delta target by
@@ -49,10 +54,6 @@ MIN_FLOAT_SLACK = 1e-9
 GRID_BITS_BELOW_SIGMA = 60
 
 _UNIT_ROUNDOFF = 2.0**-53
-
-
-class PrivacyParameterError(ValueError):
-    """An (epsilon, delta, k, L, n) parameter is invalid; the message quotes the offending value."""
 
 
 def _is_int(value: object) -> bool:
@@ -158,21 +159,11 @@ def _check_marginals(coordinates: int, weight: float) -> None:
         raise PrivacyParameterError(f"marginal weight must be a finite number >= 0, got {weight!r}")
 
 
-# Shares of Delta^2 for the noisy 1-way marginals and for the 2-way marginals of every coordinate pair from different
-# columns; the moments keep the rest (0.35). One fit each at eps = 1 (K = 20, L = 256, pair loss weight 0.1),
-# against 1-way only (share 0.3, K = 10, L = 512): adult 2-way / 3-way TVD 0.091 / 0.189 -> 0.081 / 0.170, SW1
-# 0.0058 -> 0.0055, MMD 0.014 -> 0.010, TSTR AUC 0.834 -> 0.868; california 0.161 / 0.314 -> 0.134 / 0.271, SW1
-# 0.0079 -> 0.0078, MMD 0.018 -> 0.018, TSTR R^2 0.616 -> 0.577. Only pairs with a discrete coordinate was worse
-# on both (adult 2-way 0.085, california TSTR 0.48).
-DEFAULT_MARGINAL_SHARE = 0.15
-DEFAULT_PAIR_SHARE = 0.5
-# Add-remove only: the share of Delta^2 for the noisy row count. The histograms' totals also estimate n (each row
-# falls in exactly one cell of every histogram), so the count mostly serves moment-only plans.
+# The marginal and pair shares, L and k live in splice_assets.defaults (re-exported above, read by the CLI's options
+# without numpy). Add-remove only: the share of Delta^2 for the noisy row count. The histograms' totals also
+# estimate n (each row falls in exactly one cell of every histogram), so the count mostly serves moment-only plans.
 DEFAULT_COUNT_SHARE = 0.01
-# Directions and moment order. With the 2-way marginals carrying the categorical structure, L = 256 fits as well as
-# 512 at half the measure and fit cost (adult, K = 20: 2-way TVD 0.074 vs 0.077, SW1 0.0065 vs 0.0073).
-DEFAULT_N_DIRECTIONS = 256
-DEFAULT_K = 16
+
 
 def query_weights(
     marginal_share: float, pair_share: float, n_directions: int, k: int, marginal_coordinates: int, pair_count: int,

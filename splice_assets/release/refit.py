@@ -5,15 +5,14 @@ Refitting them with other fit settings (K, R, steps, seed) is post-processing: t
 with epsilon = 0 and a link to its parent, and the child gets its own public bundle and MLflow run. No
 fidelity report is made for a refit (that would need the real rows).
 
-Release folders are found through the ArtifactStore layout ``<artifact dir>/<dataset>/<release_id>/public``.
+Release folders are found through the ArtifactStore layout ``<artifact dir>/<dataset>/<release_id>/public``
+(``release.locations.find_release``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -26,6 +25,7 @@ from splice_assets.private.ledger import (
 )
 from splice_assets.release.locations import (
     artifact_dir,
+    find_release,
     mlflow_artifact_location,
     tracking_uri,
 )
@@ -33,67 +33,6 @@ from splice_assets.schema import load_schema
 
 if TYPE_CHECKING:
     from splice_assets.model.fit import FittedMixture
-
-MANIFEST = "release.json"
-
-
-class ReleaseNotFound(LookupError):
-    """No release folder with that id (or prefix) exists under the artifact directory."""
-
-
-@dataclass(frozen=True)
-class ReleaseLocation:
-    release_id: str
-    dataset: str
-    root: Path
-
-    @property
-    def public_dir(self) -> Path:
-        return self.root / "public"
-
-    @property
-    def internal_dir(self) -> Path:
-        return self.root / "internal"
-
-    def manifest(self) -> dict[str, Any]:
-        path = self.public_dir / MANIFEST
-        if not path.is_file():
-            raise ReleaseNotFound(f"release {self.release_id!r} is incomplete: it has no public/{MANIFEST}")
-        return json.loads(path.read_text())
-
-
-def iter_releases(base: Path | None = None, dataset: str | None = None) -> list[ReleaseLocation]:
-    """Every release folder under the artifact directory (optionally of one dataset)."""
-    base = Path(base) if base is not None else artifact_dir()
-    if not base.is_dir():
-        return []
-    folders = [base / dataset] if dataset else sorted(p for p in base.iterdir() if p.is_dir())
-    out = []
-    for folder in folders:
-        if not folder.is_dir():
-            continue
-        for root in sorted(p for p in folder.iterdir() if p.is_dir()):
-            out.append(ReleaseLocation(root.name, folder.name, root))
-    return out
-
-
-def find_release(release_id: str, base: Path | None = None) -> ReleaseLocation:
-    """The release folder of an id, or of a unique id prefix (at least 6 characters)."""
-    release_id = (release_id or "").strip()
-    if not release_id or "/" in release_id or release_id.startswith("."):
-        raise ReleaseNotFound(f"invalid release id {release_id!r}")
-    everything = iter_releases(base)
-    exact = [r for r in everything if r.release_id == release_id]
-    if len(exact) == 1:
-        return exact[0]
-    matches = exact or ([r for r in everything if r.release_id.startswith(release_id)] if len(release_id) >= 6 else [])
-    where = str(Path(base) if base is not None else artifact_dir())
-    if not matches:
-        raise ReleaseNotFound(f"no release {release_id!r} under {where}")
-    if len(matches) > 1:
-        raise ReleaseNotFound(f"release id {release_id!r} is ambiguous ({len(matches)} matches) under {where}")
-    return matches[0]
-
 
 def refit_release(
     parent_release_id: str,

@@ -1,0 +1,59 @@
+"""Start-up time of the ``splice`` CLI: medians of ``--help`` and ``plan`` against ``python -c pass`` in one run.
+
+Each command runs in a fresh process ``--runs`` times (after one warm-up run each, so the file cache is warm for
+all); the table reports median seconds and the ratio to the bare interpreter, so figures taken on a loaded machine
+stay comparable. ``plan`` reads no data but pays for the privacy accountant (dp_accounting and scipy).
+
+    python -m bench.cli_startup [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def commands(home: Path) -> dict[str, list[str]]:
+    cli = [sys.executable, "-m", "splice_assets.cli"]
+    return {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "splice --help": [*cli, "--help"],
+        "splice plan": [*cli, "plan", "--schema", str(ROOT / "schemas" / "fair_affairs.yaml"), "--n", "6366",
+                        "--epsilon", "1", "--delta", "1e-9", "--ledger-url", f"sqlite:///{home / 'ledger.sqlite'}"],
+    }
+
+
+def median_seconds(argv: list[str], runs: int, env: dict[str, str]) -> float:
+    subprocess.run(argv, env=env, capture_output=True, check=True)  # warm-up: file cache, .pyc files
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(argv, env=env, capture_output=True, check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="Timed runs per command (median reported).")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "DAGSTER_HOME": tmp}
+        medians = {name: median_seconds(argv, args.runs, env) for name, argv in commands(Path(tmp)).items()}
+    base = medians["python -c pass"]
+    print(f"| command | median s ({args.runs} runs) | ratio to python -c pass |")
+    print("|---|---|---|")
+    for name, seconds in medians.items():
+        print(f"| {name} | {seconds:.3f} | {seconds / base:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""`splice --help` stays light: building the help imports no heavy module (a module-set test, not a timing one).
+
+Each heavy module below costs from 0.3 s (SQLAlchemy) to several seconds (torch, Dagster, the accountant) at import;
+the CLI imports them inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import splice_assets
+
+# The subprocess imports the same splice_assets as this test, whatever its working directory.
+ROOT = str(Path(splice_assets.__file__).resolve().parents[1])
+
+HEAVY = ("torch", "dagster", "mlflow", "dp_accounting", "pandas", "sqlalchemy", "numba", "opendp", "numpy", "scipy")
+
+PROBE = """
+import json, sys
+from click.testing import CliRunner
+from splice_assets.cli import main
+args = json.loads(sys.argv[1])
+result = CliRunner().invoke(main, args)
+assert result.exit_code == 0, result.output
+print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
+"""
+
+
+def run_probe(probe: str, args: list[str]) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.run([sys.executable, "-c", probe, json.dumps(args)], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return set(json.loads(proc.stdout))
+
+
+def loaded_after(*args: str) -> set[str]:
+    return run_probe(PROBE, list(args))
+
+
+@pytest.mark.parametrize("args", [["--help"], ["plan", "--help"], ["release", "--help"], ["budget", "--help"],
+                                  ["schema", "init", "--help"]])
+def test_help_imports_no_heavy_module(args):
+    heavy = loaded_after(*args) & set(HEAVY)
+    assert not heavy, f"`splice {' '.join(args)}` imported {sorted(heavy)}"
+
+
+def test_reading_the_ledger_does_not_load_the_accountant(tmp_path):
+    # `splice releases` and `show` read ledger entries: SQLAlchemy, but not dp_accounting, numba or pandas.
+    probe = PROBE.replace("args = json.loads(sys.argv[1])", f"""import os
+os.environ.update(SPLICE_LEDGER_URL="sqlite:///{tmp_path / 'ledger.sqlite'}", SPLICE_ARTIFACT_DIR="{tmp_path}")
+from splice_assets.private.ledger import BudgetLedger
+BudgetLedger(os.environ["SPLICE_LEDGER_URL"]).close()
+args = json.loads(sys.argv[1])""")
+    loaded = run_probe(probe, ["releases"])
+    assert "sqlalchemy" in loaded  # the probe did reach the ledger
+    assert not loaded & {"dp_accounting", "numba", "pandas", "torch", "dagster", "mlflow", "opendp", "scipy"}
