@@ -40,7 +40,7 @@ bench: install
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 dagster-ui: install
-	$(VENV)/bin/dagster dev -f definitions.py
+	$(VENV)/bin/dg dev
 
 mlflow-ui: install
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(DAGSTER_HOME)/mlflow.db

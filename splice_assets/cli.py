@@ -610,9 +610,7 @@ def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], ver
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "config"
             raise fail(f"{where}: {first.get('msg', exc)}") from None
-        run_config = run_config_for(config)
-        if not verbose:
-            run_config = dg.RunConfig(ops=run_config.ops, loggers={"console": {"config": {"log_level": "CRITICAL"}}})
+        run_config = run_config_for(config, log_level=None if verbose else "CRITICAL")
         job = build_definitions().resolve_job_def("release")
         with dg.DagsterInstance.get() as instance:
             result = job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False,

@@ -1,8 +1,21 @@
-"""Shared helpers of the release tests: resources rooted in a temporary folder, and the administrator's budget."""
+"""Shared helpers of the release tests: resources rooted in a temporary folder, the administrator's budget, and the
+Dagster UI (`dg dev`) started in a subprocess against those stores."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -52,3 +65,100 @@ def fails_cleanly(*args: object) -> str:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error: "), (args, result.stderr)
     return lines[0]
+
+
+REPO = Path(__file__).resolve().parents[1]
+# Small settings of a release that still runs every step (a few minutes at most on a loaded 2-core machine).
+FAST = dict(k=8, n_directions=128, components=3, max_steps=60, n_synthetic=2000)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def graphql(url: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One GraphQL request to the webserver; its JSON answer (Dagster answers some errors with HTTP 500 + JSON)."""
+    body = json.dumps({"query": query, "variables": variables or {}}).encode()
+    request = urllib.request.Request(f"{url}/graphql", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read())
+
+
+@contextlib.contextmanager
+def dagster_ui(tmp: Path, timeout: float = 240.0) -> Iterator[str]:
+    """`dg dev` (webserver + daemon, as `make dagster-ui`) on a free port, with every store under ``tmp``; yields its
+    URL once it answers and stops the whole process group afterwards."""
+    home = tmp / "home"
+    home.mkdir(exist_ok=True)
+    (home / "dagster.yaml").write_text((REPO / "dagster_home" / "dagster.yaml").read_text())
+    port = free_port()
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "SPLICE_LEDGER_URL": ledger_url(tmp),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}",
+        "SPLICE_ARTIFACT_DIR": str(tmp / "releases"),
+    }
+    log = open(tmp / "dg-dev.log", "wb")
+    web = subprocess.Popen(
+        [str(Path(sys.executable).with_name("dg")), "dev", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout
+        while True:
+            assert web.poll() is None, f"dg dev exited: {(tmp / 'dg-dev.log').read_text()[-2000:]}"
+            try:
+                answer = graphql(url, '{ repositoryOrError(repositorySelector: {repositoryLocationName: "splice", '
+                                      'repositoryName: "__repository__"}) { __typename } }')
+                if answer.get("data", {}).get("repositoryOrError", {}).get("__typename") == "Repository":
+                    break  # the webserver answers and the code location has loaded
+            except (OSError, ValueError):
+                pass
+            assert time.time() < deadline, "dg dev did not come up"
+            time.sleep(1)
+        yield url
+    finally:
+        os.killpg(web.pid, signal.SIGTERM)
+        try:
+            web.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(web.pid, signal.SIGKILL)
+        log.close()
+
+
+LAUNCH_RUN = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) { __typename
+  ... on LaunchRunSuccess { run { runId } }
+  ... on PythonError { message }
+  ... on RunConfigValidationInvalid { errors { message } } } }"""
+RELEASE_JOB = {"repositoryLocationName": "splice", "repositoryName": "__repository__", "jobName": "release"}
+
+
+def launch_release(url: str, run_config: dict[str, Any]) -> dict[str, Any]:
+    """Launch the release job as the launchpad does; the ``launchRun`` answer."""
+    params = {"selector": RELEASE_JOB, "runConfigData": run_config}
+    return graphql(url, LAUNCH_RUN, {"params": params})["data"]["launchRun"]
+
+
+def run_ids(url: str) -> list[str]:
+    answer = graphql(url, "{ runsOrError { ... on Runs { results { runId } } } }")
+    return [r["runId"] for r in answer["data"]["runsOrError"]["results"]]
+
+
+def wait_for_run(url: str, run_id: str, timeout: float = 600.0) -> str:
+    """The run's final status (SUCCESS, FAILURE, CANCELED), polling the webserver."""
+    query = "query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"
+    deadline = time.time() + timeout
+    status = ""
+    while time.time() < deadline:
+        status = graphql(url, query, {"id": run_id})["data"]["runOrError"].get("status", "")
+        if status in {"SUCCESS", "FAILURE", "CANCELED"}:
+            return status
+        time.sleep(2)
+    return status

@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,12 +12,14 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from helpers import release_resources
+from helpers import FAST, dagster_ui, launch_release, release_resources, run_ids, wait_for_run
 from helpers import set_budget as shared_set_budget
 
 from splice_assets.dagster_layer import assets as assets_mod
-from splice_assets.dagster_layer.assets import CONFIG_OP, op_name
+from splice_assets.dagster_layer.assets import op_name
 from splice_assets.dagster_layer.automation import (
+    SETTINGS,
+    ReleaseSettingsRefused,
     new_file_sensor,
     refresh_schedule,
     run_config_for,
@@ -32,7 +32,6 @@ from splice_assets.dagster_layer.resources import (
 from splice_assets.private.ledger import BudgetLedger
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = dict(k=8, n_directions=128, components=3, max_steps=60, n_synthetic=2000)
 
 
 def resources_in(tmp: Path) -> dict[str, object]:
@@ -145,12 +144,46 @@ def test_a_dataset_without_a_budget_is_refused_and_a_run_cannot_set_one(tmp_path
     # No run or resource setting carries a budget: the launchpad cannot raise one.
     for fields in (ReleaseConfig.model_fields, LedgerResource.model_fields):
         assert not any("budget" in name for name in fields)
-    raising = {"ops": {CONFIG_OP: {"config": FAST}}, "resources": {"ledger": {"config": {"budget_epsilon": 100.0}}}}
-    with (
-        dg.DagsterInstance.ephemeral() as instance,
-        pytest.raises(dg.DagsterInvalidConfigError, match="budget_epsilon"),
+    # Run config is the settings block (and loggers) only: neither a budget nor resource config gets in.
+    for raising, named in (
+        ({SETTINGS: {**FAST, "budget_epsilon": 100.0}}, "budget_epsilon"),
+        ({SETTINGS: FAST, "resources": {"ledger": {"config": {"budget_epsilon": 100.0}}}}, "resources"),
     ):
-        defs.resolve_job_def("release").execute_in_process(run_config=raising, instance=instance)
+        with (
+            dg.DagsterInstance.ephemeral() as instance,
+            pytest.raises(dg.DagsterInvalidConfigError, match=named),
+        ):
+            defs.resolve_job_def("release").execute_in_process(run_config=raising, instance=instance)
+
+
+def test_release_settings_are_one_job_level_block():
+    job = build_definitions().resolve_job_def("release")
+    top = job.run_config_schema.config_type.fields
+    assert set(top) == {SETTINGS, "loggers"}
+    assert set(top[SETTINGS].config_type.fields) == set(ReleaseConfig.model_fields)
+    config = ReleaseConfig(**FAST)
+    assert run_config_for(config) == {SETTINGS: config.model_dump()}
+    assert run_config_for(config, log_level="INFO")["loggers"] == {"console": {"config": {"log_level": "INFO"}}}
+
+
+def test_invalid_settings_are_refused_at_launch_with_the_validators_message(tmp_path):
+    set_budget(tmp_path)
+    job = build_definitions(resources_in(tmp_path)).resolve_job_def("release")
+    # Dagster's config schema checks types only (the pydantic constraints are not in it): the mapping refuses.
+    from dagster._config import process_config
+
+    assert process_config(job.run_config_schema.config_type, {SETTINGS: {"epsilon": -1.0, "bounds_share": 1.5}}).success
+    with dg.DagsterInstance.ephemeral() as instance:
+        for settings, message in (
+            ({"epsilon": -1.0}, r"epsilon must be a number in \(0, 20\], got -1.0"),
+            ({"bounds_share": 1.5}, "bounds_share: Input should be less than 1, got 1.5"),
+            ({"holdout_fraction": 2.5}, "holdout_fraction must be in .* got 2.5"),
+        ):
+            with pytest.raises(ReleaseSettingsRefused, match=message) as refused:
+                job.execute_in_process(run_config={SETTINGS: {**FAST, **settings}}, instance=instance)
+            assert "pydantic" not in str(refused.value) and "launch refused" in str(refused.value)
+        assert instance.get_runs() == []  # refused before any run (or step) exists
+    assert ledger_entries(tmp_path) == []
 
 
 def test_invalid_config_quotes_the_value():
@@ -220,7 +253,7 @@ def test_schedule_requests_a_run_and_skips_when_budget_is_spent(tmp_path, monkey
     context = dg.build_schedule_context(resources={"ledger": ledger}, scheduled_execution_time=tick)
     request = refresh_schedule(context)
     assert isinstance(request, dg.RunRequest)
-    assert request.run_config["ops"][CONFIG_OP]["config"]["dataset"] == "fair_affairs"
+    assert request.run_config[SETTINGS]["dataset"] == "fair_affairs"
     # Spend most of the budget, then the next refresh must be skipped with a reason.
     book = ledger.open()
     from splice_assets.private import mechanism as privacy
@@ -263,58 +296,15 @@ def test_sensor_launches_once_per_file(tmp_path, monkeypatch, demo_table):
     assert touched[0].run_key != first[0].run_key
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_ui_trigger_through_graphql(tmp_path):
-    from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError  # noqa: F401
-
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((REPO / "dagster_home" / "dagster.yaml").read_text())
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "SPLICE_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
-        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
-        "SPLICE_ARTIFACT_DIR": str(tmp_path / "releases"),
-    }
+    """`dg dev` (as `make dagster-ui`): a launch with epsilon = -1 is refused with the validator's message and no
+    run; a good one runs to success (the browser test, tests/test_dagster_ui.py, does the same through the UI)."""
     set_budget(tmp_path)
-    # `dagster dev` = webserver + daemon (the daemon dequeues runs submitted from the UI).
-    web = subprocess.Popen(
-        [str(Path(sys.executable).with_name("dagster")), "dev", "-f", "definitions.py", "-h", "127.0.0.1",
-         "-p", str(port)],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    try:
-        client = None
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            try:
-                client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=30)
-                client._execute("{ version }")
-                break
-            except Exception:
-                client = None
-                time.sleep(1)
-        assert client is not None, "webserver did not come up"
-        config = {"ops": {CONFIG_OP: {"config": FAST}}}
-        run_id = client.submit_job_execution("release", run_config=config)
-        status = None
-        deadline = time.time() + 400
-        while time.time() < deadline:
-            status = client.get_run_status(run_id)
-            if status.value in {"SUCCESS", "FAILURE", "CANCELED"}:
-                break
-            time.sleep(2)
-        assert status is not None and status.value == "SUCCESS"
-    finally:
-        os.killpg(web.pid, signal.SIGTERM)
-        try:
-            web.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(web.pid, signal.SIGKILL)
+    with dagster_ui(tmp_path) as url:
+        refused = launch_release(url, {SETTINGS: {**FAST, "epsilon": -1}})
+        assert refused["__typename"] == "PythonError"
+        assert "epsilon must be a number in (0, 20], got -1.0" in refused["message"]
+        assert run_ids(url) == []
+        launched = launch_release(url, {SETTINGS: FAST})
+        assert launched["__typename"] == "LaunchRunSuccess", launched
+        assert wait_for_run(url, launched["run"]["runId"]) == "SUCCESS"

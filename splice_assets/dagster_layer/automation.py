@@ -1,4 +1,9 @@
-"""The release job, the refresh schedule and the new-file sensor.
+"""The release job, its run config, the refresh schedule and the new-file sensor.
+
+The job takes one job-level settings block (``settings:``, the fields of ``ReleaseConfig``) through a config
+mapping that validates it when a run is launched: Dagster's config schema checks types only (pydantic constraints
+such as ``gt=0`` are not part of it), so without the mapping an epsilon of -1 would start a run and fail in its
+first step. ``run_config_for`` is the one mapping from a ``ReleaseConfig`` to that run config.
 
 Every scheduled refresh is a new spend. A refresh that would exceed the dataset's lifetime budget is
 skipped with a reason (visible in the UI) instead of failing later; the sensor launches one release per
@@ -8,21 +13,62 @@ new file (run key = file name + modification time).
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
+from pydantic import ValidationError
 
 from splice_assets.dagster_layer.assets import ALL_ASSETS, CONFIG_OP
-from splice_assets.dagster_layer.config import ReleaseConfig
+from splice_assets.dagster_layer.config import ReleaseConfig, settings_error
 from splice_assets.dagster_layer.resources import LedgerResource
 from splice_assets.datasets import DEMO_DATASET, schema_path
 from splice_assets.private import measuring
 from splice_assets.private.ledger import BUDGET_TOLERANCE
 from splice_assets.schema import load_schema
 
+SETTINGS = "settings"  # the job-level settings block of the launchpad
+
+
+class ReleaseSettingsRefused(dg.DagsterError):
+    """A launch whose settings the validator refuses: raised before the run exists, with the validator's message.
+
+    A ``DagsterError`` passes Dagster's user-code boundary unwrapped, so the launchpad shows this message and not
+    a "config mapping function has thrown an unexpected error" wrapper."""
+
+
+def _op_config(outer: dict[str, Any]) -> dict[str, Any]:
+    """The job-level run config -> the op config of the chain's first asset, refusing invalid settings."""
+    settings = outer.get(SETTINGS) or {}
+    try:
+        ReleaseConfig(**settings)  # every validator of the release, as the first step would run them
+    except ValidationError as exc:
+        raise ReleaseSettingsRefused(f"{settings_error(exc)} (launch refused; no run was started)") from None
+    mapped: dict[str, Any] = {"ops": {CONFIG_OP: {"config": settings}}}
+    if outer.get("loggers"):
+        mapped["loggers"] = outer["loggers"]
+    return mapped
+
+
+release_run_config = dg.ConfigMapping(
+    config_fn=_op_config,
+    config_schema={
+        SETTINGS: dg.Field(
+            ReleaseConfig.to_config_schema().as_field().config_type,
+            is_required=False,
+            description="Release settings (validated at launch; an invalid value refuses the launch).",
+        ),
+        "loggers": dg.Field(
+            dg.Permissive(), is_required=False,
+            description="Dagster loggers, e.g. {console: {config: {log_level: INFO}}}.",
+        ),
+    },
+)
+
 release_job = dg.define_asset_job(
     "release",
     selection=dg.AssetSelection.assets(*ALL_ASSETS),
     description="Validate -> encode -> measure (charged) -> fit -> sample -> report -> release.",
+    config=release_run_config,
     # The chain is linear, so one process loses no parallelism and keeps torch's thread setting in force.
     executor_def=dg.in_process_executor,
 )
@@ -30,8 +76,12 @@ release_job = dg.define_asset_job(
 INPUT_SUFFIXES = (".csv", ".csv.gz", ".parquet")
 
 
-def run_config_for(config: ReleaseConfig) -> dg.RunConfig:
-    return dg.RunConfig(ops={CONFIG_OP: config})
+def run_config_for(config: ReleaseConfig, log_level: str | None = None) -> dict[str, Any]:
+    """The release job's run config for these settings (optionally the console logger's level)."""
+    run_config: dict[str, Any] = {SETTINGS: config.model_dump()}
+    if log_level is not None:
+        run_config["loggers"] = {"console": {"config": {"log_level": log_level}}}
+    return run_config
 
 
 def refresh_skip_reason(config: ReleaseConfig, ledger: LedgerResource) -> str | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dagster as dg
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from splice_assets.datasets import DEMO_DATASET
 from splice_assets.defaults import DEFAULT_HOLDOUT_FRACTION
@@ -110,3 +110,15 @@ class ReleaseConfig(dg.Config):
 
     def settings(self) -> ReleaseSettings:
         return ReleaseSettings(**self.model_dump())
+
+
+def settings_error(exc: ValidationError) -> str:
+    """A pydantic error as one line per problem, naming the setting and quoting the value (no pydantic banner)."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error.get("loc", ()))
+        message = str(error.get("msg", "")).removeprefix("Value error, ")
+        if error.get("type") != "value_error" and "input" in error:
+            message += f", got {error['input']!r}"  # pydantic's own checks (e.g. gt=0) do not quote the value
+        problems.append(message if not where or message.startswith(where) else f"{where}: {message}")
+    return "; ".join(problems) or str(exc)

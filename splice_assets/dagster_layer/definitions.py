@@ -1,4 +1,8 @@
-"""The Dagster ``Definitions``: assets, checks, the release job, schedule, sensor and resources."""
+"""The Dagster ``Definitions``: assets, checks, the release job, schedule, sensor and resources.
+
+``defs`` is what `dg dev` loads (pyproject.toml's ``[tool.dg.project]``); it is built when Dagster asks for it, so
+importing this module (as `splice release` does) costs nothing extra.
+"""
 
 from __future__ import annotations
 
@@ -23,3 +27,8 @@ def build_definitions(resources: dict[str, object] | None = None) -> dg.Definiti
         sensors=[new_file_sensor],
         resources=resources or default_resources(),
     )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions()
