@@ -684,7 +684,7 @@ def releases_command(dataset: str | None, as_json: bool) -> None:
     for r in rows:
         eps = "-" if r["epsilon"] is None else f"{r['epsilon']:g}"
         delta = "-" if r["delta"] is None else f"{r['delta']:g}"
-        parent = f" (refit of {r['parent_release_id'][:8]})" if r["parent_release_id"] else ""
+        parent = f" (refit of {r['parent_release_id']})" if r["parent_release_id"] else ""
         click.echo(f"{r['release_id']:<36}  {r['dataset']:<18} {r['kind']:<7} {eps:>8} {delta:>8}  "
                    f"{r['created_at'] or '-':<25} {r['status']}{parent}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from helpers import fails_cleanly, ok
 from splice_assets.datasets import DEMO_DATASET, demo_data_path
 
 FAST = ["--k", "8", "--L", "128", "--K", "3", "--steps", "60", "--rows", "2000"]
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 COMMANDS = ["release", "releases", "show", "budget", "refit", "sample", "export", "plan"]
 
 
@@ -116,6 +118,10 @@ def test_budget_refit_is_free_and_linked(cli_env):
     assert history[child["release_id"]]["parent_release_id"] == rid
     rows = {r["release_id"]: r for r in json.loads(ok("releases", "--json").stdout)}
     assert rows[child["release_id"]]["kind"] == "refit" and rows[child["release_id"]]["parent_release_id"] == rid
+    # One release-id format: the dashed UUID of a Dagster run, for a refit too; `releases` prints ids in full.
+    assert all(UUID.fullmatch(r) for r in rows), list(rows)
+    listing = ok("releases").output
+    assert f"{child['release_id']}  " in listing and f"(refit of {rid})" in listing
 
 
 def test_sample_writes_csv_parquet_and_prints(cli_env, tmp_path):

@@ -4,10 +4,13 @@ loadable in a fresh process, zero-cost refit linked to its parent."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import struct
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -22,6 +25,7 @@ from splice_assets.datasets import DEMO_DATASET, demo_data_path
 from splice_assets.private.ledger import BudgetLedger
 
 REPO = Path(__file__).resolve().parents[1]
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 FAST = dict(k=8, n_directions=128, components=3, max_steps=60, n_synthetic=2000)
 SECRET = "PLANTED_SECRET_93xk"
 EXTREME = 98765432.125
@@ -97,6 +101,9 @@ def test_run_logs_every_field(released):
     assert float(params["privacy.epsilon"]) == 1.0 and params["privacy.relation"] == "replace-one"
     assert tags["dataset"] == DEMO_DATASET and tags["schema_version"] == "1"
     assert tags["dagster_run_id"] == released["dagster_run_id"] and tags["release_id"] == record["release_id"]
+    # One release-id format: the Dagster run's dashed UUID names the run, its tags, its dataset and its folder.
+    assert UUID.fullmatch(record["release_id"]) and run.info.run_name == record["release_id"]
+    assert Path(record["public_dir"]).parent.name == record["release_id"]
     assert tags["code.package_version"]
     if (REPO / ".git").exists():
         assert len(tags.get("code.git_sha", "")) == 40
@@ -104,10 +111,58 @@ def test_run_logs_every_field(released):
     assert not any(k.startswith("internal") for k in metrics)  # nothing computed from real rows beside the model
     # The logged dataset is the synthetic table, never the private input.
     inputs = run.inputs.dataset_inputs
-    assert len(inputs) == 1 and "synthetic" in inputs[0].dataset.name
+    assert len(inputs) == 1 and inputs[0].dataset.name == f"{DEMO_DATASET}-synthetic-{record['release_id']}"
     assert SOURCE_MARK not in json.dumps([i.dataset.source for i in inputs])
     top = {a.path for a in client_for(tmp).list_artifacts(run.info.run_id)}
     assert "public" in top and "internal" not in top
+
+
+def test_the_store_holds_one_experiment_typed_for_classic_ml(released):
+    """No GenAI landing page (the experiment kind tag) and no stray ``Default`` experiment beside it."""
+    from splice_assets.release.bundle import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+
+    experiments = client_for(released["tmp"]).search_experiments()  # active ones, as the UI lists them
+    assert [e.name for e in experiments] == [f"splice/{DEMO_DATASET}"]
+    assert experiments[0].tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND == "custom_model_development"
+
+
+def test_logging_and_registering_the_model_is_quiet(released, capfd):
+    """No CloudPickle warning (the model is logged from code), no registry chatter ("Registered model ... already
+    exists") on stdout or stderr, no warning: logged twice, so the second registration meets an existing model."""
+    import mlflow
+
+    from splice_assets.release.bundle import ensure_experiment
+    from splice_assets.release.mlflow_model import log_release_model
+
+    mlflow.set_tracking_uri(environment(released["tmp"])["MLFLOW_TRACKING_URI"])
+    mlflow.set_experiment(experiment_id=ensure_experiment(DEMO_DATASET))
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("mlflow")
+    level = logger.level
+    logger.setLevel(logging.INFO)  # another test may have quietened it: it must be quiet on its own
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            logged = []
+            for release_id in ("quiet-check-1", "quiet-check-2"):
+                with mlflow.start_run(run_name=release_id):
+                    logged.append(log_release_model(Path(released["record"]["public_dir"]), "quiet_check",
+                                                    release_id))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    out, err = capfd.readouterr()
+    assert [m["registered_model_version"] for m in logged] == [1, 2]
+    assert "already exists" not in out + err and "Registered model" not in out + err, out + err
+    messages = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    assert not any("pickle" in m.lower() for m in messages), messages
+    assert not [str(w.message) for w in caught if "mlflow" in w.filename], [str(w.message) for w in caught]
+    version = client_for(released["tmp"]).get_model_version("splice-quiet_check", "2")
+    assert version.tags["release_id"] == "quiet-check-2"
+    client_for(released["tmp"]).delete_registered_model("splice-quiet_check")
 
 
 def test_private_values_live_only_in_the_internal_folder(released):
@@ -251,6 +306,7 @@ def test_refit_costs_zero_and_links_its_parent(released, monkeypatch):
     ledger = BudgetLedger(environment(tmp)["SPLICE_LEDGER_URL"])
     spent_before = ledger.spent(DEMO_DATASET)
     child = refit_release(parent["release_id"], K=2, steps=40, n_rows=500)
+    assert UUID.fullmatch(child["release_id"])  # the same format as a Dagster run's release id
     assert ledger.spent(DEMO_DATASET) == spent_before
     entry = [e for e in ledger.entries(DEMO_DATASET) if e.release_id == child["release_id"]]
     assert len(entry) == 1 and entry[0].epsilon == 0.0 and entry[0].parent_release_id == parent["release_id"]

@@ -328,6 +328,46 @@ def experiment_name(dataset: str) -> str:
     return f"splice/{dataset}"
 
 
+#: MLflow 3's UI opens an experiment by its kind; without the tag it may guess GenAI and show the traces page.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
+
+def ensure_experiment(dataset: str, artifact_location: str | None = None) -> str:
+    """The dataset's experiment id, created (typed for classic ML) when missing; the tag is also set on an
+    experiment created before it existed. Retires MLflow's empty ``Default`` experiment, so the store lists the
+    splice experiments only."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    name = experiment_name(dataset)
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        experiment_id = client.create_experiment(
+            name, artifact_location=artifact_location and f"{artifact_location}/{dataset}",
+            tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+        )
+    else:
+        experiment_id = experiment.experiment_id
+        if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+            client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    _retire_default_experiment(client)
+    return experiment_id
+
+
+def _retire_default_experiment(client: Any) -> None:
+    """Delete (soft: MLflow's SQL store recreates a hard-deleted one) the ``Default`` experiment, which the store
+    creates with its tables, when nothing was ever logged to it. Someone else's runs there are left alone."""
+    from mlflow.entities import ViewType
+
+    default = client.get_experiment_by_name("Default")
+    if default is None or default.lifecycle_stage != "active":
+        return
+    if client.search_runs([default.experiment_id], run_view_type=ViewType.ALL, max_results=1):
+        return
+    client.delete_experiment(default.experiment_id)
+
+
 def _param_value(value: Any) -> Any:
     return "" if value is None else value
 
@@ -358,10 +398,7 @@ def log_to_mlflow(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mlflow.set_tracking_uri(tracking_uri)
-        name = experiment_name(schema.name)
-        if mlflow.get_experiment_by_name(name) is None:
-            mlflow.create_experiment(name, artifact_location=artifact_location and f"{artifact_location}/{schema.name}")
-        mlflow.set_experiment(name)
+        mlflow.set_experiment(experiment_id=ensure_experiment(schema.name, artifact_location))
         with mlflow.start_run(run_name=release_id) as run:
             # Params: the public config (never the input path) and every public privacy fact.
             mlflow.log_params({k: _param_value(v) for k, v in params.items()})
@@ -404,7 +441,7 @@ def log_to_mlflow(
             dataset = mlflow.data.from_pandas(  # type: ignore[attr-defined]  # registered at import time
                 synthetic.astype({c: "object" for c in synthetic.columns if str(synthetic[c].dtype) == "category"}),
                 source=str(public_dir / "synthetic.parquet"),
-                name=f"{schema.name}-synthetic-{release_id[:8]}",
+                name=f"{schema.name}-synthetic-{release_id}",
             )
             mlflow.log_input(dataset, context="synthetic_output")
             logged: dict[str, Any] = {"run_id": run.info.run_id}

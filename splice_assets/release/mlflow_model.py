@@ -13,8 +13,10 @@ requests and serve the model; a bare int is accepted by ``unwrap_python_model().
 ``unwrap_python_model().sample(500, seed)``, not through the schema-enforcing pyfunc wrapper.
 
 Artifacts are the public bundle's ``model.npz`` + ``model.json`` (``sampling.save_model``) and ``schema.yaml``:
-mechanism outputs and public metadata only. Registered per dataset as ``splice-<dataset>``; MLflow reserves the
-alias ``latest`` and resolves ``models:/<name>@latest`` to the highest version, i.e. the newest release.
+mechanism outputs and public metadata only. The model is logged from code (``pyfunc_entry.py``), not pickled.
+Registered per dataset as ``splice-<dataset>`` through the client API (the fluent ``registered_model_name=`` prints
+"Registered model ... already exists" on every release); MLflow reserves the alias ``latest`` and resolves
+``models:/<name>@latest`` to the highest version, i.e. the newest release.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 import mlflow.pyfunc
 import numpy as np
 import pandas as pd
+from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 from mlflow.pyfunc import PythonModel
 from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
@@ -104,6 +107,8 @@ with warnings.catch_warnings(record=True):
             from splice_assets.sampling import load_model
             from splice_assets.schema import load_schema
 
+            # Logged from code, the instance is built without arguments: the release's seed is in model_config.
+            self.default_seed = int((context.model_config or {}).get("default_seed", self.default_seed))
             bundle = Path(context.artifacts[BUNDLE])
             self._model = load_model(bundle / MODEL_STEM)
             self._schema = load_schema(bundle / SCHEMA_FILE)
@@ -144,24 +149,38 @@ def log_release_model(
             params=ParamSchema([ParamSpec("seed", "long", int(default_seed))]),
         )
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            # The signature describes the input; an input example would make MLflow load and run the model here.
+            warnings.filterwarnings("ignore", message=".*input example was not provided")
             info = mlflow.pyfunc.log_model(
                 name="model",
-                python_model=SpliceSynthesizer(default_seed),
+                python_model=str(Path(__file__).with_name("pyfunc_entry.py")),  # models from code: nothing pickled
+                model_config={"default_seed": int(default_seed)},
                 artifacts={BUNDLE: str(bundle)},
                 signature=signature,
                 # Explicit requirements: no dependency inference (it would load the model in a subprocess).
                 pip_requirements=[f"splice-assets=={package_version()}", "numpy", "pandas", "pyyaml", "torch"],
-                registered_model_name=name,
                 metadata={"release_id": release_id, "dataset": dataset, "visibility": "public"},
                 tags={"release_id": release_id, "dataset": dataset},
             )
-    version = getattr(info, "registered_model_version", None)
-    if name is not None and version is not None:
-        client = mlflow.MlflowClient()
-        client.set_model_version_tag(name, str(version), "release_id", release_id)
+    version = None if name is None else register_version(name, info, release_id)
     return {
         "model_uri": info.model_uri,
         "registered_model_name": name,
-        "registered_model_version": None if version is None else int(version),
+        "registered_model_version": version,
     }
+
+
+def register_version(name: str, info: Any, release_id: str) -> int:
+    """A new version of registered model ``name`` for the logged model, tagged with its release id. The client
+    API says nothing on stderr (the fluent registration prints a line per call)."""
+    client = mlflow.MlflowClient()
+    try:
+        client.get_registered_model(name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        client.create_registered_model(name, description="Synthetic data releases of one dataset (splice).")
+    created = client.create_model_version(
+        name, source=info.model_uri, run_id=info.run_id, tags={"release_id": release_id}, model_id=info.model_id
+    )
+    return int(created.version)

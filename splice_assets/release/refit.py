@@ -72,7 +72,7 @@ def refit_release(
     if settings.n_synthetic == 0:
         settings = dataclasses.replace(settings, n_synthetic=int(manifest.get("synthetic_rows") or measurement.n))
     synth = settings.synthesizer(schema)  # validates the new settings before anything is fitted
-    child_id = release_id or uuid.uuid4().hex
+    child_id = release_id or str(uuid.uuid4())  # the dashed form of a Dagster run id, as every release id
 
     ledger = BudgetLedger(ledger_url or default_ledger_url())
     try:
