@@ -338,7 +338,7 @@ def release(
             internal_dir=store.internal_dir(s.dataset, release_id),
             tracking_uri=mlflow.uri(),
             artifact_location=mlflow.artifact_location(),
-            dagster_run_id=context.run_id,
+            dagster_run_id=context.run.run_id,
             bounds_estimate=synth.bounds,
         )
     context.log.info(f"release {release_id}: public bundle at {record['public_dir']}")
