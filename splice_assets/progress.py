@@ -9,11 +9,14 @@ names, step counts and times pass through here, never data, so any stage (privat
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar, cast
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Display(Protocol):
@@ -42,6 +45,20 @@ def stage(name: str, total: int | None = None) -> Iterator[None]:
     finally:
         _depth -= 1
         display.finished(name, time.perf_counter() - started, _depth)
+
+
+def staged(name: str) -> Callable[[F], F]:
+    """A function run as one stage."""
+
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with stage(name):
+                return function(*args, **kwargs)
+
+        return cast(F, wrapper)
+
+    return decorate
 
 
 def advance(steps: int = 1) -> None:
