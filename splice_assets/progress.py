@@ -22,7 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 class Display(Protocol):
     def started(self, name: str, total: int | None, depth: int) -> None: ...
     def advanced(self, steps: int) -> None: ...
-    def finished(self, name: str, seconds: float, depth: int) -> None: ...
+    def finished(self, name: str, seconds: float, depth: int, failed: bool = False) -> None: ...
 
 
 _display: Display | None = None
@@ -40,11 +40,13 @@ def stage(name: str, total: int | None = None) -> Iterator[None]:
     started = time.perf_counter()
     display.started(name, total, _depth)
     _depth += 1
+    failed = True
     try:
         yield
+        failed = False
     finally:
         _depth -= 1
-        display.finished(name, time.perf_counter() - started, _depth)
+        display.finished(name, time.perf_counter() - started, _depth, failed)
 
 
 def staged(name: str) -> Callable[[F], F]:
@@ -96,20 +98,21 @@ class PlainDisplay:
     def advanced(self, steps: int) -> None:
         pass
 
-    def finished(self, name: str, seconds: float, depth: int) -> None:
+    def finished(self, name: str, seconds: float, depth: int, failed: bool = False) -> None:
         stream = self.stream or sys.stderr
-        print(f"{'  ' * (depth + 1)}done {name:<44} {seconds:7.1f} s", file=stream, flush=True)
+        word = "FAILED" if failed else "done"
+        print(f"{'  ' * depth}{word} {name:<52} {seconds:7.1f} s", file=stream, flush=True)
 
 
 class RichDisplay:
     """A live rich progress table on a terminal: a row per stage with its elapsed time, a bar, steps and ETA for
     the stages with a budget. Output printed meanwhile (Dagster's log) scrolls above it."""
 
-    def __init__(self, stream: IO[str] | None = None) -> None:
+    def __init__(self, stream: IO[str] | None = None, force_terminal: bool | None = None) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        self.console = Console(file=stream or sys.stderr)
+        self.console = Console(file=stream or sys.stderr, force_terminal=force_terminal)
         self.progress = Progress(
             SpinnerColumn(finished_text="[green]✓"), TextColumn("{task.description}"), BarColumn(bar_width=24),
             TextColumn("{task.fields[steps]}"), TimeElapsedColumn(), _remaining_column(), console=self.console,
@@ -135,9 +138,13 @@ class RichDisplay:
                 self.progress.update(task_id, completed=done, steps=f"{done}/{int(task.total)} steps")
                 return
 
-    def finished(self, name: str, seconds: float, depth: int) -> None:
+    def finished(self, name: str, seconds: float, depth: int, failed: bool = False) -> None:
         task_id = self.stack.pop()
         task = self.progress.tasks[task_id]
+        if failed:
+            self.progress.update(task_id, description=f"[red]{task.description} (failed)")
+            self.progress.stop_task(task_id)
+            return
         # A fit that converges before its budget ends here: the bar completes, the count says where it stopped.
         self.progress.update(task_id, total=task.total or 1, completed=task.total or 1)
         self.progress.stop_task(task_id)
