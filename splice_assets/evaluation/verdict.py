@@ -179,10 +179,12 @@ def _tstr_finding(metrics: FidelityMetrics) -> list[Finding]:
     if value is None or not math.isfinite(value) or value > limit:
         return []
     what = "predicting the mean" if t.primary == "r2" else "a coin flip"
+    ceiling = (t.best_trtr or {}).get(t.primary)  # what the real rows allow: a low one means a hard target
     return [Finding("TSTR at or below trivial", t.target,
                     f"a model trained on the synthetic rows predicts {t.target} on real rows with {t.primary} "
                     f"{value:.3f} ({t.best_learner}): no better than {what} ({t.primary} {trivial:g}"
-                    + ("" if limit == trivial else f", flagged up to {limit:.3f} for {t.n_test:,} test rows") + ")")]
+                    + ("" if limit == trivial else f", flagged up to {limit:.3f} for {t.n_test:,} test rows") + ")"
+                    + ("" if ceiling is None else f"; trained on the real rows: {ceiling:.3f}"))]
 
 
 def _reference_findings(metrics: FidelityMetrics, refs: ReferenceBand | None) -> list[Finding]:
