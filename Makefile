@@ -12,6 +12,7 @@ export PYTHONUNBUFFERED = 1
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
+	@echo "Installing splice with torch (CPU), Dagster, MLflow and scikit-learn into $(VENV): about 4-6 minutes and 3 GB on a fresh clone, once (quiet until done)."
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[all,test]' 2>&1 \
 		| grep -v "is ignored: it is neither a file nor a directory" || true
 	$(PY) -c "import splice_assets, torch, dagster, mlflow, great_expectations" 
@@ -19,8 +20,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# Progress on stderr, Dagster's log at INFO; make demo DEMO_ARGS=--verbose shows every Dagster event (DEBUG).
 demo: install
-	$(PY) -m splice_assets.dagster_layer.demo
+	$(PY) -m splice_assets.dagster_layer.demo $(DEMO_ARGS)
 
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider

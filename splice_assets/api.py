@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from splice_assets import progress
 from splice_assets.config import (
     MeasurementSettings,
     ModelSettings,
@@ -165,13 +166,15 @@ class Synthesizer:
                 n_measured: int | None = None, expected_version: int | None = None) -> ValidatedTable:
         """``check``, then DP bounds for ``bounds: auto`` columns (charged; the schema takes the estimates), then
         record-level cleaning. Returns the cleaned table and its INTERNAL repair report."""
-        self.check(raw, ledger, n_measured, expected_version)
-        bounds_multiplier = self.privacy_split()[1]
-        if bounds_multiplier is not None and auto_columns(self.schema):
-            self.schema, self.bounds = estimate_bounds(
-                raw, self.schema, bounds_multiplier, self.settings.delta, ledger, release_id, self.settings.relation
-            )
-        return validate(raw, self.schema, expected_version, max_unparseable_share=self.settings.max_unparseable_share)
+        with progress.stage("validate and clean the input"):
+            self.check(raw, ledger, n_measured, expected_version)
+            bounds_multiplier = self.privacy_split()[1]
+            if bounds_multiplier is not None and auto_columns(self.schema):
+                self.schema, self.bounds = estimate_bounds(
+                    raw, self.schema, bounds_multiplier, self.settings.delta, ledger, release_id, self.settings.relation
+                )
+            return validate(raw, self.schema, expected_version,
+                            max_unparseable_share=self.settings.max_unparseable_share)
 
     def encode(self, table: pd.DataFrame) -> np.ndarray:
         """Cleaned rows into [-1, 1]^d (PRIVATE: the caller keeps the result in memory or the internal folder)."""
@@ -186,9 +189,10 @@ class Synthesizer:
     ) -> Measurement:
         """The one Gaussian measurement of encoded rows: exact statistics -> reservation -> noise -> ``on_noisy``
         (persist) -> commit (``measuring.measure_exact``). ``ledger=None`` accounts nothing: public data only."""
-        plan, calibration = self.plan(x.shape[0])
-        stats = exact_statistics(x, plan, layout_for(self.schema))
-        self.measurement = measure_exact(stats, plan, calibration, ledger, release_id, on_noisy)
+        with progress.stage("measure the noisy statistics (charged)"):
+            plan, calibration = self.plan(x.shape[0])
+            stats = exact_statistics(x, plan, layout_for(self.schema))
+            self.measurement = measure_exact(stats, plan, calibration, ledger, release_id, on_noisy)
         return self.measurement
 
     def fit_model(self, threads: int | None = 1) -> FittedMixture:
@@ -197,7 +201,8 @@ class Synthesizer:
 
         if self.measurement is None:
             raise NotFitted("measure (or load) a synthesizer before fitting its model")
-        self.model = chain.fit(self.measurement, self.schema, fit_config(self.settings, threads))
+        with progress.stage("fit the model (post-processing)"):
+            self.model = chain.fit(self.measurement, self.schema, fit_config(self.settings, threads))
         return self.model
 
     def fit(self, table: pd.DataFrame, *, ledger: BudgetLedger | None, release_id: str = "adhoc",
@@ -216,8 +221,9 @@ class Synthesizer:
         if self.model is None or self.measurement is None:
             raise NotFitted("fit (or load) a synthesizer before sampling")
         n = self.measurement.n if n_rows is None else int(n_rows)
-        return sample_table(self.model, self.schema, n, self.settings.seed if seed is None else int(seed),
-                            match_marginals=self.settings.postprocessing.match_marginals)
+        with progress.stage(f"sample {n:,} rows"):
+            return sample_table(self.model, self.schema, n, self.settings.seed if seed is None else int(seed),
+                                match_marginals=self.settings.postprocessing.match_marginals)
 
     def refit(self, model: ModelSettings | None = None, postprocessing: PostProcessingSettings | None = None,
               seed: int | None = None, threads: int | None = 1) -> Synthesizer:

@@ -516,7 +516,7 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
 @click.option("--field-iterations", "field_iterations", default=None, type=int,
               help="Pairwise field's fit iterations, 0 = no field (faster) [default: 40].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--verbose", is_flag=True, help="Show Dagster's event log.")
+@click.option("--verbose", is_flag=True, help="Dagster's console log at DEBUG (every step event) instead of INFO.")
 @guarded
 def release_command(
     dataset: str | None,
@@ -583,7 +583,17 @@ def _lifetime_now(dataset: str) -> str:
 
 
 def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], verbose: bool) -> dict[str, Any]:
-    """Execute the Dagster release job in-process (like ``make demo``); one-line error on failure."""
+    """Execute the Dagster release job in-process (like ``make demo``) with a progress display on stderr;
+    one-line error on failure."""
+    from splice_assets import progress
+
+    with progress.showing(progress.display_for()):
+        return _execute_release_job(dataset, input_path, options, verbose)
+
+
+def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any], verbose: bool) -> dict[str, Any]:
+    from splice_assets import progress
+
     if not os.environ.get("DAGSTER_HOME"):
         os.environ["DAGSTER_HOME"] = str(dagster_home())
     home = Path(os.environ["DAGSTER_HOME"])
@@ -593,7 +603,7 @@ def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], ver
         (home / "dagster.yaml").write_text(DAGSTER_YAML)
     if not verbose:
         _quiet_mlflow()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), progress.stage("load Dagster and the release job"):
         if not verbose:
             warnings.simplefilter("ignore")
         import dagster as dg
@@ -602,7 +612,13 @@ def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], ver
         from splice_assets.dagster_layer.assets import op_name
         from splice_assets.dagster_layer.automation import run_config_for
         from splice_assets.dagster_layer.config import ReleaseConfig
+        from splice_assets.dagster_layer.console import console_level, with_console_level, with_splice_console
         from splice_assets.dagster_layer.definitions import build_definitions
+
+        job = with_splice_console(build_definitions().resolve_job_def("release"))
+    with warnings.catch_warnings():
+        if not verbose:
+            warnings.simplefilter("ignore")
 
         try:
             config = ReleaseConfig(dataset=dataset, input_path=input_path, **options)
@@ -610,8 +626,8 @@ def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], ver
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "config"
             raise fail(f"{where}: {first.get('msg', exc)}") from None
-        run_config = run_config_for(config, log_level=None if verbose else "CRITICAL")
-        job = build_definitions().resolve_job_def("release")
+        # INFO: what the assets log and the errors; DEBUG (--verbose): every step event as well.
+        run_config = with_console_level(run_config_for(config), console_level(verbose))
         with dg.DagsterInstance.get() as instance:
             result = job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False,
                                             tags={"splice/trigger": "cli", "splice/dataset": dataset})

@@ -122,18 +122,22 @@ def _nearest_level(x: np.ndarray, levels: int) -> np.ndarray:
 
 
 
-def cube_of(values: np.ndarray, lo: float, hi: float, log: bool = False) -> np.ndarray:
-    """Values in [lo, hi] -> [-1, 1], affine or (``log``) affine in log(1 + v - lo): the public encoding of a
-    numeric column (values outside the bounds map outside [-1, 1]; callers clip)."""
-    if log:
+def cube_of(values: np.ndarray, lo: float, hi: float, scale: str = "linear") -> np.ndarray:
+    """Values in [lo, hi] -> [-1, 1], affine in v, in log(1 + v - lo) (``log``) or in asinh(v) (``symlog``): the
+    public encoding of a numeric column (values outside the bounds map outside [-1, 1]; callers clip)."""
+    if scale == "log":
         return -1.0 + 2.0 * np.log1p(np.maximum(values - lo, 0.0)) / math.log1p(hi - lo)
+    if scale == "symlog":
+        return -1.0 + 2.0 * (np.arcsinh(values) - math.asinh(lo)) / (math.asinh(hi) - math.asinh(lo))
     return -1.0 + 2.0 * (values - lo) / (hi - lo)
 
 
-def value_of(z: np.ndarray, lo: float, hi: float, log: bool = False) -> np.ndarray:
+def value_of(z: np.ndarray, lo: float, hi: float, scale: str = "linear") -> np.ndarray:
     """Inverse of ``cube_of``."""
-    if log:
+    if scale == "log":
         return lo + np.expm1((z + 1.0) * math.log1p(hi - lo) / 2.0)
+    if scale == "symlog":
+        return np.sinh(math.asinh(lo) + (z + 1.0) * (math.asinh(hi) - math.asinh(lo)) / 2.0)
     return lo + (z + 1.0) * (hi - lo) / 2.0
 
 
@@ -167,7 +171,7 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
             continue
         assert spec.bounds is not None
         lo, hi = spec.bounds
-        values = value_of(x[:, j], lo, hi, spec.scale == "log")
+        values = value_of(x[:, j], lo, hi, spec.scale)
         j += 1
         if spec.sentinels:
             level = _nearest_level(x[:, j], len(spec.sentinels) + 1)

@@ -57,7 +57,7 @@ class FineCells:
     points: tuple[float, ...]
     intervals: int
     parents: tuple[int, ...]
-    log: bool = False
+    scale: str = "linear"
     split: int = 0
     #: Index of the column's sentinel coordinate and its ``sentinels``, if it has any: a row at a sentinel keeps it
     #: exactly and is not redrawn.
@@ -84,10 +84,10 @@ class FineCells:
         return np.minimum(np.floor((z + 1.0) * finer / 2.0), finer - 1).astype(np.int64)
 
     def values(self, z: np.ndarray) -> np.ndarray:
-        return value_of(z, self.lo, self.hi, self.log)
+        return value_of(z, self.lo, self.hi, self.scale)
 
     def cube(self, values: np.ndarray) -> np.ndarray:
-        return cube_of(values, self.lo, self.hi, self.log)
+        return cube_of(values, self.lo, self.hi, self.scale)
 
     def cells_of(self, z: np.ndarray) -> np.ndarray:
         """Fine cell of every cube value ``z`` in [-1, 1] (a deterministic public map)."""
@@ -177,12 +177,12 @@ def column_fine_cells(
         points, intervals = np.unique(np.concatenate([grid, declared])), 0
     else:
         points, intervals = np.unique(np.asarray(declared, dtype=np.float64)), fine_bins
-    cube = cube_of(points, lo, hi, spec.scale == "log")
+    cube = cube_of(points, lo, hi, spec.scale)
     point_parents = np.minimum(np.floor((np.clip(cube, -1.0, 1.0) + 1.0) * numeric_bins / 2.0), numeric_bins - 1)
     interval_parents = np.arange(intervals) * numeric_bins // max(intervals, 1)
     parents = np.concatenate([point_parents, interval_parents]).astype(np.int64)
     return FineCells(spec.name, coordinate, missing, float(lo), float(hi), spec.kind == "integer",
-                     tuple(float(p) for p in points), intervals, tuple(int(p) for p in parents), spec.scale == "log",
+                     tuple(float(p) for p in points), intervals, tuple(int(p) for p in parents), spec.scale,
                      split if intervals else 0)
 
 

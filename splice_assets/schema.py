@@ -66,8 +66,9 @@ class ColumnSpec:
     sentinels: tuple[float, ...] = ()
     #: Public rounding grid of a numeric column (values are multiples of it); synthetic values are rounded to it.
     step: float | None = None
-    #: Public scale of a numeric column's encoding: "linear", or "log" (log(1 + v - lo)) for a skewed column whose
-    #: mass sits near its lower bound, so the equal-width bins of the encoding resolve it.
+    #: Public scale of a numeric column's encoding: "linear"; "log" (log(1 + v - lo)) for a skewed column whose
+    #: mass sits near its lower bound; "symlog" (asinh(v)) for a signed column with heavy tails on both sides of
+    #: 0. The equal-width bins of the encoding then resolve where the mass is.
     scale: str = "linear"
 
     @property
@@ -147,7 +148,7 @@ _COLUMN_KEYS = {
     "name", "kind", "nullable", "bounds", "categories", "other", "decimals", "values", "sentinels", "step", "scale",
     "description", "from_data",
 }
-SCALES: tuple[str, ...] = ("linear", "log")
+SCALES: tuple[str, ...] = ("linear", "log", "symlog")
 
 
 def parse_column(raw: Any, position: int) -> ColumnSpec:

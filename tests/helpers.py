@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -44,6 +45,15 @@ def set_budget(tmp: Path, dataset: str, epsilon: float = 10.0, delta: float = 1e
     with BudgetLedger(ledger_url(tmp)) as book:
         if book.budget(dataset) is None:
             book.set_budget(dataset, epsilon, delta, relation)
+
+
+#: A line of the release's progress display when stderr is not a terminal (``splice_assets.progress``).
+PROGRESS_LINE = re.compile(r"^\s*(done|FAILED) \S")
+
+
+def without_progress(stderr: str) -> list[str]:
+    """The non-empty lines of ``stderr`` that are not progress lines."""
+    return [line for line in stderr.splitlines() if line.strip() and not PROGRESS_LINE.match(line)]
 
 
 def invoke(*args: object):

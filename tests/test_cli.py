@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import fails_cleanly, ok
+from helpers import PROGRESS_LINE, fails_cleanly, ok, without_progress
 
 from splice_assets.datasets import DEMO_DATASET, demo_data_path
 
@@ -46,7 +46,7 @@ def process_fails_cleanly(*args: str) -> str:
     proc = run_process(*args)
     assert proc.returncode != 0, (args, proc.stdout)
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    lines = without_progress(proc.stderr)  # a release shows its stages first, the FAILED one last
     assert len(lines) == 1 and lines[0].startswith("Error: "), (args, proc.stderr[-3000:])
     return lines[0]
 
@@ -66,7 +66,21 @@ def cli_env(tmp_path_factory):
                            "--delta", "1e-9", *FAST, "--json")
         assert proc.returncode == 0, proc.stderr[-3000:]
         record = json.loads(proc.stdout)
-        yield {"tmp": tmp, "record": record, "release_id": record["release_id"]}
+        yield {"tmp": tmp, "record": record, "release_id": record["release_id"], "stderr": proc.stderr}
+
+
+def test_release_shows_its_stages_and_no_debug_log(cli_env):
+    """At default verbosity: one progress line per stage (the fit's inner ones indented), Dagster at INFO (no
+    DEBUG line, no step-event chatter), and stdout only the JSON record."""
+    stderr = cli_env["stderr"]
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert not [line for line in lines if "DEBUG" in line or "STEP_START" in line], stderr[-3000:]
+    stages = [line.split()[1:3] for line in lines if PROGRESS_LINE.match(line)]
+    for stage in (["load", "Dagster"], ["validate", "and"], ["measure", "the"], ["fit", "the"],
+                  ["mixture:", "gradient"], ["sample", "2,000"], ["report:", "metrics"], ["write", "the"]):
+        assert stage in stages, (stage, stderr[-3000:])
+    assert "\n  done mixture: gradient steps" in stderr  # nested under the fit
+    assert len(lines) < 30, stderr[-3000:]
 
 
 def test_help_everywhere():

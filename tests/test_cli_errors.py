@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import without_progress
 
 from splice_assets.cli import EXIT_BROKEN_PIPE, _without_class_path
 from splice_assets.datasets import DEMO_DATASET, demo_data_path
@@ -50,8 +51,9 @@ def test_a_failed_release_prints_one_plain_line(tmp_path):
     proc = splice(tmp_path, "release", "--dataset", DEMO_DATASET, "--input", broken, "--epsilon", "1", "--delta",
                   "1e-9", "--k", "4", "--L", "16", "--K", "2", "--steps", "5")
     _, stderr = proc.communicate(timeout=600)
-    lines = [line for line in stderr.splitlines() if line.strip()]
+    lines = without_progress(stderr)  # the stages it ran, the FAILED one last, then the one error line
     assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("Error: "), stderr[-3000:]
+    assert "FAILED validate and clean the input" in stderr and "Traceback" not in stderr
     assert "'affairs'" in lines[0] and not CLASS_PATH.search(lines[0]), lines[0]
 
 

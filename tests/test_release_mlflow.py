@@ -328,3 +328,29 @@ def test_refit_costs_zero_and_links_its_parent(released, monkeypatch):
     assert latest.tags["release_id"] == child["release_id"]
     audit = json.loads(Path(child["internal_dir"], "audit.json").read_text())
     assert audit["source_uri"] is None and audit["validation"] is None
+
+
+def test_public_quality_summary_is_derived_from_public_files_alone(released):
+    """quality.json sits beside release.json and is recomputed exactly from the public bundle (noisy measurement,
+    schema, synthetic rows): no number in it can come from real rows. The internal report's real-row numbers
+    (the share of zeros of the real affairs column, its 1-way TVD against the holdout) are not in it."""
+    from splice_assets.measurement import Measurement
+    from splice_assets.release.quality import quality_summary
+    from splice_assets.schema import load_schema
+
+    public, internal = Path(released["record"]["public_dir"]), Path(released["record"]["internal_dir"])
+    stored = json.loads((public / "quality.json").read_text())
+    manifest = json.loads((public / "release.json").read_text())
+    assert "quality.json" in manifest["files"] and manifest["quality"]["file"] == "quality.json"
+    assert manifest["quality"]["model_tvd_1way"] == stored["model_tvd_1way"]
+    recomputed = quality_summary(Measurement.load(public / "measurement"), load_schema(public / "schema.yaml"),
+                                 pd.read_parquet(public / "synthetic.parquet"))
+    assert json.loads(json.dumps(recomputed)) == stored
+    affairs = stored["columns"]["affairs"]
+    assert affairs["cells"] == 16 and affairs["noise_std_per_cell"] > 0 and affairs["model_tvd"] is not None
+    # Planted check: numbers the internal report computed from real rows do not appear in the public summary.
+    report = json.loads((internal / "fidelity_report.json").read_text())
+    real_side = report["verdict"]["columns"]["affairs"]["real"]
+    text = (public / "quality.json").read_text()
+    for value in (real_side["zero_share"], real_side["quantiles"]["95%"], report["metrics"]["marginals"]["one_way"]):
+        assert f"{value:.4g}" not in text, value

@@ -111,3 +111,89 @@ def test_screenshot_if_chromium_available(report):
     except subprocess.TimeoutExpired:
         pytest.skip("chromium timed out")
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The verdict: planted failures are flagged, quoting their numbers; no-holdout mode says so.
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _planted(schema):
+    """A real table with a point mass (30% of income exactly 0) and a synthetic one that loses it and drops the
+    job category 'a' (which holds well over 1% of the real rows)."""
+    real = mixed_table(1500, 5, schema=schema)
+    real.loc[real.index[::3], "income"] = 0.0
+    synthetic = mixed_table(1500, 6, schema=schema)
+    synthetic.loc[synthetic["job"] == "a", "job"] = "b"
+    return real, synthetic
+
+
+def test_verdict_flags_a_lost_point_mass_and_a_dropped_category():
+    from splice_assets.evaluation.verdict import column_stats, dropped_categories, lost_point_masses
+
+    schema = mixed_schema()
+    real, synthetic = _planted(schema)
+    income, job = schema.column("income"), schema.column("job")
+    [lost] = lost_point_masses(real["income"], synthetic["income"], income)
+    share = float((real["income"] == 0).mean())  # 1/3 planted, a few more clipped at 0
+    assert lost.kind == "lost point mass" and f"income = 0 holds {share:.1%} of the real rows" in lost.message
+    [dropped] = dropped_categories(real["job"], synthetic["job"], job)
+    assert dropped.column == "job" and "'a'" in dropped.message and "absent" in dropped.message
+    # Kept ones are not flagged: the same table against itself.
+    assert lost_point_masses(real["income"], real["income"], income) == []
+    assert dropped_categories(real["job"], real["job"], job) == []
+    stats = column_stats(real["income"], income)
+    assert set(stats.quantiles) == {"1%", "5%", "25%", "50%", "75%", "95%", "99%"}
+    assert abs(stats.zero_share - share) < 1e-9 and stats.top[0] == ("0", stats.zero_share)
+
+
+def test_verdict_flags_shifted_quantiles_and_a_useless_target(tmp_path):
+    from splice_assets.evaluation.verdict import shifted_quantiles
+
+    schema = mixed_schema()
+    real, shifted = mixed_table(1500, 7, schema=schema), mixed_table(1500, 8, shift=1.0, schema=schema)
+    [finding] = shifted_quantiles(real["score"], shifted["score"], schema.column("score"))
+    assert finding.kind == "quantiles far off" and "real" in finding.message
+    assert shifted_quantiles(real["score"], mixed_table(1500, 9, schema=schema)["score"], schema.column("score")) == []
+    # A synthetic table whose label is reversed: TSTR worse than a coin flip.
+    noise = mixed_table(1500, 10, schema=schema)
+    noise["label"] = noise["label"].map({"yes": "no", "no": "yes"})
+    result = build_report(real, mixed_table(800, 11, schema=schema), noise, schema, {}, seed=0, out_dir=tmp_path,
+                          with_references=False)
+    kinds = [f.kind for f in result.verdict.findings]
+    assert "TSTR at or below trivial" in kinds, result.verdict.findings
+
+
+def test_report_verdict_section_comes_first_and_shows_the_planted_failures(tmp_path):
+    schema = mixed_schema()
+    real, synthetic = _planted(schema)
+    train = mixed_table(1500, 12, schema=schema)
+    result = build_report(train, real, synthetic, schema, {"release_id": "r"}, seed=0, out_dir=tmp_path)
+    text = result.html_path.read_text(encoding="utf-8")
+    parser = _Collector()
+    parser.feed(text)
+    assert parser.headings[1] == "Verdict"
+    assert "lost point mass" in text and f"income = 0 holds {(real['income'] == 0).mean():.1%} of the real" in text
+    assert "dropped category" in text and "job = &#x27;a&#x27;" in text
+    assert "quantile 99%" in text and "share of zeros" in text and "top values" in text
+    assert "independent marginals (non-DP floor)" in text  # the score's reference band
+    data = json.loads(result.json_path.read_text(encoding="utf-8"))
+    assert data["verdict"]["has_holdout"] is True
+    assert {"lost point mass", "dropped category"} <= {f["kind"] for f in data["verdict"]["findings"]}
+
+
+def test_no_holdout_report_says_so_and_skips_what_needs_one(tmp_path):
+    schema = mixed_schema()
+    train = mixed_table(1500, 13, schema=schema)
+    synthetic = mixed_table(1500, 14, schema=schema)
+    result = build_report(train, train.iloc[:0], synthetic, schema, {}, seed=0, out_dir=tmp_path)
+    text = result.html_path.read_text(encoding="utf-8")
+    assert "No held-out rows" in text and "holdout_fraction = 0" in text
+    for skipped in ("TSTR", "distance to closest record", "reference band"):
+        assert skipped in " ".join(result.verdict.skipped)
+    assert result.references is None and result.metrics.tstr is None and result.metrics.privacy is None
+    # Compared with the measured rows, not with nothing: no TVD 0.5 everywhere.
+    assert result.metrics.marginals.one_way < 0.1
+    assert max(result.metrics.marginals.per_column.values()) < 0.2
+    assert "measured rows" in text and "Distance to closest record" not in text
+    assert json.loads(result.json_path.read_text(encoding="utf-8"))["verdict"]["has_holdout"] is False

@@ -124,8 +124,8 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
     n_measured = len(raw) - int(round(settings.holdout_fraction * len(raw)))
     with ledger.open() as book:
         checked = synth.prepare(raw, book, release_id_of(context), n_measured, settings.schema_version)
-    if synth.bounds is not None:
-        context.log.info(f"auto bounds at epsilon={synth.bounds.epsilon:g} (public DP estimates): "
+    if synth.bounds is not None and synth.bounds.columns:
+        context.log.info(f"auto bounds (public DP estimates, noise multiplier {synth.bounds.noise_multiplier:.4g}): "
                          f"{synth.bounds.columns}")
     train, holdout = holdout_split.split_holdout(
         checked.table, settings.holdout_fraction, settings.seed, settings.relation

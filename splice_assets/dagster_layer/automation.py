@@ -76,12 +76,9 @@ release_job = dg.define_asset_job(
 INPUT_SUFFIXES = (".csv", ".csv.gz", ".parquet")
 
 
-def run_config_for(config: ReleaseConfig, log_level: str | None = None) -> dict[str, Any]:
-    """The release job's run config for these settings (optionally the console logger's level)."""
-    run_config: dict[str, Any] = {SETTINGS: config.model_dump()}
-    if log_level is not None:
-        run_config["loggers"] = {"console": {"config": {"log_level": log_level}}}
-    return run_config
+def run_config_for(config: ReleaseConfig) -> dict[str, Any]:
+    """The release job's run config for these settings (``console.with_console_level`` adds the log level)."""
+    return {SETTINGS: config.model_dump()}
 
 
 def refresh_skip_reason(config: ReleaseConfig, ledger: LedgerResource) -> str | None:

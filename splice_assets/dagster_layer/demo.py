@@ -1,15 +1,15 @@
-"""`make demo`: one full release of the bundled demo dataset, in-process, with embedded defaults."""
+"""`make demo`: one full release of the bundled demo dataset, in-process, with embedded defaults.
+
+Shows a progress display of the release's stages on stderr and Dagster's console log at INFO (``--verbose``: DEBUG,
+every step event).
+"""
 
 from __future__ import annotations
 
+import argparse
 import time
 
-import dagster as dg
-
-from splice_assets.dagster_layer.assets import op_name
-from splice_assets.dagster_layer.automation import run_config_for
-from splice_assets.dagster_layer.config import ReleaseConfig
-from splice_assets.dagster_layer.definitions import build_definitions
+from splice_assets import progress
 from splice_assets.datasets import DEMO_DATASET
 from splice_assets.private.ledger import BudgetLedger, default_ledger_url
 from splice_assets.release.budget_text import lifetime_of, release_text
@@ -28,20 +28,33 @@ def ensure_demo_budget() -> None:
                   f"(as `splice budget set {DEMO_DATASET} --epsilon {epsilon:g} --delta {delta:g}` would)")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", action="store_true", help="Dagster's console log at DEBUG instead of INFO")
+    verbose = parser.parse_args(argv).verbose
     home = dagster_home()
     home.mkdir(parents=True, exist_ok=True)
     ensure_demo_budget()
-    defs = build_definitions()
-    job = defs.resolve_job_def("release")
     start = time.perf_counter()
-    with dg.DagsterInstance.get() as instance:
-        result = job.execute_in_process(
-            run_config=run_config_for(ReleaseConfig()), instance=instance
-        )
+    with progress.showing(progress.display_for()):
+        with progress.stage("load Dagster and the release job"):
+            import dagster as dg
+
+            from splice_assets.dagster_layer.assets import op_name
+            from splice_assets.dagster_layer.automation import run_config_for
+            from splice_assets.dagster_layer.config import ReleaseConfig
+            from splice_assets.dagster_layer.console import console_level, with_console_level, with_splice_console
+            from splice_assets.dagster_layer.definitions import build_definitions
+
+            job = with_splice_console(build_definitions().resolve_job_def("release"))
+        with dg.DagsterInstance.get() as instance:
+            run_config = with_console_level(run_config_for(ReleaseConfig()), console_level(verbose))
+            result = job.execute_in_process(run_config=run_config, instance=instance)
     wall = time.perf_counter() - start
     if not result.success:
-        print("demo release FAILED; see the Dagster event log above")
+        from splice_assets.cli import _failure_reason
+
+        print(f"demo release FAILED: {_failure_reason(result)} (make demo DEMO_ARGS=--verbose: every Dagster event)")
         return 1
     durations = {}
     for event in result.all_events:

@@ -35,6 +35,7 @@ from splice_assets.evaluation.metrics import (
     fidelity_metrics,
     reference_band,
 )
+from splice_assets.evaluation.verdict import QUANTILES, ColumnStats, Verdict, verdict
 from splice_assets.schema import ColumnSpec, TableSchema
 
 INTERNAL_BANNER = "INTERNAL — this report reads the real (private) rows. Do not release or share outside the team."
@@ -51,6 +52,7 @@ class ReportResult:
     seconds: float
     references: ReferenceBand | None = None
     expectations: ExpectationSummary | None = None
+    verdict: Verdict | None = None
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -117,7 +119,47 @@ def _level_labels(spec: ColumnSpec) -> list[str]:
     return labels + ["missing"]
 
 
-def _marginal_plot(real: pd.Series, synthetic: pd.Series, spec: ColumnSpec, tvd: float) -> Figure:
+def _numeric_plot(real: pd.Series, synthetic: pd.Series, spec: ColumnSpec, tvd: float, real_label: str) -> Figure:
+    """Empirical CDFs and a quantile-quantile plot: both keep a point mass (a jump) and a long tail readable,
+    where 16 equal-width bins over wide public bounds put most rows in one bar. Skewed columns get a symlog axis."""
+    r = pd.to_numeric(real, errors="coerce").dropna().to_numpy(dtype=np.float64)
+    s = pd.to_numeric(synthetic, errors="coerce").dropna().to_numpy(dtype=np.float64)
+    fig = Figure(figsize=(6.4, 2.6))
+    ecdf, qq = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    skewed = False
+    if len(r) and len(s):
+        q1, q25, q75, q99 = np.quantile(r, [0.01, 0.25, 0.75, 0.99])
+        skewed = spec.scale == "log" or q99 - q1 > 20 * max(q75 - q25, 0.0) or q75 == q25
+        for values, color, label in ((r, REAL_COLOR, real_label), (s, SYNTH_COLOR, "synthetic")):
+            x = np.sort(values)
+            ecdf.step(x, np.arange(1, len(x) + 1) / len(x), where="post", color=color, lw=1.5, label=label)
+        probs = np.linspace(0.01, 0.99, 99)
+        qr, qs = np.quantile(r, probs), np.quantile(s, probs)
+        qq.plot(qr, qs, "o", ms=2.5, color=SYNTH_COLOR)
+        lo, hi = float(min(qr.min(), qs.min())), float(max(qr.max(), qs.max()))
+        qq.plot([lo, hi], [lo, hi], color="grey", lw=1, ls="--")
+    if skewed:
+        # symlog: linear around 0 (exact zeros stay visible), logarithmic beyond.
+        threshold = max(float(np.quantile(np.abs(r[r != 0]), 0.05)) if np.any(r != 0) else 1.0, 1e-9)
+        for ax in (ecdf,):
+            ax.set_xscale("symlog", linthresh=threshold)
+        qq.set_xscale("symlog", linthresh=threshold)
+        qq.set_yscale("symlog", linthresh=threshold)
+    ecdf.set_ylim(0, 1.02)
+    ecdf.set_title(_mpl_text(f"{spec.name} — CDF" + (" (symlog x)" if skewed else "")), fontsize=9)
+    qq.set_title(_mpl_text(f"Q-Q, 1..99% (16-bin TVD {tvd:.3f})"), fontsize=9)
+    qq.set_xlabel(_mpl_text(real_label), fontsize=7)
+    qq.set_ylabel("synthetic", fontsize=7)
+    for ax in (ecdf, qq):
+        ax.tick_params(labelsize=7)
+    ecdf.legend(fontsize=7, frameon=False, loc="lower right")
+    return fig
+
+
+def _marginal_plot(real: pd.Series, synthetic: pd.Series, spec: ColumnSpec, tvd: float,
+                   real_label: str = "real holdout") -> Figure:
+    if spec.is_numeric:
+        return _numeric_plot(real, synthetic, spec, tvd, real_label)
     cr, k = column_codes(real, spec)
     cs, _ = column_codes(synthetic, spec)
     p = np.bincount(cr, minlength=k) / max(len(cr), 1)
@@ -128,32 +170,26 @@ def _marginal_plot(real: pd.Series, synthetic: pd.Series, spec: ColumnSpec, tvd:
     fig = Figure(figsize=(4.2, 2.6))
     ax = fig.add_subplot()
     x = np.arange(len(p))
-    if spec.is_numeric:
-        ax.bar(x, p, width=1.0, align="edge", color=REAL_COLOR, alpha=0.45, label="real holdout")
-        ax.step(np.r_[x, len(q)], np.r_[q, q[-1:]], where="post", color=SYNTH_COLOR, lw=1.8, label="synthetic")
-        ticks = np.arange(0, len(p), 4)
-        ax.set_xticks(ticks + 0.5, [_mpl_text(labels[i]) for i in ticks], fontsize=7)
+    ax.bar(x - 0.2, p, width=0.4, color=REAL_COLOR, label=_mpl_text(real_label))
+    ax.bar(x + 0.2, q, width=0.4, color=SYNTH_COLOR, label="synthetic")
+    if len(labels) <= MAX_TICK_LABELS:
+        ax.set_xticks(x, [_mpl_text(s[:14]) for s in labels], rotation=60, ha="right", fontsize=7)
     else:
-        ax.bar(x - 0.2, p, width=0.4, color=REAL_COLOR, label="real holdout")
-        ax.bar(x + 0.2, q, width=0.4, color=SYNTH_COLOR, label="synthetic")
-        if len(labels) <= MAX_TICK_LABELS:
-            ax.set_xticks(x, [_mpl_text(s[:14]) for s in labels], rotation=60, ha="right", fontsize=7)
-        else:
-            ax.set_xlabel(f"{len(labels)} levels in schema order", fontsize=7)
+        ax.set_xlabel(f"{len(labels)} levels in schema order", fontsize=7)
     ax.set_title(_mpl_text(f"{spec.name} ({spec.kind}) — TVD {tvd:.3f}"), fontsize=9)
     ax.tick_params(axis="y", labelsize=7)
     ax.legend(fontsize=7, frameon=False)
     return fig
 
 
-def _heatmaps(metrics: FidelityMetrics) -> Figure:
+def _heatmaps(metrics: FidelityMetrics, real_label: str = "real holdout") -> Figure:
     assoc = metrics.association
     names = [_mpl_text(c[:16]) for c in assoc.columns]
     p = len(names)
     size = max(3.2, 0.28 * p + 1.5)
     fig = Figure(figsize=(3 * size, size))
     diff = np.abs(assoc.real - assoc.synthetic)
-    panels = [("real holdout", assoc.real, "RdBu_r", -1, 1), ("synthetic", assoc.synthetic, "RdBu_r", -1, 1),
+    panels = [(real_label, assoc.real, "RdBu_r", -1, 1), ("synthetic", assoc.synthetic, "RdBu_r", -1, 1),
               ("|real − synthetic|", diff, "Reds", 0, max(0.1, float(diff.max())))]  # fmt: skip
     for i, (title, matrix, cmap, vmin, vmax) in enumerate(panels):
         ax = fig.add_subplot(1, 3, i + 1)
@@ -217,7 +253,8 @@ _HEADLINE_ROWS: list[tuple[str, str, str]] = [
 ]
 
 
-def _summary_section(facts: Mapping[str, Any], metrics: FidelityMetrics, refs: ReferenceBand | None) -> str:
+def _summary_section(facts: Mapping[str, Any], metrics: FidelityMetrics, refs: ReferenceBand | None,
+                     has_holdout: bool = True) -> str:
     fact_rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_fmt(v, 4))}</td></tr>" for k, v in facts.items())
     head = metrics.headline()
     ind = refs.independent.headline() if refs else {}
@@ -235,7 +272,8 @@ def _summary_section(facts: Mapping[str, Any], metrics: FidelityMetrics, refs: R
         '<section class="card"><h2>Summary</h2>'
         '<div class="cols"><div><h3>Release (public facts)</h3>'
         f'<table class="facts">{fact_rows}</table>'
-        f"<p>Rows: real train {_e(_fmt(metrics.n_train))}, real holdout {_e(_fmt(metrics.n_holdout))}, "
+        f"<p>Rows: real train {_e(_fmt(metrics.n_train))}, real holdout "
+        f"{_e(_fmt(metrics.n_holdout) if has_holdout else 'none (compared with the measured rows)')}, "
         f"synthetic {_e(_fmt(metrics.n_synthetic))}; metric seed {_e(metrics.seed)}.</p></div>"
         "<div><h3>Headline metrics vs. reference band</h3>"
         + _table(
@@ -248,19 +286,45 @@ def _summary_section(facts: Mapping[str, Any], metrics: FidelityMetrics, refs: R
     )
 
 
+def _pct(share: float | None) -> str:
+    return "–" if share is None else f"{share:.1%}"
+
+
+def _top_text(top: list[tuple[str, float]]) -> str:
+    return ", ".join(f"{v} ({_pct(share)})" for v, share in top) or "–"
+
+
+def _stats_table(real: ColumnStats, synth: ColumnStats, real_label: str) -> str:
+    """One column's statistics side by side."""
+    rows: list[list[Any]] = []
+    if real.quantiles is not None or synth.quantiles is not None:
+        for q in QUANTILES:
+            key = f"{round(q * 100)}%"
+            rows.append([f"quantile {key}", (real.quantiles or {}).get(key), (synth.quantiles or {}).get(key)])
+        rows.append(["share of zeros", _pct(real.zero_share), _pct(synth.zero_share)])
+    rows.append(["share of missing", _pct(real.missing_share), _pct(synth.missing_share)])
+    rows.append(["top values", _top_text(real.top), _top_text(synth.top)])
+    return _table(["statistic", real_label, "synthetic"], rows, "stats")
+
+
 def _marginals_section(
-    real: pd.DataFrame, synthetic: pd.DataFrame, schema: TableSchema, metrics: FidelityMetrics
+    real: pd.DataFrame, synthetic: pd.DataFrame, schema: TableSchema, metrics: FidelityMetrics,
+    result: Verdict | None = None, real_label: str = "real holdout",
 ) -> str:
     tiles = []
     for spec in schema.columns:
         tvd = metrics.marginals.per_column.get(spec.name, float("nan"))
-        fig = _marginal_plot(real[spec.name], synthetic[spec.name], spec, tvd)
-        tiles.append(f'<figure>{_img(fig, f"marginal of {spec.name}")}</figure>')
+        fig = _marginal_plot(real[spec.name], synthetic[spec.name], spec, tvd, real_label)
+        sides = None if result is None else result.columns[spec.name]
+        stats = "" if sides is None else _stats_table(sides["real"], sides["synthetic"], real_label)
+        tiles.append(f'<figure>{_img(fig, f"marginal of {spec.name}")}{stats}</figure>')
     worst = sorted(metrics.marginals.per_pair, key=lambda t: -t[2])[:10]
     worst_table = _table(["column A", "column B", "2-way TVD"], [[a, b, v] for a, b, v in worst])
     return (
-        "<section><h2>Marginals: real holdout vs synthetic</h2>"
-        f"<p>Numeric columns in {N_BINS} equal-width bins over the public schema bounds; missing is its own level. "
+        f"<section><h2>Columns: {_e(real_label)} vs synthetic</h2>"
+        "<p>Numeric columns: empirical CDFs and a quantile-quantile plot (symlog axes for skewed columns, so a "
+        f"point mass at 0 and a long tail both show); the TVDs use {N_BINS} equal-width bins over the public schema "
+        "bounds, missing as its own level. Each column's statistics sit below its plot (shares are of all rows). "
         f"Mean TVD 1-way {_e(_fmt(metrics.marginals.one_way))}, 2-way {_e(_fmt(metrics.marginals.two_way))}, "
         f"3-way {_e(_fmt(metrics.marginals.three_way))} ({_e(metrics.marginals.n_three_way)} sampled triples).</p>"
         f'<div class="grid">{"".join(tiles)}</div>'
@@ -268,20 +332,59 @@ def _marginals_section(
     )
 
 
-def _association_section(metrics: FidelityMetrics) -> str:
+def _verdict_section(result: Verdict) -> str:
+    """The plain-language first section: summary, no-holdout notice, warnings, scores beside their references."""
+    parts = [f'<section class="card verdict"><h2>Verdict</h2><p><b>{_e(result.summary)}</b></p>']
+    if not result.has_holdout:
+        skipped = "".join(f"<li>{_e(s)}</li>" for s in result.skipped)
+        parts.append(
+            '<p class="warn"><b>No held-out rows</b> (holdout_fraction = 0): every real row was measured, so the '
+            "synthetic rows are compared with the very rows the release was computed from (in-sample: it says how "
+            "well the noisy statistics were reproduced, not how well the synthetic rows generalise). "
+            f"Skipped checks:</p><ul>{skipped}</ul>"
+        )
+    if result.findings:
+        items = "".join(f"<li><b>{_e(f.kind)}</b>: {_e(f.message)}</li>" for f in result.findings)
+        parts.append(f'<h3>Warnings</h3><ul class="warn">{items}</ul>')
+    else:
+        parts.append(
+            "<p>No warnings: TSTR above a trivial baseline, every point mass (a value with ≥ 5% of the real rows) "
+            "kept at least half its share, no category with ≥ 1% of the real rows missing, and the real and "
+            "synthetic CDFs within 0.10 at the real quantiles.</p>"
+        )
+    if result.scores:
+        rows = [[r["metric"], r["synthetic"], r["independent_marginals"], r["real_vs_real"],
+                 f"{r['better']} is better" + (f"; good: {r['good_looks_like']}" if r["good_looks_like"] else "")]
+                for r in result.scores]  # fmt: skip
+        parts.append(
+            "<h3>Scores and their reference band</h3>"
+            + _table(["metric", "synthetic", "independent marginals (non-DP floor)",
+                      "real vs real (sampling-noise ceiling)", "reading"], rows, "headline")  # fmt: skip
+            + "<p class=note>Independent marginals resample each real column on its own: 1-way TVD at sampling noise "
+            "but no dependence, so a generator should beat its 2-way TVD and TSTR. Two halves of the real rows show "
+            "what sampling noise alone costs: a score near that column is as good as this table size allows. "
+            "Differential privacy adds noise on top, so expect somewhat worse than real-vs-real.</p>"
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _association_section(metrics: FidelityMetrics, real_label: str = "real holdout") -> str:
     return (
         "<section><h2>Pairwise associations</h2>"
         "<p>Pearson r for numeric/ordinal pairs (ordinal as schema position), Cramér's V for categorical/boolean "
         "pairs, correlation ratio η for mixed pairs. Mean absolute difference: "
         f"<b>{_e(_fmt(metrics.association.error))}</b>.</p>"
-        f'{_img(_heatmaps(metrics), "association heatmaps")}</section>'
+        f'{_img(_heatmaps(metrics, real_label), "association heatmaps")}</section>'
     )
 
 
-def _tstr_section(metrics: FidelityMetrics, refs: ReferenceBand | None) -> str:
+def _tstr_section(metrics: FidelityMetrics, refs: ReferenceBand | None, has_holdout: bool = True) -> str:
     t = metrics.tstr
     if t is None:
-        return "<section><h2>Train on synthetic, test on real</h2><p>The schema declares no target.</p></section>"
+        why = ("The schema declares no target." if has_holdout else
+               "Skipped: no held-out rows to test on (holdout_fraction = 0).")
+        return f"<section><h2>Train on synthetic, test on real</h2><p>{_e(why)}</p></section>"
     learners = [s.learner for s in t.learners]
     series: dict[str, list[float | None]] = {
         "TSTR (synthetic)": [s.tstr.get(t.primary) for s in t.learners],
@@ -302,7 +405,7 @@ def _tstr_section(metrics: FidelityMetrics, refs: ReferenceBand | None) -> str:
     )
 
 
-def _detection_section(metrics: FidelityMetrics, refs: ReferenceBand | None) -> str:
+def _detection_section(metrics: FidelityMetrics, refs: ReferenceBand | None, real_label: str = "real holdout") -> str:
     d = metrics.detection
     if d is None:
         return ""
@@ -318,8 +421,8 @@ def _detection_section(metrics: FidelityMetrics, refs: ReferenceBand | None) -> 
     )
     return (
         "<section><h2>Detection (classifier two-sample test)</h2>"
-        f"<p>Real holdout vs synthetic, {_e(_fmt(d.n_per_class))} rows each, numeric columns as their {N_BINS} bin "
-        "codes. 0.5 means the classifier cannot tell them apart; 1.0 means perfectly separable.</p>"
+        f"<p>{_e(real_label.capitalize())} vs synthetic, {_e(_fmt(d.n_per_class))} rows each, numeric columns as "
+        f"their {N_BINS} bin codes. 0.5 means the classifier cannot tell them apart; 1.0 means perfectly separable.</p>"
         f"{_img(fig, 'detection AUC')}</section>"
     )
 
@@ -381,6 +484,8 @@ th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}td{font-variant-nume
 thead th{background:#eee}.facts th{background:#eee}
 .grid{display:flex;flex-wrap:wrap;gap:8px}figure{margin:0}img{max-width:100%}
 .note{color:#555;font-size:.85rem}
+.verdict{border-left:6px solid #b26a00}.warn{color:#8a3b00}
+table.stats{font-size:.75rem}
 """
 
 
@@ -393,8 +498,11 @@ def render_html(
     references: ReferenceBand | None,
     expectations: ExpectationSummary | None,
     seconds: float | None = None,
+    result: Verdict | None = None,
 ) -> str:
-    """The report as one HTML string (first line and first heading say INTERNAL)."""
+    """The report as one HTML string (first line and first heading say INTERNAL). ``real_holdout`` is the table
+    the synthetic rows are compared with: the measured rows when ``result.has_holdout`` is False."""
+    real_label = "real holdout" if result is None or result.has_holdout else "measured rows"
     title = f"INTERNAL fidelity report — {schema.name} v{schema.version}"
     parts = [
         f"<!-- {_e(INTERNAL_BANNER)} -->",
@@ -403,11 +511,12 @@ def render_html(
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f'<h1 class="internal">{_e(INTERNAL_BANNER)}</h1>',
         f"<p><b>Fidelity report for schema {_e(schema.name)} v{_e(schema.version)}.</b></p>",
-        _summary_section(release_facts, metrics, references),
-        _marginals_section(real_holdout, synthetic, schema, metrics),
-        _association_section(metrics),
-        _tstr_section(metrics, references),
-        _detection_section(metrics, references),
+        _verdict_section(result) if result is not None else "",
+        _summary_section(release_facts, metrics, references, real_label == "real holdout"),
+        _marginals_section(real_holdout, synthetic, schema, metrics, result, real_label),
+        _association_section(metrics, real_label),
+        _tstr_section(metrics, references, real_label == "real holdout"),
+        _detection_section(metrics, references, real_label),
         _privacy_section(metrics, references),
         _expectations_section(expectations) if expectations is not None else "",
     ]
@@ -434,19 +543,33 @@ def build_report(
 
     ``release_facts`` holds public facts only (release id, epsilon, delta, budget left, ...); it is shown
     verbatim (escaped) in the summary card and copied into the JSON.
+
+    With an empty ``real_holdout`` (holdout_fraction = 0) the report is in no-holdout mode: the synthetic rows are
+    compared with the measured rows (in-sample), and TSTR, DCR and the reference band are skipped and listed as
+    such (scored against no rows they would read as TVD 0.5 everywhere).
     """
+    from splice_assets import progress
+
     t0 = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    metrics = fidelity_metrics(real_train, real_holdout, synthetic, schema, seed)
-    references = (
-        reference_band(real_train, real_holdout, schema, seed, n_synthetic=len(synthetic)) if with_references else None
-    )
+    has_holdout = len(real_holdout) > 0
+    compared = real_holdout if has_holdout else real_train
+    with progress.stage("report: metrics vs " + ("the holdout" if has_holdout else "the measured rows")):
+        metrics = fidelity_metrics(real_train, compared, synthetic, schema, seed, with_tstr=has_holdout,
+                                   with_privacy=has_holdout)
+    references = None
+    if with_references and has_holdout:
+        with progress.stage("report: reference band (2 more tables)"):
+            references = reference_band(real_train, real_holdout, schema, seed, n_synthetic=len(synthetic))
     t_ge = time.perf_counter()
-    expectations = check_synthetic(synthetic, schema, null_rate_bounds)
+    with progress.stage("report: Great Expectations suite"):
+        expectations = check_synthetic(synthetic, schema, null_rate_bounds)
     ge_seconds = time.perf_counter() - t_ge
-    html_text = render_html(real_holdout, synthetic, schema, release_facts, metrics, references, expectations,
-                            seconds=time.perf_counter() - t0)  # fmt: skip
+    with progress.stage("report: verdict, plots, HTML"):
+        result = verdict(compared, synthetic, schema, metrics, references, has_holdout)
+        html_text = render_html(compared, synthetic, schema, release_facts, metrics, references, expectations,
+                                seconds=time.perf_counter() - t0, result=result)
     html_path = out / f"{stem}.html"
     json_path = out / f"{stem}.json"
     html_path.write_text(html_text, encoding="utf-8")
@@ -456,13 +579,14 @@ def build_report(
         "notice": INTERNAL_BANNER,
         "schema": {"name": schema.name, "version": schema.version},
         "release_facts": {str(k): _json_value(v) for k, v in release_facts.items()},
+        "verdict": _json_value(result.to_dict()),
         "metrics": metrics.to_dict(),
         "references": references.to_dict() if references else None,
         "expectations": expectations.to_dict(),
         "seconds": {"total": round(seconds, 3), "expectations": round(ge_seconds, 3)},
     }
     json_path.write_text(json.dumps(payload, indent=2, allow_nan=False), encoding="utf-8")
-    return ReportResult(html_path, json_path, metrics, seconds, references, expectations)
+    return ReportResult(html_path, json_path, metrics, seconds, references, expectations, result)
 
 
 def _json_value(value: Any) -> Any:

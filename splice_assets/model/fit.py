@@ -25,6 +25,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from splice_assets import progress
 from splice_assets.layout import (
     DEFAULT_NUMERIC_BINS,
     EncodingLayout,
@@ -481,6 +482,7 @@ def _run_adam(
         opt.step()
         sched.step()
         curve.append(float(fit.detach()))
+        progress.advance()
         if step + 1 >= max(config.min_steps, config.window + 1):
             # Converged when the best loss of the last window improves on the best before it by < tol
             # (relative); a loss that merely stopped rising or oscillates does not count as progress.
@@ -598,9 +600,11 @@ def fit_mixture(
             K = min(holdout, key=lambda c: (holdout[c], c))
         y = torch.as_tensor(noisy_np, device=device)
         fit_started = time.perf_counter()
-        module, curve, converged = _run_adam(
-            layout, y, directions, scales, K, config, device, sigma, loss_marginals, loss_pairs, (marginals, pairs),
-        )
+        with progress.stage("mixture: gradient steps (stops early once converged)", total=config.max_steps):
+            module, curve, converged = _run_adam(
+                layout, y, directions, scales, K, config, device, sigma, loss_marginals, loss_pairs,
+                (marginals, pairs),
+            )
         fit_seconds = time.perf_counter() - fit_started
         with torch.no_grad():
             params = module().to_numpy(layout)

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from splice_assets import progress
 from splice_assets.layout import (
     layout_for,
     marginal_cells,
@@ -100,13 +101,14 @@ def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig)
         return CellTilt(bins, pairs, potentials, sampling_factor, chi2_start, chi2_end, iterations)
 
     def tilted(proposal: FittedMixture) -> FittedMixture:
-        tilt = fit_on_pools(proposal, config.tilt_pool_factor, config.tilt_pool_factor)
-        wide = config.tilt_wide_pool_factor
-        if tilt.chi2_end > config.tilt_chi2 and wide > config.tilt_pool_factor:
-            # The holdout stopped the tilt short of the noise level: the pool's support, not the noise, was the
-            # limit. Refit on wider pools from where it stopped (about half the iterations of a fresh start).
-            wider = fit_on_pools(proposal, wide, max(config.tilt_pool_factor, wide // 2), tilt.potentials)
-            tilt = replace(wider, chi2_start=tilt.chi2_start, iterations=tilt.iterations + wider.iterations)
+        with progress.stage("cell tilt toward the noisy tables"):
+            tilt = fit_on_pools(proposal, config.tilt_pool_factor, config.tilt_pool_factor)
+            wide = config.tilt_wide_pool_factor
+            if tilt.chi2_end > config.tilt_chi2 and wide > config.tilt_pool_factor:
+                # The holdout stopped the tilt short of the noise level: the pool's support, not the noise, was
+                # the limit. Refit on wider pools from where it stopped (about half the iterations of a fresh start).
+                wider = fit_on_pools(proposal, wide, max(config.tilt_pool_factor, wide // 2), tilt.potentials)
+                tilt = replace(wider, chi2_start=tilt.chi2_start, iterations=tilt.iterations + wider.iterations)
         return replace(proposal, tilt=tilt)
 
     model = tilted(model)
@@ -115,10 +117,11 @@ def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig)
     # The field is fitted to the tilted mixture's own sample (its denoised tables), under the public seed; then it
     # replaces the mixture as the proposal, and the tilt is fitted again on its pools.
     field_rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_FIELD]))
-    cells = marginal_cells(matched_rows(model, config.field_chains, field_rng, integer_bounds), layout,
-                           measurement.numeric_bins)
-    pairwise = fit_field(cells, layout, measurement.numeric_bins, field_rng, config.field_iterations,
-                         sweeps=config.field_sweeps)
+    with progress.stage("pairwise field"):
+        cells = marginal_cells(matched_rows(model, config.field_chains, field_rng, integer_bounds), layout,
+                               measurement.numeric_bins)
+        pairwise = fit_field(cells, layout, measurement.numeric_bins, field_rng, config.field_iterations,
+                             sweeps=config.field_sweeps)
     return tilted(replace(model, field=pairwise, tilt=None))
 
 

@@ -2,7 +2,8 @@
 
 Two bundles, kept apart:
 - the PUBLIC bundle holds only mechanism outputs and public metadata (synthetic rows, noisy moments,
-  fitted model, schema, a ``release.json`` manifest);
+  fitted model, schema, a ``release.json`` manifest, and ``quality.json``: the quality summary computed from the
+  noisy statistics and the synthetic rows alone, ``release.quality``);
 - the INTERNAL audit record holds what touched the real rows (validation counts, fidelity report, source
   URI and content fingerprint).
 Only the public bundle is logged to MLflow (one run per release, beside the registered model); the internal
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from splice_assets import progress
 from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
 from splice_assets.model.fit import FittedMixture
 from splice_assets.postprocess.links import describe as describe_links
@@ -180,6 +182,9 @@ def privacy_statement(
     return text
 
 
+#: The public quality summary beside release.json (``release.quality``).
+QUALITY_FILE = "quality.json"
+
 #: Settings keys that must never reach a public bundle or MLflow params (they locate the private input).
 PRIVATE_SETTINGS = ("input_path", "source_uri")
 
@@ -188,6 +193,7 @@ def public_parameters(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k not in PRIVATE_SETTINGS}
 
 
+@progress.staged("write the bundles, log to MLflow")
 def write_release(
     release_id: str,
     settings: dict[str, Any],
@@ -220,6 +226,7 @@ def write_release(
     if bounds_noise_multiplier is None and bounds_estimate is not None and bounds_estimate.columns:
         bounds_noise_multiplier = bounds_estimate.noise_multiplier
     from splice_assets.release.mlflow_model import registered_model_name
+    from splice_assets.release.quality import quality_summary
     from splice_assets.resolution import below_noise
     from splice_assets.sampling import save_model
 
@@ -231,6 +238,9 @@ def write_release(
         measurement.save(public_dir / "measurement")
     save_model(model, public_dir / "model")
     (public_dir / "schema.yaml").write_text(yaml.safe_dump(schema_to_dict(schema), sort_keys=False))
+    # Public: the noisy statistics and the synthetic rows only (the real rows' comparison is the internal report).
+    quality = quality_summary(measurement, schema, synthetic)
+    (public_dir / QUALITY_FILE).write_text(json.dumps(quality, indent=2))
     refit = parent_release_id is not None
     facts = public_facts(measurement, ledger, release_id, ledger_entry_id, 0.0 if refit else None,
                          bounds_noise_multiplier)
@@ -280,6 +290,12 @@ def write_release(
             "links": describe_links(model.links, model.layout),
             # column pairs modelled by one joint table per component, chosen from the noisy 2-way tables.
             "joint_parts": model.params.describe_joint(model.layout),
+        },
+        "quality": {
+            "file": QUALITY_FILE,
+            "statement": quality["statement"],
+            **{k: quality[k] for k in ("model_tvd_1way", "expected_noise_tvd_1way", "model_tvd_2way",
+                                       "expected_noise_tvd_2way")},
         },
         "synthetic_rows": len(synthetic),
         "fidelity_report": (

@@ -1,0 +1,102 @@
+"""The public quality summary of a release: what the noise allows, and how closely the model meets the noisy tables.
+
+Computed from the noisy statistics, the public schema and the synthetic rows (post-processing of the noisy
+statistics) only, never from real rows, so it may sit in the public bundle beside ``release.json``. The internal
+report is where synthetic rows meet real ones.
+
+Per column (its value coordinate's 1-way table of s cells, each with noise std t):
+- ``noise_std_per_cell`` t, and ``noise_over_average_cell`` t / (1/s): how large the noise is beside a cell of
+  average share (0.1 = a tenth of a typical cell; 1 or more = the table is mostly noise);
+- ``expected_noise_tvd`` 0.5 s t sqrt(2/pi): the TVD the noise alone puts between the noisy table and the truth;
+- ``cells_below_noise``: cells whose noisy share is below 2 t (indistinguishable from empty);
+- ``model_tvd``: TVD between the synthetic rows' table and the noisy one (clipped at 0, renormalised). Near the
+  expected noise TVD, the model meets the statistics as closely as the noise allows; far above it, it misses them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from splice_assets.layout import layout_for, marginal_sizes
+from splice_assets.measurement import Measurement
+from splice_assets.private.encoding import encode
+from splice_assets.private.statistics import marginal_counts, pair_counts
+from splice_assets.resolution import below_noise
+from splice_assets.schema import TableSchema
+
+STATEMENT = (
+    "Computed from the noisy statistics and the synthetic rows (post-processing) only, never from real rows. "
+    "model_tvd compares the synthetic rows' 1-way (and 2-way) tables with the noisy ones; expected_noise_tvd is "
+    "what the noise alone puts between a noisy table and the truth. A model_tvd near expected_noise_tvd fits as "
+    "closely as the noise allows; several times above it, the model misses what the statistics say. "
+    "noise_over_average_cell is the noise std of one cell over the share of an average cell."
+)
+
+
+def _tvd_to_noisy(counts: np.ndarray, noisy: np.ndarray) -> float:
+    """TVD between a count table (normalised) and a noisy frequency table clipped at 0 and renormalised."""
+    p = counts / max(counts.sum(), 1)
+    q = np.clip(noisy, 0.0, None)
+    q = q / q.sum() if q.sum() > 0 else q
+    return float(0.5 * np.abs(p - q).sum())
+
+
+def _noise_tvd(cells: int, std: float) -> float:
+    """E[0.5 sum |noise|] over ``cells`` cells of Gaussian noise with std ``std``."""
+    return 0.5 * cells * std * math.sqrt(2.0 / math.pi)
+
+
+def _round(value: float) -> float | None:
+    return None if not math.isfinite(value) else float(f"{value:.4g}")
+
+
+def quality_summary(measurement: Measurement, schema: TableSchema, synthetic: pd.DataFrame) -> dict[str, Any]:
+    """The public quality summary (see the module docstring): per column and overall."""
+    layout = layout_for(schema)
+    sizes = marginal_sizes(layout, measurement.numeric_bins)
+    std1, std2 = measurement.marginal_noise_std(), measurement.pair_noise_std()
+    hidden = below_noise(measurement, schema)
+    x = encode(synthetic, schema) if len(synthetic) else np.zeros((0, layout.d))
+    columns: dict[str, Any] = {}
+    one_way: list[tuple[float, float]] = []
+    if measurement.marginal_sizes:
+        counts = np.split(marginal_counts(x, layout, measurement.numeric_bins).counts.astype(np.float64),
+                          np.cumsum(sizes)[:-1])
+        for coordinate, noisy, synth in zip(layout.coordinates, measurement.marginals(), counts):
+            if coordinate.role != "value":
+                continue
+            s = len(noisy)
+            model, noise = _tvd_to_noisy(synth, noisy), _noise_tvd(s, std1)
+            one_way.append((model, noise))
+            columns[coordinate.column] = {
+                "cells": s,
+                "noise_std_per_cell": _round(std1),
+                "noise_over_average_cell": _round(std1 * s),
+                "expected_noise_tvd": _round(noise),
+                "cells_below_noise": int((noisy < 2 * std1).sum()),
+                "values_below_noise": hidden.get(coordinate.column, []),
+                "model_tvd": _round(model),
+            }
+    two_way: list[tuple[float, float]] = []
+    if measurement.pairs:
+        counts2 = pair_counts(x, layout, measurement.pairs, measurement.numeric_bins).counts.astype(np.float64)
+        cuts = np.cumsum(measurement.pair_sizes)[:-1]
+        for noisy, synth in zip(np.split(measurement.noisy_pairs, cuts), np.split(counts2, cuts)):
+            two_way.append((_tvd_to_noisy(synth, noisy), _noise_tvd(len(noisy), std2)))
+
+    def mean(values: list[tuple[float, float]], i: int) -> float | None:
+        return _round(float(np.mean([v[i] for v in values]))) if values else None
+
+    return {
+        "statement": STATEMENT,
+        "model_tvd_1way": mean(one_way, 0),
+        "expected_noise_tvd_1way": mean(one_way, 1),
+        "model_tvd_2way": mean(two_way, 0),
+        "expected_noise_tvd_2way": mean(two_way, 1),
+        "pairs": len(two_way),
+        "columns": columns,
+    }
