@@ -12,8 +12,19 @@ import gzip
 import io
 from pathlib import Path
 
-#: As ``validation.CSV_ENCODING``: UTF-8 that drops a leading byte-order mark.
+#: UTF-8 that drops a leading byte-order mark (Excel writes one): read as plain UTF-8 it would glue itself to the
+#: first column's name, which then is "missing". Every CSV input is read with it.
 CSV_ENCODING = "utf-8-sig"
+
+
+def is_parquet(path: Path) -> bool:
+    return bool({".parquet", ".pq"} & {s.lower() for s in path.suffixes})
+
+
+def open_csv_text(path: Path) -> io.TextIOWrapper:
+    """A CSV input (optionally gzipped) as text, for ``csv.reader``."""
+    raw = gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb")
+    return io.TextIOWrapper(raw, encoding=CSV_ENCODING, newline="")
 
 
 def _is_blank(record: list[str]) -> bool:
@@ -26,14 +37,12 @@ def input_row_count(path: str | Path) -> int:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"input file {str(path)!r} does not exist")
-    suffixes = [s.lower() for s in path.suffixes]
     try:
-        if ".parquet" in suffixes or ".pq" in suffixes:
+        if is_parquet(path):
             import pyarrow.parquet as pq
 
             return int(pq.read_metadata(path).num_rows)
-        raw = gzip.open(path, "rb") if suffixes[-1:] == [".gz"] else open(path, "rb")
-        with io.TextIOWrapper(raw, encoding=CSV_ENCODING, newline="") as handle:
+        with open_csv_text(path) as handle:
             records = (r for r in csv.reader(handle) if not _is_blank(r))
             if next(records, None) is None:
                 raise ValueError(f"input file {str(path)!r} is empty or has no header row")

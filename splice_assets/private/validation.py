@@ -23,8 +23,6 @@ then the bounds' midpoint if the column is not nullable (``missing_in_non_nullab
 from __future__ import annotations
 
 import csv
-import gzip
-import io
 import math
 import numbers
 from collections import Counter
@@ -37,6 +35,7 @@ import pandera.pandas as pa
 import pyarrow
 import pyarrow.compute as arrow_compute
 
+from splice_assets.private.row_count import CSV_ENCODING, is_parquet, open_csv_text
 from splice_assets.schema import ColumnSpec, TableSchema, category_key
 
 
@@ -62,29 +61,17 @@ class ValidatedTable:
     report: ValidationReport
 
 
-#: UTF-8 that drops a leading byte-order mark (Excel writes one): read as plain UTF-8 it would glue itself to the
-#: first column's name, which then is "missing".
-CSV_ENCODING = "utf-8-sig"
-
-
-def _open_text(path: Path) -> io.TextIOBase:
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding=CSV_ENCODING, newline="")
-    return open(path, encoding=CSV_ENCODING, newline="")
-
-
 def read_table(path: str | Path) -> pd.DataFrame:
     """Read a CSV (optionally gzipped) or Parquet file; every CSV cell is read as text for strict parsing."""
     path = Path(path)
     if not path.exists():
         raise StructuralError(f"input file {str(path)!r} does not exist")
-    suffixes = [s.lower() for s in path.suffixes]
     try:
-        if ".parquet" in suffixes or ".pq" in suffixes:
+        if is_parquet(path):
             table = pd.read_parquet(path)
             header = [str(c) for c in table.columns]
         else:
-            with _open_text(path) as handle:
+            with open_csv_text(path) as handle:
                 header = next(csv.reader(handle), [])
             if not header:
                 raise StructuralError(f"input file {str(path)!r} is empty or has no header row")
