@@ -32,6 +32,7 @@ from splice_assets.config import (
     SynthesizerSettings,
     fit_config,
 )
+from splice_assets.engine import Engine
 from splice_assets.layout import layout_for
 from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
 from splice_assets.model.fit import FittedMixture
@@ -46,6 +47,7 @@ from splice_assets.private.measuring import (
     measure_exact,
 )
 from splice_assets.private.mechanism import Calibration, compose_epsilon, split_privacy
+from splice_assets.private.partitions import Partition, StreamedInput
 from splice_assets.private.validation import ValidatedTable, check_structure, validate
 from splice_assets.schema import TableSchema, load_schema, schema_to_dict
 
@@ -57,6 +59,18 @@ def release_epsilon(measurement: Measurement, bounds_noise_multiplier: float | N
     if bounds_noise_multiplier is None:
         return measurement.epsilon
     return compose_epsilon([measurement.noise_multiplier, bounds_noise_multiplier], measurement.delta)
+
+
+@dataclass(frozen=True)
+class SourceScan:
+    """A partitioned input after its first pass: its partitions, its row count (public under replace-one; under
+    add-remove used only to plan the split and the report samples) and the rows the release measures."""
+
+    source: str
+    partitions: tuple[Partition, ...]
+    n_rows: int
+    n_measured: int
+    holdout_fraction: float
 
 
 class NotFitted(RuntimeError):
@@ -145,20 +159,22 @@ class Synthesizer:
               expected_version: int | None = None) -> None:
         """Everything that can fail, before any charge: structure, unparseable shares and (with a ledger) the
         pre-flight of ``preflight.check_release``. ``n_measured`` defaults to every row of ``raw``."""
-        from splice_assets.private import preflight
-
         share = self.settings.max_unparseable_share
         check_structure(raw, self.schema, expected_version, require_bounds=False, max_unparseable_share=share)
-        if ledger is None:
-            return
-        n = len(raw) if n_measured is None else n_measured
-        plan, calibration = self.plan(max(n, 1))
+        if ledger is not None:
+            self._preflight(len(raw) if n_measured is None else n_measured, ledger)
+
+    def _preflight(self, n_measured: int, ledger: BudgetLedger) -> None:
+        """``preflight.check_release`` for this release measuring ``n_measured`` rows (nothing charged)."""
+        from splice_assets.private import preflight
+
+        plan, calibration = self.plan(max(n_measured, 1))
         cells = int(sum(plan.marginal_sizes) + sum(plan.pair_sizes))
         bounds_multiplier = self.privacy_split()[1]
         m = self.settings.measurement
         preflight.check_release(
-            self.schema, self.settings.relation, self.settings.delta, n, layout_for(self.schema).d, m.n_directions,
-            m.k, self.settings.model.components, cells, ledger,
+            self.schema, self.settings.relation, self.settings.delta, n_measured, layout_for(self.schema).d,
+            m.n_directions, m.k, self.settings.model.components, cells, ledger,
             preflight.ReleaseCost((calibration.noise_multiplier, *([bounds_multiplier] if bounds_multiplier else []))),
         )
 
@@ -211,6 +227,78 @@ class Synthesizer:
         required; ``None`` draws the noise without accounting, for public data such as benchmarks only."""
         cleaned = self.prepare(table, ledger, release_id)
         self.measure(self.encode(cleaned.table), ledger, release_id)
+        self.fit_model(threads)
+        return self
+
+    # -- a partitioned input (streamed in bounded batches, on this machine or a Dask cluster) -------------------
+
+    def scan_source(
+        self,
+        source: str,
+        ledger: BudgetLedger | None,
+        release_id: str = "adhoc",
+        holdout_fraction: float = 0.0,
+        engine: Engine | None = None,
+        expected_version: int | None = None,
+    ) -> SourceScan:
+        """``prepare`` for a file, directory or glob of Parquet/CSV files (any fsspec URL), streamed: the first
+        pass checks the header, counts rows and unparseable cells and the ``bounds: auto`` histograms on the
+        ``engine``'s workers; then the same refusals and pre-flight as ``check``, then the DP bounds (charged)."""
+        from splice_assets.private.bounds import estimate_bounds_from_counts
+        from splice_assets.private.partitions import list_partitions, scan_source
+        from splice_assets.private.validation import check_columns, check_row_count, refuse_unparseable
+
+        with progress.stage("validate the partitioned input"):
+            check_columns(self.schema.column_names, self.schema, expected_version, require_bounds=False)
+            partitions = tuple(list_partitions(source))
+            scan = scan_source(partitions, self.schema, engine)
+            check_row_count(scan.rows, self.schema)
+            refuse_unparseable(self.schema, scan.tallies, self.settings.max_unparseable_share)
+            n_measured = scan.rows - int(round(holdout_fraction * scan.rows))
+            if ledger is not None:
+                self._preflight(n_measured, ledger)
+            bounds_multiplier = self.privacy_split()[1]
+            if bounds_multiplier is not None and auto_columns(self.schema):
+                self.schema, self.bounds = estimate_bounds_from_counts(
+                    scan.bounds_counts, self.schema, bounds_multiplier, self.settings.delta, ledger, release_id,
+                    self.settings.relation,
+                )
+        return SourceScan(source, partitions, scan.rows, n_measured, holdout_fraction)
+
+    def measure_source(
+        self,
+        scan: SourceScan,
+        ledger: SpendRecorder | None,
+        release_id: str = "adhoc",
+        engine: Engine | None = None,
+        on_noisy: Callable[[Measurement], object] | None = None,
+        report_rows: int | None = None,
+    ) -> StreamedInput:
+        """``measure`` for a scanned source: the exact sums of the measured rows, added up on the driver from the
+        workers' partial sums, then the one reservation and noise on the driver. Returns the PRIVATE streamed input
+        (its repair report and the report's bounded samples of real rows: keep them in the internal folder)."""
+        from splice_assets.private import partitions
+        from splice_assets.private.measuring import statistics_of
+        from splice_assets.private.validation import StructuralError
+
+        with progress.stage("measure the noisy statistics (charged)"):
+            plan, calibration = self.plan(scan.n_measured)
+            streamed = partitions.measure_source(
+                scan.partitions, self.schema, plan, scan.n_rows, scan.holdout_fraction, self.settings.relation,
+                engine, report_rows or partitions.DEFAULT_REPORT_ROWS,
+            )
+            if streamed.sums.rows < self.schema.n_min:  # add-remove: the split's size is known only now
+                raise StructuralError(
+                    f"after holding out {scan.holdout_fraction:.0%} for evaluation the measured part is below the "
+                    f"schema's public n_min={self.schema.n_min}; lower the holdout fraction; nothing was charged")
+            self.measurement = measure_exact(statistics_of(streamed.sums, plan), plan, calibration, ledger,
+                                             release_id, on_noisy)
+        return streamed
+
+    def fit_source(self, source: str, *, ledger: BudgetLedger | None, engine: Engine | None = None,
+                   release_id: str = "adhoc", threads: int | None = 1) -> Synthesizer:
+        """``fit`` for a partitioned source, streamed (memory bounded by a batch, not by n): every row measured."""
+        self.measure_source(self.scan_source(source, ledger, release_id, engine=engine), ledger, release_id, engine)
         self.fit_model(threads)
         return self
 

@@ -198,6 +198,25 @@ def estimate_bounds(
     OpenDP's float-safe sampler (OS entropy), drawn after the ledger reservation. Returns the resolved schema and
     the public record.
     """
+    columns = auto_columns(schema)
+    for spec in columns:
+        if spec.name not in raw.columns:
+            raise ValueError(f"column {spec.name!r}: required by the schema but missing from the input")
+    return estimate_bounds_from_counts(exact_histograms(raw, columns), schema, noise_multiplier, delta, ledger,
+                                       release_id, relation)
+
+
+def estimate_bounds_from_counts(
+    exact: np.ndarray,
+    schema: TableSchema,
+    noise_multiplier: float,
+    delta: float,
+    ledger: GaussianSpendRecorder | None,
+    release_id: str,
+    relation: str,
+) -> tuple[TableSchema, BoundsEstimate]:
+    """``estimate_bounds`` from the exact histograms of the ``auto`` columns (``exact_histograms``; those of
+    disjoint partitions add up), so a partitioned input pays for one estimate like a whole table."""
     from splice_assets.private.ledger import params_hash
     from splice_assets.private.mechanism import epsilon_of, gaussian_noise
 
@@ -207,10 +226,8 @@ def estimate_bounds(
     if not (math.isfinite(noise_multiplier) and noise_multiplier > 0):
         raise ValueError(f"bounds estimation needs a noise multiplier > 0 for columns "
                          f"{[c.name for c in columns]}, got {noise_multiplier!r}")
-    for spec in columns:
-        if spec.name not in raw.columns:
-            raise ValueError(f"column {spec.name!r}: required by the schema but missing from the input")
-    exact = exact_histograms(raw, columns)
+    if exact.shape != (len(columns), COARSE.size + FINE.size):
+        raise ValueError(f"exact histograms of shape {exact.shape} do not match {len(columns)} auto columns")
     sensitivity = histogram_sensitivity(len(columns), relation)
     sigma = noise_multiplier * sensitivity
     epsilon = epsilon_of(noise_multiplier, delta)

@@ -15,12 +15,17 @@ from splice_assets.measurement import (
 _TAG_HOLDOUT = 0x401D
 
 
-def _row_keys(table: pd.DataFrame, seed: int, stream: int) -> np.ndarray:
+def row_keys(table: pd.DataFrame, seed: int, stream: int) -> np.ndarray:
     """A keyed 64-bit hash of each row's own values (SipHash keyed by the public seed): no other row enters it."""
     state = np.random.SeedSequence([int(seed), _TAG_HOLDOUT, stream]).generate_state(2, np.uint64)
     key = f"{int(state[0]) & 0xFFFF_FFFF:08x}{int(state[1]) & 0xFFFF_FFFF:08x}"
     keys: np.ndarray = pd.util.hash_pandas_object(table, index=False, hash_key=key).to_numpy(dtype=np.uint64)
     return keys
+
+
+def key_threshold(fraction: float) -> np.uint64:
+    """Keys below this are a ``fraction`` share of the 64-bit hash range (add-remove: those rows are held out)."""
+    return np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
 
 
 def split_holdout(
@@ -43,11 +48,11 @@ def split_holdout(
     n = len(table)
     if fraction == 0 or n == 0:
         return table.reset_index(drop=True), table.iloc[:0].reset_index(drop=True)
-    keys = _row_keys(table, seed, 0)
+    keys = row_keys(table, seed, 0)
     if relation == RELATION_ADD_REMOVE:
-        held = keys < np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
+        held = keys < key_threshold(fraction)
     else:
-        order = np.lexsort((_row_keys(table, seed, 1), keys))  # the second hash breaks (rare) ties of the first
+        order = np.lexsort((row_keys(table, seed, 1), keys))  # the second hash breaks (rare) ties of the first
         held = np.zeros(n, dtype=bool)
         held[order[n - int(round(fraction * n)):]] = True
     return table[~held].reset_index(drop=True), table[held].reset_index(drop=True)

@@ -37,7 +37,14 @@ from splice_assets.private.mechanism import (
     DEFAULT_N_DIRECTIONS,
     DEFAULT_PAIR_SHARE,
 )
-from splice_assets.private.statistics import fine_counts, marginal_counts, moment_sums, pair_counts
+from splice_assets.private.statistics import (
+    MarginalCounts,
+    MomentSums,
+    fine_counts,
+    marginal_counts,
+    moment_sums,
+    pair_counts,
+)
 from splice_assets.resolution import DEFAULT_FINE_BINS, DEFAULT_FINE_SPLIT, FineCells, fine_cells
 from splice_assets.schema import TableSchema
 
@@ -192,24 +199,61 @@ class ExactStatistics:
     fine: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
-def exact_statistics(x: np.ndarray, plan: MeasurementPlan, layout: EncodingLayout) -> ExactStatistics:
-    """Exact moments (k, L) and, if planned, 1-way and 2-way histograms of cube-encoded rows: divided by the public n
+@dataclass(frozen=True)
+class ExactSums:
+    """PRIVATE exact integer sums over a set of measured rows: fixed-point moment sums (k, L) and the 1-way, 2-way
+    and fine cell counts (int64), with the row count. Sums of disjoint row sets (chunks, partitions, workers) add
+    up to exactly the sums of their union, in any order; never store, log or return them past ``measure``."""
+
+    moments: np.ndarray
+    marginals: np.ndarray
+    pairs: np.ndarray
+    fine: np.ndarray
+    rows: int
+    d: int
+
+    def __add__(self, other: ExactSums) -> ExactSums:
+        if self.d != other.d or self.moments.shape != other.moments.shape:
+            raise ValueError(f"cannot add exact sums of d={self.d} and d={other.d}")
+        return ExactSums(self.moments + other.moments, self.marginals + other.marginals, self.pairs + other.pairs,
+                         self.fine + other.fine, self.rows + other.rows, self.d)
+
+
+def exact_sums(
+    x: np.ndarray, plan: MeasurementPlan, layout: EncodingLayout, directions: np.ndarray | None = None
+) -> ExactSums:
+    """The exact integer sums of cube-encoded rows ``x`` (n, d) under ``plan`` (``directions``: the plan's, if
+    the caller drew them once for many chunks)."""
+    if directions is None:
+        directions = draw_directions(plan.seed, plan.n_directions, x.shape[1])
+    empty = np.zeros(0, dtype=np.int64)
+    return ExactSums(
+        moment_sums(x, directions, plan.k, plan.scaling).sums,
+        marginal_counts(x, layout, plan.numeric_bins).counts if plan.marginal_sizes else empty,
+        pair_counts(x, layout, plan.pairs, plan.numeric_bins).counts if plan.pairs else empty,
+        fine_counts(x, plan.fine).counts if plan.fine else empty,
+        int(x.shape[0]),
+        int(x.shape[1]),
+    )
+
+
+def statistics_of(sums: ExactSums, plan: MeasurementPlan) -> ExactStatistics:
+    """Exact moments (k, L) and, if planned, 1-way and 2-way histograms from their sums: divided by the public n
     under replace-one, left as sums and counts (with the row count) under add-remove."""
-    if plan.relation == RELATION_REPLACE_ONE and x.shape[0] != plan.n:
+    if plan.relation == RELATION_REPLACE_ONE and sums.rows != plan.n:
         raise ValueError(f"the plan says n={plan.n} rows but the table has a different row count")
     # Under replace-one the check above has made plan.n the (int) row count.
     divisor = plan.n if plan.relation == RELATION_REPLACE_ONE and plan.n is not None else 1
-    directions = draw_directions(plan.seed, plan.n_directions, x.shape[1])
-    moments = moment_sums(x, directions, plan.k, plan.scaling).moments(divisor)
-    marginals = (
-        marginal_counts(x, layout, plan.numeric_bins).frequencies(divisor) if plan.marginal_sizes else np.zeros(0)
-    )
-    pairs = (
-        pair_counts(x, layout, plan.pairs, plan.numeric_bins).frequencies(divisor) if plan.pairs else np.zeros(0)
-    )
-    fine = fine_counts(x, plan.fine).frequencies(divisor) if plan.fine else np.zeros(0)
-    count = x.shape[0] if plan.relation == RELATION_ADD_REMOVE else None
-    return ExactStatistics(moments, marginals, x.shape[1], pairs, count, fine)
+    moments = MomentSums(sums.moments, sums.rows).moments(divisor)
+    marginals, pairs, fine = (MarginalCounts(c, sums.rows).frequencies(divisor) if c.size else np.zeros(0)
+                              for c in (sums.marginals, sums.pairs, sums.fine))
+    count = sums.rows if plan.relation == RELATION_ADD_REMOVE else None
+    return ExactStatistics(moments, marginals, sums.d, pairs, count, fine)
+
+
+def exact_statistics(x: np.ndarray, plan: MeasurementPlan, layout: EncodingLayout) -> ExactStatistics:
+    """``statistics_of`` the exact sums of cube-encoded rows ``x``."""
+    return statistics_of(exact_sums(x, plan, layout), plan)
 
 
 def statistics_in_range(stats: ExactStatistics) -> bool:

@@ -26,6 +26,7 @@ import csv
 import math
 import numbers
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +54,12 @@ class ValidationReport:
 
     def total(self, kind: str) -> int:
         return sum(c.get(kind, 0) for c in self.counts.values())
+
+    def __add__(self, other: ValidationReport) -> ValidationReport:
+        """The report of two disjoint sets of rows of one input."""
+        names = dict.fromkeys([*self.counts, *other.counts])
+        counts = {c: dict(Counter(self.counts.get(c, {})) + Counter(other.counts.get(c, {}))) for c in names}
+        return ValidationReport(self.n_rows + other.n_rows, self.dropped_columns, counts)
 
 
 @dataclass(frozen=True)
@@ -119,24 +126,39 @@ def check_structure(
     """
     limit = _share_limit(max_unparseable_share)
     _check_layout(table, schema, expected_version, require_bounds)
+    refuse_unparseable(schema, column_tallies(table, schema), limit)
+
+
+def column_tallies(table: pd.DataFrame, schema: TableSchema) -> dict[str, tuple[int, int]]:
+    """Per column: (non-empty cells, how many of them are not numbers or not declared categories that no ``other``
+    takes). Tallies of disjoint row sets add up, so a partitioned input is checked by summing its parts'."""
     table = _strip_names(table)
     tallies: dict[str, tuple[int, int]] = {}
     for spec in schema.columns:
-        values, was_missing = _parse_column(table[spec.name], spec)
+        values, was_missing = _parse_column(table[spec.name].reset_index(drop=True), spec)
         tallies[spec.name] = _tally(spec, values, was_missing)
-    _refuse_unparseable(schema, tallies, limit)
+    return tallies
 
 
 def _check_layout(
     table: pd.DataFrame, schema: TableSchema, expected_version: int | None, require_bounds: bool
 ) -> None:
+    check_columns(table.columns, schema, expected_version, require_bounds)
+    check_row_count(len(table), schema)
+
+
+def check_columns(
+    columns: Iterable[object], schema: TableSchema, expected_version: int | None, require_bounds: bool
+) -> None:
+    """The input's header against the schema: version drift, duplicate and missing columns, unresolved bounds."""
     if expected_version is not None and expected_version != schema.version:
         raise StructuralError(
             f"schema {schema.name!r}: version drift, the run expects version {expected_version} "
             f"but the schema file is version {schema.version}"
         )
-    check_duplicate_columns([str(c) for c in table.columns])
-    present = {str(c).strip() for c in table.columns}
+    names = [str(c) for c in columns]
+    check_duplicate_columns(names)
+    present = {c.strip() for c in names}
     for spec in schema.columns:
         if spec.name not in present:
             raise StructuralError(
@@ -144,7 +166,10 @@ def _check_layout(
             )
         if require_bounds and spec.is_numeric and spec.bounds is None:
             raise StructuralError(f"column {spec.name!r}: bounds are 'auto' and have not been resolved")
-    if len(table) < schema.n_min:
+
+
+def check_row_count(rows: int, schema: TableSchema) -> None:
+    if rows < schema.n_min:
         raise StructuralError(
             f"table has fewer rows than the schema's public minimum n_min={schema.n_min}; nothing was released"
         )
@@ -162,7 +187,7 @@ def _tally(spec: ColumnSpec, values: np.ndarray, was_missing: np.ndarray) -> tup
     return non_empty, 0 if spec.other is not None else int(np.count_nonzero(values == UNSEEN))
 
 
-def _refuse_unparseable(schema: TableSchema, tallies: dict[str, tuple[int, int]], limit: float) -> None:
+def refuse_unparseable(schema: TableSchema, tallies: dict[str, tuple[int, int]], limit: float) -> None:
     """Refuse the input if any column is over the limit, naming the first in schema order and how many are."""
     shares = {name: (bad / non_empty if non_empty else 0.0) for name, (non_empty, bad) in tallies.items()}
     over = [spec for spec in schema.columns if shares[spec.name] > limit]
@@ -362,6 +387,16 @@ def validate(
     """
     limit = _share_limit(max_unparseable_share)
     _check_layout(table, schema, expected_version, require_bounds=True)
+    cleaned, tallies = clean_records(table, schema)
+    # Cleaning is total, so every column is tallied before the first over the limit is named.
+    refuse_unparseable(schema, tallies, limit)
+    return cleaned
+
+
+def clean_records(table: pd.DataFrame, schema: TableSchema) -> tuple[ValidatedTable, dict[str, tuple[int, int]]]:
+    """The total record-level cleaning of ``validate`` without its table-level checks (row count, share limits):
+    (the cleaned rows with their repair counts, ``column_tallies``). Row by row, so a partition's cleaned rows are
+    those of the whole table and the counts of disjoint parts add up (``ValidationReport.__add__``)."""
     table = _strip_names(table)
     dropped = tuple(sorted(set(table.columns) - set(schema.column_names)))
     counts: dict[str, dict[str, int]] = {}
@@ -376,8 +411,6 @@ def validate(
         else:
             cleaned[spec.name] = _clean_discrete(values, spec, column_counts)
         counts[spec.name] = {k: v for k, v in column_counts.items() if v}
-    # Cleaning is total, so every column is tallied before the first over the limit is named.
-    _refuse_unparseable(schema, tallies, limit)
     out = pd.DataFrame(cleaned, columns=list(schema.column_names))
     conform(out, schema)
-    return ValidatedTable(out, ValidationReport(n_rows=len(out), dropped_columns=dropped, counts=counts))
+    return ValidatedTable(out, ValidationReport(n_rows=len(out), dropped_columns=dropped, counts=counts)), tallies
