@@ -277,16 +277,12 @@ class Synthesizer:
         """``measure`` for a scanned source: the exact sums of the measured rows, added up on the driver from the
         workers' partial sums, then the one reservation and noise on the driver. Returns the PRIVATE streamed input
         (its repair report and the report's bounded samples of real rows: keep them in the internal folder)."""
-        from splice_assets.private import partitions
         from splice_assets.private.measuring import statistics_of
         from splice_assets.private.validation import StructuralError
 
         with progress.stage("measure the noisy statistics (charged)"):
             plan, calibration = self.plan(scan.n_measured)
-            streamed = partitions.measure_source(
-                scan.partitions, self.schema, plan, scan.n_rows, scan.holdout_fraction, self.settings.relation,
-                engine, report_rows or partitions.DEFAULT_REPORT_ROWS,
-            )
+            streamed = self.stream(scan, engine, report_rows)
             if streamed.sums.rows < self.schema.n_min:  # add-remove: the split's size is known only now
                 raise StructuralError(
                     f"after holding out {scan.holdout_fraction:.0%} for evaluation the measured part is below the "
@@ -294,6 +290,17 @@ class Synthesizer:
             self.measurement = measure_exact(statistics_of(streamed.sums, plan), plan, calibration, ledger,
                                              release_id, on_noisy)
         return streamed
+
+    def stream(self, scan: SourceScan, engine: Engine | None = None, report_rows: int | None = None) -> StreamedInput:
+        """The passes after the scan without the measurement: exact sums, repair report and report samples of a
+        scanned source (PRIVATE; nothing charged, no noise). ``measure_source`` measures them."""
+        from splice_assets.private import partitions
+
+        plan = self.plan(scan.n_measured)[0]
+        return partitions.measure_source(
+            scan.partitions, self.schema, plan, scan.n_rows, scan.holdout_fraction, self.settings.relation,
+            engine, report_rows or partitions.DEFAULT_REPORT_ROWS,
+        )
 
     def fit_source(self, source: str, *, ledger: BudgetLedger | None, engine: Engine | None = None,
                    release_id: str = "adhoc", threads: int | None = 1) -> Synthesizer:

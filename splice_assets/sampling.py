@@ -17,6 +17,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from splice_assets.engine import Engine, LocalEngine
 from splice_assets.layout import (
     Coordinate,
     EncodingLayout,
@@ -369,6 +370,44 @@ def sample_table(
             coarse = [np.clip(targets[column.coordinate], 0.0, None) for column in cells]
         x = model.fine.refine(x, cells, rng, coarse)
     return decode(x, schema)
+
+
+#: Streams of the public seed: partition i of a partitioned sample draws from [seed, _TAG_PARTITION, i].
+_TAG_PARTITION = 0x9A27_0001
+DEFAULT_PARTITION_ROWS = 1_000_000
+
+
+def partition_sizes(n_rows: int, rows_per_partition: int = DEFAULT_PARTITION_ROWS) -> list[int]:
+    if not (isinstance(rows_per_partition, int) and rows_per_partition >= 1):
+        raise ValueError(f"rows_per_partition must be an integer >= 1, got {rows_per_partition!r}")
+    full, rest = divmod(int(n_rows), rows_per_partition)
+    return [rows_per_partition] * full + ([rest] if rest else [])
+
+
+def write_partitions(model: FittedMixture, schema: TableSchema, n_rows: int, seed: int, folder: str,
+                     rows_per_partition: int = DEFAULT_PARTITION_ROWS, engine: Engine | None = None,
+                     match_marginals: bool = True) -> list[str]:
+    """``n_rows`` synthetic rows as Parquet files ``part-00000.parquet``, ... in ``folder`` (any fsspec URL), written
+    in parallel on the ``engine``. Partition i samples from its own stream of the public seed, so each file is the
+    same whatever the engine, the number of workers and the order they run in. Returns the files' URLs."""
+    sizes = partition_sizes(n_rows, rows_per_partition)
+    return (engine or LocalEngine()).map(_write_partition, list(enumerate(sizes)), model=model, schema=schema,
+                                         seed=seed, folder=folder, match_marginals=match_marginals)
+
+
+def _write_partition(item: tuple[int, int], model: FittedMixture, schema: TableSchema, seed: int, folder: str,
+                     match_marginals: bool) -> str:
+    import fsspec
+
+    index, rows = item
+    stream = int(np.random.SeedSequence([int(seed), _TAG_PARTITION, index]).generate_state(1)[0])
+    table = sample_table(model, schema, rows, stream, match_marginals)
+    url = f"{folder.rstrip('/')}/part-{index:05d}.parquet"
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.makedirs(fs._parent(path), exist_ok=True)
+    with fs.open(path, "wb") as handle:
+        table.to_parquet(handle, index=False)
+    return url
 
 
 def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:

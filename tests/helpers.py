@@ -21,7 +21,13 @@ from typing import Any
 from click.testing import CliRunner
 
 from splice_assets.cli import main
-from splice_assets.dagster_layer.resources import ArtifactStore, LedgerResource, MlflowResource, ReleaseStepStorage
+from splice_assets.dagster_layer.resources import (
+    ArtifactStore,
+    EngineResource,
+    LedgerResource,
+    MlflowResource,
+    ReleaseStepStorage,
+)
 from splice_assets.private.ledger import BudgetLedger
 
 
@@ -36,6 +42,7 @@ def release_resources(tmp: Path) -> dict[str, object]:
         "mlflow": MlflowResource(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", artifact_root=str(tmp / "mlartifacts")),
         "store": ArtifactStore(base_dir=str(tmp / "releases")),
         "io_manager": ReleaseStepStorage(base_dir=str(tmp / "releases")),
+        "engine": EngineResource(),
     }
 
 

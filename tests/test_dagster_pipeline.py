@@ -312,3 +312,22 @@ def test_ui_trigger_through_graphql(tmp_path):
         launched = launch_release(url, {SETTINGS: FAST})
         assert launched["__typename"] == "LaunchRunSuccess", launched
         assert wait_for_run(url, launched["run"]["runId"]) == "SUCCESS"
+
+
+def test_a_partitioned_input_is_streamed_through_the_same_job(tmp_path, demo_table):
+    """A directory of Parquet files goes through the same assets, streamed: one charge, the same report and
+    bundle, and the measured row count of the whole-table split."""
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for i, start in enumerate(range(0, len(demo_table), 2500)):
+        demo_table.iloc[start:start + 2500].to_parquet(parts / f"part-{i}.parquet", index=False, row_group_size=900)
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = run_release(tmp_path, instance, input_path=str(parts))
+    assert result.success
+    meta = result.asset_materializations_for_node(op_name("validated_table"))[0].metadata
+    assert meta["engine"].value == "local" and meta["partitions"].value == 3 + 3 + 2  # row groups of 900 rows
+    assert meta["n (public)"].value == len(demo_table) - round(0.2 * len(demo_table))
+    assert [e.status for e in ledger_entries(tmp_path)] == ["committed"]
+    record = result.output_for_node(op_name("release"))
+    assert (Path(record["internal_dir"]) / "audit.json").exists()
+    assert json.loads((Path(record["public_dir"]) / "release.json").read_text())["privacy"]["epsilon"] == 1.0

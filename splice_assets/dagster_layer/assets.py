@@ -15,20 +15,23 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from splice_assets.api import Synthesizer
+from splice_assets.api import SourceScan, Synthesizer
 from splice_assets.dagster_layer.config import ReleaseConfig, ReleaseSettings
 from splice_assets.dagster_layer.resources import (
     ArtifactStore,
+    EngineResource,
     LedgerResource,
     MlflowResource,
     release_id_of_run,
 )
 from splice_assets.datasets import schema_path
 from splice_assets.evaluation.report import ReportResult, build_report
+from splice_assets.layout import layout_for
 from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
 from splice_assets.model.fit import FittedMixture
 from splice_assets.postprocess.links import describe as describe_links
 from splice_assets.private import holdout_split, measuring
+from splice_assets.private.partitions import StreamedInput
 from splice_assets.private.validation import (
     ValidationReport,
     read_table,
@@ -61,19 +64,24 @@ def release_id_of(context: dg.AssetExecutionContext) -> str:
 
 @dataclass(frozen=True)
 class ValidatedInput:
+    """A whole table (``train``, ``holdout``, ``report``) or, streamed, a scanned source whose rows are read again
+    where they are measured (``scan``; the report's rows then come from ``MeasuredMoments.streamed``)."""
+
     settings: ReleaseSettings
     synth: Synthesizer
-    train: pd.DataFrame
-    holdout: pd.DataFrame
-    report: ValidationReport
+    train: pd.DataFrame | None
+    holdout: pd.DataFrame | None
+    report: ValidationReport | None
     source_uri: str
+    scan: SourceScan | None = None
 
 
 @dataclass(frozen=True)
 class EncodedInput:
     settings: ReleaseSettings
     synth: Synthesizer
-    x: np.ndarray
+    x: np.ndarray | None
+    scan: SourceScan | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,15 @@ class MeasuredMoments:
     settings: ReleaseSettings
     synth: Synthesizer
     reused: bool
+    streamed: StreamedInput | None = None
+
+    def real_rows(self, validated: ValidatedInput) -> tuple[pd.DataFrame, pd.DataFrame, ValidationReport]:
+        """(measured rows, held-out rows, repair report) for the internal report: the whole table's, or the
+        streamed input's bounded samples."""
+        if self.streamed is not None:
+            return self.streamed.train_sample, self.streamed.holdout_sample, self.streamed.report
+        return (cast(pd.DataFrame, validated.train), cast(pd.DataFrame, validated.holdout),
+                cast(ValidationReport, validated.report))
 
 
 @dataclass(frozen=True)
@@ -117,31 +134,41 @@ def row_count_metadata(n: int, relation: str) -> dict[str, int]:
     "asks, record-level cleaning, and the split into measured and held-out rows.",
     check_specs=[dg.AssetCheckSpec("structure", asset=dg.AssetKey([PREFIX, "validated_table"]), blocking=True)],
 )
-def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, ledger: LedgerResource):
+def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, ledger: LedgerResource,
+                    engine: EngineResource):
     settings = config.settings()
     synth = settings.synthesizer(load_schema(schema_path(settings.dataset)))
-    raw = read_table(settings.resolved_input())
-    n_measured = len(raw) - int(round(settings.holdout_fraction * len(raw)))
-    with ledger.open() as book:
-        checked = synth.prepare(raw, book, release_id_of(context), n_measured, settings.schema_version)
+    source = settings.resolved_input()
+    if engine.streams(source):
+        # A partitioned input: one streamed pass now (checks, row count, DP bounds), the rows again at measurement.
+        with ledger.open() as book, engine.open() as workers:
+            scan = synth.scan_source(source, book, release_id_of(context), settings.holdout_fraction, workers,
+                                     settings.schema_version)
+        validated, n_measured = ValidatedInput(settings, synth, None, None, None, source, scan), scan.n_measured
+    else:
+        raw = read_table(source)
+        n_measured = len(raw) - int(round(settings.holdout_fraction * len(raw)))
+        with ledger.open() as book:
+            checked = synth.prepare(raw, book, release_id_of(context), n_measured, settings.schema_version)
+        train, holdout = holdout_split.split_holdout(
+            checked.table, settings.holdout_fraction, settings.seed, settings.relation
+        )
+        if len(train) < synth.schema.n_min:
+            raise dg.Failure(
+                f"after holding out {settings.holdout_fraction:.0%} for evaluation the measured part is below the "
+                f"schema's public n_min={synth.schema.n_min}; lower holdout_fraction"
+            )
+        validated, n_measured = ValidatedInput(settings, synth, train, holdout, checked.report, source), len(train)
     if synth.bounds is not None and synth.bounds.columns:
         context.log.info(f"auto bounds (public DP estimates, noise multiplier {synth.bounds.noise_multiplier:.4g}): "
                          f"{synth.bounds.columns}")
-    train, holdout = holdout_split.split_holdout(
-        checked.table, settings.holdout_fraction, settings.seed, settings.relation
-    )
-    if len(train) < synth.schema.n_min:
-        raise dg.Failure(
-            f"after holding out {settings.holdout_fraction:.0%} for evaluation the measured part is below the "
-            f"schema's public n_min={synth.schema.n_min}; lower holdout_fraction"
-        )
     yield dg.AssetCheckResult(
         check_name="structure",
         passed=True,
         metadata={"columns": len(synth.schema.columns), "schema_version": synth.schema.version},
     )
     yield dg.Output(
-        ValidatedInput(settings, synth, train, holdout, checked.report, settings.resolved_input()),
+        validated,
         metadata={
             "dataset": synth.schema.name,
             "auto bounds (DP estimates)": dg.MetadataValue.json(
@@ -149,7 +176,9 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
             ),
             "measurement epsilon": synth.measurement_epsilon,
             "schema_version": synth.schema.version,
-            **row_count_metadata(len(train), settings.relation),
+            "engine": engine.engine if validated.scan else "whole table in memory",
+            **({"partitions": len(validated.scan.partitions)} if validated.scan else {}),
+            **row_count_metadata(n_measured, settings.relation),
         },
     )
 
@@ -160,7 +189,11 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
 )
 def unit_ball_encoding(validated_table: ValidatedInput) -> dg.Output[EncodedInput]:
     v = validated_table
-    x = v.synth.encode(v.train)
+    if v.scan is not None:  # streamed: each partition is encoded where it is measured
+        d = layout_for(v.synth.schema).d
+        return dg.Output(EncodedInput(v.settings, v.synth, None, v.scan),
+                         metadata={"d": d, "scaling": "ball (1/sqrt(d))", "encoded": "per partition, at measurement"})
+    x = v.synth.encode(cast(pd.DataFrame, v.train))
     return dg.Output(
         EncodedInput(v.settings, v.synth, x),
         metadata={"d": x.shape[1], **row_count_metadata(x.shape[0], v.settings.relation),
@@ -180,19 +213,30 @@ def private_moments(
     unit_ball_encoding: EncodedInput,
     ledger: LedgerResource,
     store: ArtifactStore,
+    engine: EngineResource,
 ):
     e = unit_ball_encoding
     synth, s = e.synth, e.settings
     stem = store.public_dir(s.dataset, release_id_of(context)) / "measurement"
+    streamed = None
     if stem.with_suffix(".json").exists():
         # A retry of this step: reuse the stored noisy moments, never draw (and pay for) fresh noise.
         synth.measurement, reused = Measurement.load(stem), True
+        if e.scan is not None:  # the report's rows again, without a measurement
+            with engine.open() as workers:
+                streamed = synth.stream(e.scan, workers)
         yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=True,
                                   metadata={"note": "reused stored measurement"})
     else:
         with ledger.open() as book:
             try:
-                synth.measure(e.x, book, release_id_of(context), on_noisy=lambda m: m.save(stem))
+                if e.scan is not None:
+                    with engine.open() as workers:
+                        streamed = synth.measure_source(e.scan, book, release_id_of(context), workers,
+                                                        on_noisy=lambda m: m.save(stem))
+                else:
+                    synth.measure(cast(np.ndarray, e.x), book, release_id_of(context),
+                                  on_noisy=lambda m: m.save(stem))
             except measuring.MomentsOutOfRange:
                 yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=False)
                 raise dg.Failure("exact statistics not finite or out of range; nothing was charged") from None
@@ -200,7 +244,7 @@ def private_moments(
         reused = False
     measurement = cast(Measurement, synth.measurement)  # measured or loaded above
     yield dg.Output(
-        MeasuredMoments(s, synth, reused),
+        MeasuredMoments(s, synth, reused, streamed),
         metadata={
             "epsilon": measurement.epsilon,
             "delta": measurement.delta,
@@ -288,9 +332,10 @@ def fidelity_report(
             cast(Measurement, synth.measurement), book, release_id,
             bounds_noise_multiplier=synth.privacy.bounds_noise_multiplier,
         )
+    train, holdout, _ = private_moments.real_rows(v)
     result = build_report(
-        v.train,
-        v.holdout,
+        train,
+        holdout,
         synthetic_table.table,
         synth.schema,
         facts,
@@ -331,7 +376,7 @@ def release(
             model=cast(FittedMixture, synth.model),
             synthetic=synthetic_table.table,
             report=fidelity_report.result,
-            validation=validated_table.report,
+            validation=private_moments.real_rows(validated_table)[2],
             source_uri=validated_table.source_uri,
             ledger=book,
             public_dir=store.public_dir(s.dataset, release_id),

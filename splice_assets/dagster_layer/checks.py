@@ -18,7 +18,8 @@ from splice_assets.private.preflight import ReleaseCost, ledger_projection
 )
 def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -> dg.AssetCheckResult:
     s, synth = unit_ball_encoding.settings, unit_ball_encoding.synth
-    _, calibration = synth.plan(unit_ball_encoding.x.shape[0])
+    e = unit_ball_encoding
+    _, calibration = synth.plan(e.scan.n_measured if e.scan is not None else len(e.x) if e.x is not None else 0)
     with ledger.open() as book:
         budget = book.budget(s.dataset)
         if budget is None:

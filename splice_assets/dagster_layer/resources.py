@@ -15,11 +15,14 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
 import dagster as dg
 
+from splice_assets.engine import Engine, make_engine
 from splice_assets.private.ledger import BudgetLedger, default_ledger_url
 from splice_assets.release.locations import (
     default_artifact_dir,
@@ -49,6 +52,32 @@ class MlflowResource(dg.ConfigurableResource):
 
     def artifact_location(self) -> str | None:
         return mlflow_artifact_location(self.artifact_root or None)
+
+
+class EngineResource(dg.ConfigurableResource):
+    """Where partitioned work runs (``splice_assets.engine``): ``local`` (this process) or ``dask`` (the scheduler
+    at ``scheduler``, else a LocalCluster of ``workers``). A release streams its input when the engine is Dask or
+    the input is a directory, a glob or a URL (``streams``); a single local file is read whole, as before."""
+
+    engine: str = "local"
+    scheduler: str = ""
+    workers: int = 2
+
+    def streams(self, input_path: str) -> bool:
+        return self.engine != "local" or is_partitioned_source(input_path)
+
+    @contextmanager
+    def open(self) -> Iterator[Engine]:
+        engine = make_engine(self.engine, self.scheduler or None, self.workers)
+        try:
+            yield engine
+        finally:
+            engine.close()
+
+
+def is_partitioned_source(input_path: str) -> bool:
+    """A directory, a glob or an fsspec URL (anything but one local file)."""
+    return "://" in input_path or any(ch in input_path for ch in "*?[") or Path(input_path).is_dir()
 
 
 class ArtifactStore(dg.ConfigurableResource):
@@ -125,5 +154,9 @@ def default_resources() -> dict[str, object]:
             tracking_uri=dg.EnvVar("MLFLOW_TRACKING_URI") if os.environ.get("MLFLOW_TRACKING_URI") else "",
         ),
         "store": ArtifactStore(base_dir=artifacts),
+        "engine": EngineResource(
+            engine=os.environ.get("SPLICE_ENGINE", "local"), scheduler=os.environ.get("SPLICE_DASK_SCHEDULER", ""),
+            workers=int(os.environ.get("SPLICE_DASK_WORKERS", "2")),
+        ),
         "io_manager": ReleaseStepStorage(base_dir=artifacts),
     }

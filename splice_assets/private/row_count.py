@@ -10,14 +10,14 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-from pathlib import Path
+from pathlib import Path, PurePath
 
 #: UTF-8 that drops a leading byte-order mark (Excel writes one): read as plain UTF-8 it would glue itself to the
 #: first column's name, which then is "missing". Every CSV input is read with it.
 CSV_ENCODING = "utf-8-sig"
 
 
-def is_parquet(path: Path) -> bool:
+def is_parquet(path: PurePath) -> bool:
     return bool({".parquet", ".pq"} & {s.lower() for s in path.suffixes})
 
 
