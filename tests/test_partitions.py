@@ -206,3 +206,22 @@ def test_a_release_through_dask_is_the_local_release(raw, demo_schema, tmp_path,
     rows = {e.id: e for e in ledger.entries("fair_affairs")}
     assert rows[entries[0]].params_hash == rows[entries[1]].params_hash
     assert rows[entries[0]].status == rows[entries[1]].status == "committed"
+
+
+def test_partitioned_samples_are_the_same_files_on_any_engine(raw, demo_schema, tmp_path, dask_engine):
+    from splice_assets import MeasurementSettings, ModelSettings, PostProcessingSettings
+    from splice_assets.sampling import write_partitions
+
+    synth = Synthesizer(demo_schema, epsilon=1.0, delta=1e-9, measurement=MeasurementSettings(n_directions=64, k=6),
+                        model=ModelSettings(components=3, max_steps=20, joint_pairs=0),
+                        postprocessing=PostProcessingSettings(field_iterations=0))
+    synth.fit_source(str(write_parquet_parts(raw, tmp_path / "p")), ledger=None)  # public test data: no ledger
+    tables = []
+    for name, engine in (("local", LocalEngine()), ("dask", dask_engine)):
+        files = write_partitions(synth.model, synth.schema, 2500, 7, str(tmp_path / name), 1000, engine)
+        assert [Path(f).name for f in files] == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+        tables.append([pd.read_parquet(f) for f in files])
+    assert [len(t) for t in tables[0]] == [1000, 1000, 500]
+    for local, distributed in zip(*tables):
+        pd.testing.assert_frame_equal(local, distributed)
+    assert not tables[0][0].equals(tables[0][1].iloc[:1000])  # each partition its own stream
