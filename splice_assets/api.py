@@ -164,7 +164,7 @@ class Synthesizer:
         if ledger is not None:
             self._preflight(len(raw) if n_measured is None else n_measured, ledger)
 
-    def _preflight(self, n_measured: int, ledger: BudgetLedger) -> None:
+    def _preflight(self, n_measured: int, ledger: BudgetLedger, rows_in_memory: int | None = None) -> None:
         """``preflight.check_release`` for this release measuring ``n_measured`` rows (nothing charged)."""
         from splice_assets.private import preflight
 
@@ -176,6 +176,7 @@ class Synthesizer:
             self.schema, self.settings.relation, self.settings.delta, n_measured, layout_for(self.schema).d,
             m.n_directions, m.k, self.settings.model.components, cells, ledger,
             preflight.ReleaseCost((calibration.noise_multiplier, *([bounds_multiplier] if bounds_multiplier else []))),
+            rows_in_memory=rows_in_memory,
         )
 
     def prepare(self, raw: pd.DataFrame, ledger: BudgetLedger | None, release_id: str = "adhoc",
@@ -245,7 +246,12 @@ class Synthesizer:
         pass checks the header, counts rows and unparseable cells and the ``bounds: auto`` histograms on the
         ``engine``'s workers; then the same refusals and pre-flight as ``check``, then the DP bounds (charged)."""
         from splice_assets.private.bounds import estimate_bounds_from_counts
-        from splice_assets.private.partitions import list_partitions, scan_source
+        from splice_assets.private.partitions import (
+            DEFAULT_BATCH_ROWS,
+            DEFAULT_REPORT_ROWS,
+            list_partitions,
+            scan_source,
+        )
         from splice_assets.private.validation import check_columns, check_row_count, refuse_unparseable
 
         with progress.stage("validate the partitioned input"):
@@ -255,8 +261,8 @@ class Synthesizer:
             check_row_count(scan.rows, self.schema)
             refuse_unparseable(self.schema, scan.tallies, self.settings.max_unparseable_share)
             n_measured = scan.rows - int(round(holdout_fraction * scan.rows))
-            if ledger is not None:
-                self._preflight(n_measured, ledger)
+            if ledger is not None:  # memory: one batch and the report's two samples at a time, whatever n
+                self._preflight(n_measured, ledger, DEFAULT_BATCH_ROWS + 2 * DEFAULT_REPORT_ROWS)
             bounds_multiplier = self.privacy_split()[1]
             if bounds_multiplier is not None and auto_columns(self.schema):
                 self.schema, self.bounds = estimate_bounds_from_counts(

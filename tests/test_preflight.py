@@ -20,6 +20,7 @@ from splice_assets.dagster_layer.definitions import build_definitions
 from splice_assets.private import preflight
 from splice_assets.private.ledger import BudgetLedger, budgets_table
 from splice_assets.private.mechanism import PrivacyParameterError, compose_epsilon
+from splice_assets.schema import load_schema
 
 SCHEMA = {
     "name": "toy_preflight", "version": 1, "n_min": 100,
@@ -143,6 +144,16 @@ def test_the_whole_release_with_its_bounds_estimate_must_fit_the_budget(world):
     assert_nothing_charged_or_written(world, AUTO_SCHEMA["name"])
 
 
+def test_a_streamed_input_plans_memory_for_one_batch_not_for_n(world, monkeypatch):
+    set_budget(world)
+    cost = preflight.ReleaseCost((1.0,))
+    schema = load_schema(world / "schemas" / f"{SCHEMA['name']}.yaml")
+    args = (schema, "replace-one", 1e-12, 10**9, 30, 256, 16, 20, 5000, BudgetLedger(ledger_url(world)), cost)
+    with pytest.raises(preflight.PreflightError, match="of memory"):
+        preflight.check_release(*args, memory_bytes=8 * 2**30)
+    preflight.check_release(*args, memory_bytes=8 * 2**30, rows_in_memory=200_000)
+
+
 def test_a_release_that_would_not_fit_in_memory_is_refused(world, monkeypatch):
     set_budget(world)
     monkeypatch.setattr(preflight, "available_memory_bytes", lambda: 2 * 2**30)
@@ -151,13 +162,18 @@ def test_a_release_that_would_not_fit_in_memory_is_refused(world, monkeypatch):
     assert_nothing_charged_or_written(world)
 
 
+@pytest.mark.parametrize("streamed", [False, True])
 @pytest.mark.parametrize("dataset", [SCHEMA["name"], AUTO_SCHEMA["name"]])
-def test_an_unparseable_column_is_refused_before_any_charge_even_with_auto_bounds(world, dataset):
+def test_an_unparseable_column_is_refused_before_any_charge_even_with_auto_bounds(world, dataset, streamed):
     set_budget(world, dataset=dataset)
     table = pd.read_csv(world / "input.csv")
     table["amount"] = "n/a"
     table.to_csv(world / "input.csv", index=False)
-    result = run(world, dataset=dataset)
+    if streamed:  # the same input as a folder of two files: the partitioned path counts and refuses the same way
+        (world / "parts").mkdir()
+        table.iloc[:100].to_csv(world / "parts" / "a.csv", index=False)
+        table.iloc[100:].to_csv(world / "parts" / "b.csv", index=False)
+    result = run(world, dataset=dataset, **({"input_path": str(world / "parts")} if streamed else {}))
     message = failure_message(result)
     assert not result.success and "column 'amount': 100%" in message and "limit 5%" in message
     assert_nothing_charged_or_written(world, dataset)

@@ -95,6 +95,7 @@ def check_release(
     ledger: BudgetLedger,
     cost: ReleaseCost,
     memory_bytes: int | None = None,
+    rows_in_memory: int | None = None,
 ) -> None:
     """Checks that need the input's row count and the ledger, run before the first reservation.
 
@@ -102,7 +103,8 @@ def check_release(
       <= the dataset's lifetime delta, which itself must be < 1/n_min;
     - the dataset has a lifetime budget (set by an administrator), under this relation, and the whole release,
       bounds estimation included, fits it;
-    - the planned memory fits the machine.
+    - the planned memory fits the machine, for ``rows_in_memory`` rows at a time (default: all ``n_rows``; a
+      streamed input holds one batch and the report's samples).
     """
     public_n = n_rows if relation == RELATION_REPLACE_ONE else schema.n_min
     if not delta < 1.0 / public_n:
@@ -132,7 +134,8 @@ def check_release(
             f"this release would bring dataset {schema.name!r} to a lifetime epsilon of {after:.4f} at delta "
             f"{budget.delta_total:g} (spent so far {spent:.4f}, budget {budget.epsilon_total:g}); nothing was charged"
         )
-    needed = estimated_peak_bytes(n_rows, d, n_directions, k, components, cells)
+    needed = estimated_peak_bytes(n_rows if rows_in_memory is None else rows_in_memory, d, n_directions, k,
+                                  components, cells)
     limit = MEMORY_SHARE * (available_memory_bytes() if memory_bytes is None else memory_bytes)
     if needed > limit:
         # The row count is private under add-remove: only the public settings go into the message.
