@@ -326,6 +326,20 @@ class Synthesizer:
             return sample_table(self.model, self.schema, n, self.settings.seed if seed is None else int(seed),
                                 match_marginals=self.settings.postprocessing.match_marginals)
 
+    def write_partitions(self, folder: str, n_rows: int | None = None, seed: int | None = None,
+                         rows_per_partition: int | None = None, engine: Engine | None = None) -> list[str]:
+        """Synthetic rows as Parquet partitions in ``folder`` (any fsspec URL), written in parallel on the
+        ``engine``, each from its own stream of the public seed (``sampling.write_partitions``)."""
+        from splice_assets.sampling import DEFAULT_PARTITION_ROWS, write_partitions
+
+        if self.model is None or self.measurement is None:
+            raise NotFitted("fit (or load) a synthesizer before sampling")
+        n = self.measurement.n if n_rows is None else int(n_rows)
+        with progress.stage(f"sample {n:,} rows into Parquet partitions"):
+            return write_partitions(self.model, self.schema, n, self.settings.seed if seed is None else int(seed),
+                                    folder, rows_per_partition or DEFAULT_PARTITION_ROWS, engine,
+                                    self.settings.postprocessing.match_marginals)
+
     def refit(self, model: ModelSettings | None = None, postprocessing: PostProcessingSettings | None = None,
               seed: int | None = None, threads: int | None = 1) -> Synthesizer:
         """A new synthesizer fitted to the same noisy measurement with other settings: zero privacy cost."""

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import pandas as pd
 import pytest
 from helpers import FAST, dagster_ui, launch_release, release_resources, run_ids, wait_for_run
 from helpers import set_budget as shared_set_budget
@@ -330,4 +331,10 @@ def test_a_partitioned_input_is_streamed_through_the_same_job(tmp_path, demo_tab
     assert [e.status for e in ledger_entries(tmp_path)] == ["committed"]
     record = result.output_for_node(op_name("release"))
     assert (Path(record["internal_dir"]) / "audit.json").exists()
-    assert json.loads((Path(record["public_dir"]) / "release.json").read_text())["privacy"]["epsilon"] == 1.0
+    public = Path(record["public_dir"])
+    manifest = json.loads((public / "release.json").read_text())
+    assert manifest["privacy"]["epsilon"] == 1.0
+    # Partitioned input, partitioned output: the rows as Parquet parts in the public bundle, counted in the manifest.
+    assert manifest["synthetic_files"] == ["synthetic/part-00000.parquet"]
+    assert manifest["synthetic_rows"] == FAST["n_synthetic"] == len(pd.read_parquet(public / "synthetic"))
+    assert not (public / "synthetic.csv").exists()

@@ -104,13 +104,17 @@ class MeasuredMoments:
 class FittedModel:
     settings: ReleaseSettings
     synth: Synthesizer
+    streamed: bool = False
 
 
 @dataclass(frozen=True)
 class SyntheticTable:
+    """The synthetic rows, or for a streamed release the first of the Parquet ``files`` it wrote (for the checks)."""
+
     settings: ReleaseSettings
     synth: Synthesizer
     table: pd.DataFrame
+    files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -271,7 +275,7 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
     model = p.synth.fit_model()
     curve = [float(v) for v in model.loss_curve]
     return dg.Output(
-        FittedModel(p.settings, p.synth),
+        FittedModel(p.settings, p.synth, p.streamed is not None),
         metadata={
             "K": model.params.K,
             "steps": model.steps,
@@ -295,15 +299,25 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
     kinds={"pandas"},
     description="Rows sampled from the fitted mixture, clipped to [-1, 1] and decoded to the schema.",
 )
-def synthetic_table(mixture_model: FittedModel) -> dg.Output[SyntheticTable]:
+def synthetic_table(context: dg.AssetExecutionContext, mixture_model: FittedModel, store: ArtifactStore,
+                    engine: EngineResource) -> dg.Output[SyntheticTable]:
     m = mixture_model
     s = m.settings
-    table = m.synth.sample(s.n_synthetic or None, s.seed)  # default: the public n, or the noisy one (add-remove)
+    n = s.n_synthetic or cast(Measurement, m.synth.measurement).n  # the public n, or the noisy one (add-remove)
+    files: tuple[str, ...] = ()
+    if m.streamed:  # a partitioned input gets partitioned output, written in parallel on the engine
+        folder = store.public_dir(s.dataset, release_id_of(context)) / "synthetic"
+        with engine.open() as workers:
+            files = tuple(m.synth.write_partitions(str(folder), n, s.seed, engine=workers))
+        table = pd.read_parquet(files[0])
+    else:
+        table = m.synth.sample(n, s.seed)
     return dg.Output(
-        SyntheticTable(s, m.synth, table),
+        SyntheticTable(s, m.synth, table, files),
         metadata={
-            "rows": len(table),
+            "rows": n,
             "sampling_seed": s.seed,
+            **({"files": len(files)} if files else {}),
             "output schema": dg.MetadataValue.table_schema(
                 dg.TableSchema(columns=[dg.TableColumn(c, str(t)) for c, t in table.dtypes.items()])
             ),
@@ -385,6 +399,7 @@ def release(
             artifact_location=mlflow.artifact_location(),
             dagster_run_id=context.run.run_id,
             bounds_estimate=synth.bounds,
+            synthetic_files=synthetic_table.files,
         )
     context.log.info(f"release {release_id}: public bundle at {record['public_dir']}")
     return dg.Output(

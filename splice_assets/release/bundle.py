@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -215,8 +216,13 @@ def write_release(
     register_model: bool = True,
     bounds_estimate: Any = None,
     bounds_noise_multiplier: float | None = None,
+    synthetic_files: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Write both bundles and log the public one to MLflow; returns a summary of public facts.
+
+    ``synthetic_files``: the synthetic rows were written as Parquet partitions in ``public_dir / "synthetic"``
+    (a streamed release, ``sampling.write_partitions``) and ``synthetic`` is their first part, for the checks; else
+    ``synthetic`` is every row and is written here as ``synthetic.parquet`` and ``synthetic.csv``.
 
     A refit passes ``parent_release_id``, its zero-cost ``ledger_entry_id`` and the parent's ``bounds_noise_multiplier``
     (its schema holds the parent's DP bounds); it has no report, no validation and no source (it never reads real
@@ -232,8 +238,14 @@ def write_release(
 
     public_dir.mkdir(parents=True, exist_ok=True)
     internal_dir.mkdir(parents=True, exist_ok=True)
-    synthetic.to_parquet(public_dir / "synthetic.parquet", index=False)
-    write_csv_escaped(synthetic, public_dir / "synthetic.csv")
+    if synthetic_files:
+        import pyarrow.parquet as pq
+
+        synthetic_rows = sum(pq.read_metadata(f).num_rows for f in synthetic_files)
+    else:
+        synthetic.to_parquet(public_dir / "synthetic.parquet", index=False)
+        write_csv_escaped(synthetic, public_dir / "synthetic.csv")
+        synthetic_rows = len(synthetic)
     if not (public_dir / "measurement.json").exists():
         measurement.save(public_dir / "measurement")
     save_model(model, public_dir / "model")
@@ -297,7 +309,8 @@ def write_release(
             **{k: quality[k] for k in ("model_tvd_1way", "expected_noise_tvd_1way", "model_tvd_2way",
                                        "expected_noise_tvd_2way")},
         },
-        "synthetic_rows": len(synthetic),
+        "synthetic_rows": synthetic_rows,
+        **({"synthetic_files": [f"synthetic/{Path(f).name}" for f in synthetic_files]} if synthetic_files else {}),
         "fidelity_report": (
             "none: a refit never reads real rows, so no fidelity report exists" if refit
             else "internal only (compares against real rows; never released)"
@@ -456,7 +469,7 @@ def log_to_mlflow(
             mlflow.log_metrics({k: v for k, v in fit_metrics.items() if np.isfinite(v)})
             dataset = mlflow.data.from_pandas(  # type: ignore[attr-defined]  # registered at import time
                 synthetic.astype({c: "object" for c in synthetic.columns if str(synthetic[c].dtype) == "category"}),
-                source=str(public_dir / "synthetic.parquet"),
+                source=str(public_dir / ("synthetic" if (public_dir / "synthetic").is_dir() else "synthetic.parquet")),
                 name=f"{schema.name}-synthetic-{release_id}",
             )
             mlflow.log_input(dataset, context="synthetic_output")
