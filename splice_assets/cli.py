@@ -128,9 +128,9 @@ def main() -> None:
 @click.option("--n", "n", default=None, type=int,
               help="Rows of the input table: public under replace-one; under add-remove only used to show the noise "
               "on frequencies (n is private there and does not shape the noise) [default: the schema's n_min].")
-@click.option("--input", "input_path", default=None, type=click.Path(dir_okay=False),
-              help="CSV (optionally .gz) or Parquet input whose row count stands for --n (replace-one only): only "
-              "the count is read (CSV records, Parquet metadata).")
+@click.option("--input", "input_path", default=None, type=click.Path(),
+              help="CSV (optionally .gz) or Parquet input, or a folder of them, whose row count stands for --n "
+              "(replace-one only): only the count is read (CSV records, Parquet metadata).")
 @click.option("--holdout", "holdout_fraction", default=DEFAULT_HOLDOUT_FRACTION, show_default=True,
               type=click.FloatRange(0.0, 0.9, max_open=True),
               help="Share of the rows the release holds out (never measured), as `splice release --holdout`.")
@@ -485,8 +485,12 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
 @click.option("--dataset", default=None, help="Dataset name: schemas/<dataset>.yaml (or $SPLICE_SCHEMA_DIR).")
 @click.option("--schema", "schema_file", default=None, type=click.Path(dir_okay=False),
               help="A schema YAML file named <dataset>.yaml (instead of --dataset).")
-@click.option("--input", "input_path", default=None, type=click.Path(dir_okay=False),
-              help="CSV (optionally .gz) or Parquet input; optional only for the bundled demo dataset.")
+@click.option("--input", "input_path", default=None, type=str,
+              help="CSV (optionally .gz) or Parquet input: a file, or a directory, glob or fsspec URL of files "
+              "(streamed in batches); optional only for the bundled demo dataset.")
+@click.option("--engine", type=click.Choice(["local", "dask"]), default=None,
+              help="Where a streamed input is measured and sampled [default: $SPLICE_ENGINE or local]; dask: the "
+              "scheduler at $SPLICE_DASK_SCHEDULER, else a local cluster of $SPLICE_DASK_WORKERS workers.")
 @click.option("--epsilon", required=True, type=float, help="Epsilon of this release's measurement.")
 @click.option("--relation", type=click.Choice(RELATIONS), default=None,
               help=f"Neighbouring relation: {RELATION_REPLACE_ONE} (n public) or {RELATION_ADD_REMOVE} (n private, as "
@@ -522,6 +526,7 @@ def release_command(
     dataset: str | None,
     schema_file: str | None,
     input_path: str | None,
+    engine: str | None,
     as_json: bool,
     verbose: bool,
     **options: Any,
@@ -549,8 +554,11 @@ def release_command(
             raise fail(exc) from None
     if input_path is None and dataset != DEMO_DATASET:
         raise fail(f"--input FILE is required for dataset {dataset!r}")
-    if input_path is not None and not Path(input_path).is_file():
-        raise fail(f"input file {input_path!r} does not exist")
+    streamed = input_path is not None and ("://" in input_path or any(c in input_path for c in "*?["))
+    if input_path is not None and not streamed and not Path(input_path).exists():
+        raise fail(f"input {input_path!r} does not exist")
+    if engine is not None:
+        os.environ["SPLICE_ENGINE"] = engine  # the Dagster engine resource reads it (dagster_layer.resources)
     chosen = {k: v for k, v in options.items() if v is not None}
     validate_parameters(
         chosen["epsilon"],
@@ -559,7 +567,8 @@ def release_command(
         chosen.get("n_directions", DEFAULT_N_DIRECTIONS),
         schema.n_min,
     )
-    record = _run_release_job(dataset, str(Path(input_path).resolve()) if input_path else "", chosen, verbose)
+    where = input_path if streamed or not input_path else str(Path(input_path).resolve())
+    record = _run_release_job(dataset, where or "", chosen, verbose)
     if as_json:
         _json_out(record)
         return

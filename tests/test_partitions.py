@@ -225,3 +225,10 @@ def test_partitioned_samples_are_the_same_files_on_any_engine(raw, demo_schema, 
     for local, distributed in zip(*tables):
         pd.testing.assert_frame_equal(local, distributed)
     assert not tables[0][0].equals(tables[0][1].iloc[:1000])  # each partition its own stream
+
+
+def test_plan_counts_the_rows_of_a_partitioned_folder(raw, tmp_path):
+    from splice_assets.private.row_count import input_row_count
+
+    assert input_row_count(write_parquet_parts(raw, tmp_path / "p")) == len(raw)
+    assert input_row_count(write_csv_parts(raw, tmp_path / "c")) == len(raw)

@@ -195,10 +195,16 @@ def test_the_split_measures_a_neighbour_of_the_measured_part(monkeypatch):
 
 
 def job_vector(tmp, table: pd.DataFrame, relation: str, name: str, monkeypatch, seen: list,
-               dataset: str = SCHEMA.name) -> np.ndarray:
-    """Run the release job on ``table`` until the sampler would draw; return what it was handed."""
-    source = tmp / f"{name}.csv"
-    table.to_csv(source, index=False)
+               dataset: str = SCHEMA.name, streamed: bool = False) -> np.ndarray:
+    """Run the release job on ``table`` until the sampler would draw; return what it was handed. ``streamed``:
+    the table as a folder of three CSV files (one empty), which the job streams (``private.partitions``)."""
+    source = tmp / (name if streamed else f"{name}.csv")
+    if streamed:
+        source.mkdir()
+        for part, rows in enumerate((table.iloc[:250], table.iloc[:0], table.iloc[250:])):
+            rows.to_csv(source / f"part-{part}.csv", index=False)
+    else:
+        table.to_csv(source, index=False)
     job = build_definitions(release_resources(tmp)).resolve_job_def("release")
     config = ReleaseConfig(dataset=dataset, input_path=str(source), relation=relation, holdout_fraction=0.2)
     with dg.DagsterInstance.ephemeral() as instance:
@@ -207,8 +213,9 @@ def job_vector(tmp, table: pd.DataFrame, relation: str, name: str, monkeypatch, 
     return seen.pop()
 
 
+@pytest.mark.parametrize("streamed", [False, True])
 @pytest.mark.parametrize("relation", [AR, RO])
-def test_the_release_job_keeps_neighbours_within_delta(tmp_path, monkeypatch, relation):
+def test_the_release_job_keeps_neighbours_within_delta(tmp_path, monkeypatch, relation, streamed):
     (tmp_path / "schemas").mkdir()
     (tmp_path / "schemas" / f"{SCHEMA.name}.yaml").write_text(SCHEMA_YAML)
     monkeypatch.setenv("SPLICE_SCHEMA_DIR", str(tmp_path / "schemas"))
@@ -217,18 +224,19 @@ def test_the_release_job_keeps_neighbours_within_delta(tmp_path, monkeypatch, re
     seen = capture_sampler(monkeypatch)
     rng = np.random.default_rng(2)
     table = private_table(rng, 600)
-    base = job_vector(tmp_path, table, relation, "base", monkeypatch, seen)
+    base = job_vector(tmp_path, table, relation, "base", monkeypatch, seen, streamed=streamed)
     shifts = {}
     for index, (name, other) in enumerate(neighbours(rng, table, relation).items()):
-        diff = job_vector(tmp_path, other, relation, f"neighbour{index}", monkeypatch, seen) - base
+        diff = job_vector(tmp_path, other, relation, f"neighbour{index}", monkeypatch, seen, streamed=streamed) - base
         shifts[name] = check_shift(diff, relation, 600 - 120, None)
     assert max(shifts.values()) > 0.3, shifts
     with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
         assert {e.status for e in book.entries(SCHEMA.name)} == {"aborted"}  # stopped before noise: no charge
 
 
+@pytest.mark.parametrize("streamed", [False, True])
 @pytest.mark.parametrize("relation", [AR, RO])
-def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds(tmp_path, monkeypatch, relation):
+def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds(tmp_path, monkeypatch, relation, streamed):
     """With ``bounds: auto`` the first Gaussian draw is the bounds histograms (whole input, before the split):
     one row moves them by at most histogram_sensitivity, exactly that where it changes bucket in every histogram."""
     from splice_assets.private.bounds import histogram_sensitivity
@@ -245,11 +253,12 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds(tmp_path
     table = private_table(rng, 400)
     # The extreme row (1000, 90) then lies in other decades, so in other buckets of all four histograms.
     table["amount"], table["age"] = table["amount"].clip(1, 99), table["age"] % 9 + 1
-    base = job_vector(tmp_path, table, relation, "base", monkeypatch, seen, "toy_neighbours_auto")
+    base = job_vector(tmp_path, table, relation, "base", monkeypatch, seen, "toy_neighbours_auto", streamed)
     bound = histogram_sensitivity(2, relation)
     for index, (name, other) in enumerate(neighbours(rng, table, relation).items()):
         shift = float(np.linalg.norm(
-            job_vector(tmp_path, other, relation, f"n{index}", monkeypatch, seen, "toy_neighbours_auto") - base
+            job_vector(tmp_path, other, relation, f"n{index}", monkeypatch, seen, "toy_neighbours_auto", streamed)
+            - base
         ))
         assert shift <= bound * (1 + 1e-12), (name, shift, bound)
         if "extreme" in name:

@@ -35,6 +35,12 @@ def input_row_count(path: str | Path) -> int:
     """Rows of a CSV (optionally .gz) or Parquet input, header excluded; ``ValueError`` quoting the path if the
     file cannot be read."""
     path = Path(path)
+    if path.is_dir():  # a partitioned input: the sum over its Parquet and CSV files (as private.partitions reads it)
+        parts = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))
+                       and (is_parquet(p) or p.name.lower().endswith((".csv", ".csv.gz"))))
+        if not parts:
+            raise ValueError(f"input folder {str(path)!r} holds no Parquet or CSV file")
+        return sum(input_row_count(p) for p in parts)
     if not path.is_file():
         raise ValueError(f"input file {str(path)!r} does not exist")
     try:
