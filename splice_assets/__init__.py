@@ -8,6 +8,10 @@ The public surface is small::
     synth.fit(table, ledger=BudgetLedger("sqlite:///ledger.sqlite"))
     rows = synth.sample(10_000, seed=0)
 
+A table that does not fit in memory (a folder, glob or fsspec URL of Parquet/CSV files) is streamed, locally or
+on Dask: ``synth.fit_source("s3://bucket/table/", ledger=..., engine=make_engine("dask"))``, then
+``synth.write_partitions(folder)``.
+
 The library has no Dagster import; ``splice_assets.dagster_layer`` and the ``splice`` CLI are thin callers of it.
 Names are resolved lazily so ``splice --help`` does not pay for torch.
 """
@@ -35,11 +39,12 @@ _EXPORTS = {
     "BudgetLedger": "splice_assets.private.ledger",
     "StructuralError": "splice_assets.private.validation",
     "PreflightError": "splice_assets.private.preflight",
+    "make_engine": "splice_assets.engine",
 }
 __all__ = [
     "BudgetLedger", "Measurement", "MeasurementSettings", "ModelSettings", "NotFitted", "PostProcessingSettings",
     "PreflightError", "PrivacyFacts", "SchemaError", "StructuralError", "Synthesizer", "SynthesizerSettings",
-    "TableSchema", "__version__", "load_schema", "parse_schema",
+    "TableSchema", "__version__", "load_schema", "make_engine", "parse_schema",
 ]
 assert sorted(__all__) == sorted([*_EXPORTS, "__version__"])
 
@@ -51,6 +56,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
         PostProcessingSettings,
         SynthesizerSettings,
     )
+    from splice_assets.engine import make_engine
     from splice_assets.measurement import Measurement
     from splice_assets.private.ledger import BudgetLedger
     from splice_assets.private.preflight import PreflightError
