@@ -5,11 +5,12 @@ copula with correlation 0.5^|i-j| between latent columns i and j, mapped to publ
 uniform and Poisson counts for the numeric ones, 2 to 12 levels for the categorical ones (``generate``). They are
 written as Parquet files of ``--file-rows`` rows in row groups of 250,000, one file per partition.
 
-Each figure comes from a fresh subprocess (peak RSS is the child's ``ru_maxrss``; on Dask the driver's and every
-worker's peak, summed): the measurement alone (scan + measure, every row, L = 256, k = 16, 1-/2-way tables) on
-the local engine and on 1 and 2 Dask workers, its throughput n·L/s against the moment kernel's single-core figure
-measured in the same run, and a whole release (scan, measure, fit, ``n`` synthetic rows written as partitions) at
-each size on the local engine.
+Each figure comes from a fresh subprocess with one BLAS thread (peak RSS is the child's ``ru_maxrss``; on Dask the
+driver's and every worker's peak, summed): the measurement alone (scan + measure, every row, L = 256, k = 16,
+1-/2-way tables) on the local engine and on 1 and 2 Dask workers, and the measure pass's throughput n·L/s per
+worker against two single-core figures on rows already encoded in memory, measured in the same run: the moment
+kernel (``statistics.moment_sums``) and all the exact statistics (``measuring.exact_sums``: moments, 1-/2-way
+tables). With ``--release``, also a whole release (scan, measure, fit, n synthetic rows written as partitions).
 
     python -m bench.scale_out --rows 1e5 1e6 1e7 5e7 [--data-dir DIR] [--engines local dask1 dask2]
 """
@@ -107,19 +108,31 @@ args = json.loads(sys.argv[1])
 schema = parse_schema(args["schema"])
 out = {}
 if args["task"] == "kernel":
-    x = np.random.default_rng(0).uniform(-1, 1, (200_000, args["d"]))
-    directions = draw_directions(0, 256, args["d"])
+    from splice_assets.layout import layout_for
+    from splice_assets.private.encoding import encode
+    from splice_assets.private.measuring import exact_sums
+    from splice_assets.private.validation import validate
+    import pandas as pd
+    rows = validate(pd.read_parquet(args["sample"]).iloc[:200_000], schema).table
+    x = encode(rows, schema)
+    directions = draw_directions(0, 256, x.shape[1])
     moment_sums(x[:1000], directions, 16)
     start = time.perf_counter()
     moment_sums(x, directions, 16)
-    out["n_L_per_s"] = 200_000 * 256 / (time.perf_counter() - start)
+    out["n_L_per_s"] = len(x) * 256 / (time.perf_counter() - start)
+    synth = Synthesizer(schema, epsilon=1.0, delta=1e-12, measurement=MeasurementSettings(n_directions=256, k=16))
+    plan = synth.plan(len(x))[0]
+    start = time.perf_counter()
+    exact_sums(x, plan, layout_for(schema), directions)
+    out["exact_n_L_per_s"] = len(x) * 256 / (time.perf_counter() - start)
 else:
     engine = LocalEngine() if args["engine"] == "local" else make_engine("dask", workers=args["workers"])
     synth = Synthesizer(schema, epsilon=1.0, delta=1e-12, measurement=MeasurementSettings(n_directions=256, k=16))
     start = time.perf_counter()
     scan = synth.scan_source(args["source"], None, engine=engine)
+    out["scan_s"] = time.perf_counter() - start
     synth.measure_source(scan, None, engine=engine, report_rows=10_000)
-    out["measure_s"] = time.perf_counter() - start
+    out["measure_s"] = time.perf_counter() - start - out["scan_s"]
     if args["task"] == "release":
         from splice_assets.sampling import write_partitions
         synth.fit_model(threads=1)
@@ -159,10 +172,14 @@ def main() -> None:
     schema = schema_dict()
     parse_schema(schema)
     data_dir = Path(args.data_dir or Path(tempfile.gettempdir()) / "splice-scale-out")
-    kernel = run_child({"task": "kernel", "schema": schema, "d": 24})["n_L_per_s"]
-    print(f"moment kernel, one core: {kernel / 1e6:.1f} M n·L/s (L = 256, k = 16, d = 24)\n")
-    print("| rows | engine | measure s | n·L/s vs kernel core | peak RSS MB | release s |")
-    print("|---|---|---|---|---|---|")
+    sample = write_dataset(data_dir / "n200000", 200_000, 200_000) / "part-00000.parquet"
+    kernels = run_child({"task": "kernel", "schema": schema, "sample": str(sample)})
+    kernel, exact = kernels["n_L_per_s"], kernels["exact_n_L_per_s"]
+    print(f"one core, rows in memory: moment kernel {kernel / 1e6:.1f} M n·L/s (L = 256, k = 16); "
+          f"all exact statistics (moments, 1-/2-way tables) {exact / 1e6:.1f} M n·L/s\n")
+    print("| rows | engine | scan s | measure s | measure n·L/s per worker / moment kernel / exact statistics "
+          "| peak RSS MB | release s |")
+    print("|---|---|---|---|---|---|---|")
     for rows in (int(r) for r in args.rows):
         started = time.perf_counter()
         source = str(write_dataset(data_dir / f"n{rows}", rows, min(args.file_rows, rows)))
@@ -173,10 +190,11 @@ def main() -> None:
                     "source": source, "engine": "local" if engine == "local" else "dask", "workers": workers}
             with tempfile.TemporaryDirectory() as out:
                 result = run_child({**task, "out": out})
-            per_core = rows * 256 / result["measure_s"] / max(workers, 1) / kernel
+            per_worker = rows * 256 / result["measure_s"] / max(workers, 1)
             release = f"{result['total_s']:.1f}" if task["task"] == "release" else ""
-            print(f"| {rows:,} | {engine} | {result['measure_s']:.1f} | {per_core:.2f} per worker | "
-                  f"{result['rss_mb']:.0f} | {release} |", flush=True)
+            print(f"| {rows:,} | {engine} | {result['scan_s']:.1f} | {result['measure_s']:.1f} | "
+                  f"{per_worker / kernel:.2f} / {per_worker / exact:.2f} | {result['rss_mb']:.0f} | {release} |",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -41,9 +41,8 @@ from splice_assets.private.statistics import (
     MarginalCounts,
     MomentSums,
     fine_counts,
-    marginal_counts,
     moment_sums,
-    pair_counts,
+    table_counts,
 )
 from splice_assets.resolution import DEFAULT_FINE_BINS, DEFAULT_FINE_SPLIT, FineCells, fine_cells
 from splice_assets.schema import TableSchema
@@ -227,10 +226,11 @@ def exact_sums(
     if directions is None:
         directions = draw_directions(plan.seed, plan.n_directions, x.shape[1])
     empty = np.zeros(0, dtype=np.int64)
+    ones, twos = table_counts(x, layout, plan.pairs, plan.numeric_bins, marginals=bool(plan.marginal_sizes))
     return ExactSums(
         moment_sums(x, directions, plan.k, plan.scaling).sums,
-        marginal_counts(x, layout, plan.numeric_bins).counts if plan.marginal_sizes else empty,
-        pair_counts(x, layout, plan.pairs, plan.numeric_bins).counts if plan.pairs else empty,
+        ones.counts if plan.marginal_sizes else empty,
+        twos.counts if plan.pairs else empty,
         fine_counts(x, plan.fine).counts if plan.fine else empty,
         int(x.shape[0]),
         int(x.shape[1]),

@@ -52,7 +52,8 @@ from splice_assets.private.validation import (
 )
 from splice_assets.schema import TableSchema
 
-DEFAULT_BATCH_ROWS = 65536
+#: Rows per batch: pandera's fixed cost per validated batch (about 0.15 s) stays below 5% of the pass.
+DEFAULT_BATCH_ROWS = 2**18
 #: Report samples: at most about this many measured and as many held-out rows reach the internal report.
 DEFAULT_REPORT_ROWS = 50_000
 #: Streams of the public seed beside the holdout's 0 and 1: the report sample's row keys.
@@ -336,7 +337,10 @@ def measure_partition(partition: Partition, schema: TableSchema, plan: Measureme
     for batch in read_batches(partition, batch_rows):
         cleaned = clean_records(batch, schema)[0]
         measured, seen_at_cut = rule.measured(cleaned.table, partition.index, seen_at_cut)
-        train, holdout = cleaned.table[measured], cleaned.table[~measured]
+        if measured.all():  # no copy of the batch when nothing is held out
+            train, holdout = cleaned.table, cleaned.table.iloc[:0]
+        else:
+            train, holdout = cleaned.table[measured], cleaned.table[~measured]
         part = PartitionSums(exact_sums(encode(train, schema), plan, layout, directions), cleaned.report,
                              rates.keep(train, rates.train), rates.keep(holdout, rates.holdout), len(holdout))
         total = part if total is None else total + part

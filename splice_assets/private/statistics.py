@@ -164,13 +164,7 @@ def marginal_counts(
     x: np.ndarray, layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS, chunk_rows: int = 65536
 ) -> MarginalCounts:
     """Counts of cube-encoded rows per coordinate cell. Each row adds exactly 1 to one cell per coordinate."""
-    sizes = marginal_sizes(layout, numeric_bins)
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    total = np.zeros(int(sum(sizes)), dtype=np.int64)
-    for start in range(0, len(x), chunk_rows):
-        cells = marginal_cells(np.asarray(x[start : start + chunk_rows], dtype=np.float64), layout, numeric_bins)
-        total += np.bincount((cells + offsets).ravel(), minlength=total.size)
-    return MarginalCounts(total, len(x))
+    return table_counts(x, layout, (), numeric_bins, chunk_rows)[0]
 
 
 def pair_counts(
@@ -184,15 +178,31 @@ def pair_counts(
 
     Each row adds exactly 1 to one cell of every pair's table.
     """
+    return table_counts(x, layout, pairs, numeric_bins, chunk_rows, marginals=False)[1]
+
+
+def table_counts(
+    x: np.ndarray,
+    layout: EncodingLayout,
+    pairs: Sequence[tuple[int, int]],
+    numeric_bins: int = DEFAULT_NUMERIC_BINS,
+    chunk_rows: int = 65536,
+    marginals: bool = True,
+) -> tuple[MarginalCounts, MarginalCounts]:
+    """(``marginal_counts``, ``pair_counts``) in one pass: each chunk's cells are computed once for both."""
     sizes = marginal_sizes(layout, numeric_bins)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     blocks = pair_sizes(layout, pairs, numeric_bins)
-    offsets = np.concatenate([[0], np.cumsum(blocks)[:-1]]).astype(np.int64)
-    total = np.zeros(int(sum(blocks)), dtype=np.int64)
+    pair_offsets = np.concatenate([[0], np.cumsum(blocks)[:-1]]).astype(np.int64)
+    ones = np.zeros(int(sum(sizes)) if marginals else 0, dtype=np.int64)
+    twos = np.zeros(int(sum(blocks)), dtype=np.int64)
     for start in range(0, len(x), chunk_rows):
         cells = marginal_cells(np.asarray(x[start : start + chunk_rows], dtype=np.float64), layout, numeric_bins)
-        for (a, b), offset, size in zip(pairs, offsets, blocks):
-            total[offset : offset + size] += np.bincount(cells[:, a] * sizes[b] + cells[:, b], minlength=size)
-    return MarginalCounts(total, len(x))
+        if marginals:
+            ones += np.bincount((cells + offsets).ravel(), minlength=ones.size)
+        for (a, b), offset, size in zip(pairs, pair_offsets, blocks):
+            twos[offset : offset + size] += np.bincount(cells[:, a] * sizes[b] + cells[:, b], minlength=size)
+    return MarginalCounts(ones, len(x)), MarginalCounts(twos, len(x))
 
 
 def fine_counts(x: np.ndarray, cells: Sequence[FineCells], chunk_rows: int = 65536) -> MarginalCounts:
