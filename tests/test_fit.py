@@ -339,3 +339,21 @@ def test_scheduled_adam_is_bit_identical_to_torch_adam_with_lambda_lr(dtype):
         for a, b in zip(ours, theirs):
             assert a.dtype == b.dtype and a.detach().numpy().tobytes() == b.detach().numpy().tobytes(), step
         assert mine.lr == opt.param_groups[0]["lr"]
+
+
+def test_scheduled_adam_does_not_import_the_compiler():
+    """The point of ScheduledAdam: a fit's optimizer steps leave torch._dynamo (and sympy) unimported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from splice_assets.model.adam import ScheduledAdam\n"
+        "p = torch.zeros(3, dtype=torch.float64, requires_grad=True)\n"
+        "opt = ScheduledAdam([p], 0.1, lambda s: 1.0)\n"
+        "for _ in range(3):\n"
+        "    opt.zero_grad(); ((p - 1) ** 2).sum().backward(); opt.step()\n"
+        "print('torch._dynamo' in sys.modules, bool((p > 0).all()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]
