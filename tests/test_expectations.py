@@ -68,6 +68,26 @@ def test_other_breaks_are_caught(schema, valid):
     }
 
 
+def test_a_suite_runs_once_per_rows_and_schema(schema, valid, monkeypatch):
+    """The asset check and the report run the same suite on the same rows: the second call reuses the first's
+    summary, and any change to the rows (a value, a dtype, the column order) or to the bounds runs it afresh."""
+    from splice_assets.evaluation import expectations
+
+    runs = []
+    real = expectations._check_synthetic
+    monkeypatch.setattr(expectations, "_check_synthetic", lambda *a: runs.append(1) or real(*a))
+    monkeypatch.setattr(expectations, "_SUMMARIES", {})
+    first = check_synthetic(valid, schema)
+    assert check_synthetic(valid.copy(), schema) is first and len(runs) == 1
+    changed = valid.copy()
+    changed.loc[3, "score"] = 9.5
+    assert not check_synthetic(changed, schema).success
+    assert check_synthetic(valid.astype({"age": "Int64"}), schema).n_failed == 1
+    assert not check_synthetic(valid[list(reversed(valid.columns))], schema).success
+    assert check_synthetic(valid, schema, null_rate_bounds={"income": (0.5, 1.0)}).n_failed == 1
+    assert len(runs) == 5
+
+
 def test_results_hold_no_cell_values(schema, valid):
     bad = valid.copy()
     marker = 3.999123

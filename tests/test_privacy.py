@@ -198,6 +198,22 @@ def test_single_release_composes_to_its_own_epsilon():
         assert compose_epsilon([nm], delta) <= eps + 1e-9  # fits a budget of exactly eps
 
 
+def test_compose_is_computed_once_per_distinct_set_of_events():
+    """The accountant is cached by its (sorted) events: the order of the entries does not matter, a repeat costs no
+    composition, and the cached value is the one a fresh composition gives."""
+    from splice_assets.private import mechanism
+
+    nm = calibrate(1.0, 1e-6, 1000, 64, 8).noise_multiplier
+    mechanism._composed.cache_clear()
+    first = compose_epsilon([nm, 2 * nm, nm], 1e-6, [0.25])
+    before = mechanism._composed.cache_info()
+    assert compose_epsilon([2 * nm, nm, None, nm], 1e-6, [0.25]) == first
+    after = mechanism._composed.cache_info()
+    assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+    mechanism._composed.cache_clear()
+    assert compose_epsilon([nm, nm, 2 * nm], 1e-6, [0.25]) == first
+
+
 def test_compose_rounds_up_skips_zero_cost_and_rejects_bad_values():
     nm = calibrate(1.0, 1e-6, 1000, 64, 8).noise_multiplier
     eps = compose_epsilon([nm, nm, nm], 1e-6)

@@ -108,6 +108,10 @@ def test_run_logs_every_field(released):
     if (REPO / ".git").exists():
         assert len(tags.get("code.git_sha", "")) == 40
     assert "fit_loss" in metrics and "fit_final_loss" in metrics
+    # The loss curve (logged as one batch): every len(curve) // 100-th step from 0, each at its own step.
+    steps = json.loads((Path(record["public_dir"]) / "release.json").read_text())["fit"]["steps"]
+    history = client_for(tmp).get_metric_history(run.info.run_id, "fit_loss")
+    assert [m.step for m in history] == list(range(0, steps, max(1, steps // 100)))
     assert not any(k.startswith("internal") for k in metrics)  # nothing computed from real rows beside the model
     # The logged dataset is the synthetic table, never the private input.
     inputs = run.inputs.dataset_inputs

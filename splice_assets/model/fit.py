@@ -34,6 +34,7 @@ from splice_assets.layout import (
     pair_tables,
 )
 from splice_assets.measurement import Measurement
+from splice_assets.model.adam import ScheduledAdam
 from splice_assets.model.mixture import (
     Bounds,
     MarginalEvaluator,
@@ -465,14 +466,15 @@ def _run_adam(
     k = noisy.shape[0]
     inv_j2 = (1.0 / torch.arange(1, k + 1, dtype=noisy.dtype, device=device) ** 2).unsqueeze(1)
     L = noisy.shape[1]
-    opt = torch.optim.Adam(module.parameters(), lr=config.lr, foreach=True)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * min(s, config.max_steps) / config.max_steps))
+    # torch.optim.Adam(foreach=True) with a cosine LambdaLR, without the torch._dynamo import (model/adam.py).
+    opt = ScheduledAdam(
+        module.parameters(), config.lr,
+        lambda s: 0.5 * (1.0 + math.cos(math.pi * min(s, config.max_steps) / config.max_steps)),
     )
     curve: list[float] = []
     converged = False
     for step in range(config.max_steps):
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
         q = module()
         fit = ((noisy - evaluator(q)) ** 2 * inv_j2).sum() / L
         for term in histogram_terms:
@@ -480,7 +482,6 @@ def _run_adam(
         loss = fit + config.tail_penalty * module.tail_mass() if config.tail_penalty else fit
         loss.backward()
         opt.step()
-        sched.step()
         curve.append(float(fit.detach()))
         progress.advance()
         if step + 1 >= max(config.min_steps, config.window + 1):

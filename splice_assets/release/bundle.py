@@ -421,6 +421,8 @@ def log_to_mlflow(
     """One MLflow run per release, holding public material only (the run also holds the registered model). The
     manifest (with the run id) is written to the public bundle here."""
     import mlflow
+    from mlflow.entities import Metric
+    from mlflow.utils.time import get_current_time_millis
 
     from splice_assets.release.mlflow_model import log_release_model
 
@@ -453,9 +455,13 @@ def log_to_mlflow(
                     **{f"code.{k}": v for k, v in version.items()},
                 }
             )
+            # The loss curve (about 100 points) in one batch: one store transaction instead of one per point.
             curve = list(model.loss_curve)
-            for step in range(0, len(curve), max(1, len(curve) // 100)):
-                mlflow.log_metric("fit_loss", float(curve[step]), step=step)
+            now = get_current_time_millis()
+            mlflow.MlflowClient().log_batch(run.info.run_id, metrics=[
+                Metric("fit_loss", float(curve[step]), now, step, run_id=run.info.run_id)
+                for step in range(0, len(curve), max(1, len(curve) // 100))
+            ])
             fit_metrics = {
                 "fit_final_loss": float(model.final_loss),
                 "fit_noise_floor": float(model.noise_floor),
