@@ -338,7 +338,8 @@ def measure_partition(partition: Partition, schema: TableSchema, plan: Measureme
         cleaned = clean_records(batch, schema)[0]
         measured, seen_at_cut = rule.measured(cleaned.table, partition.index, seen_at_cut)
         if measured.all():  # no copy of the batch when nothing is held out
-            train, holdout = cleaned.table, cleaned.table.iloc[:0]
+            # copy(): an empty slice would keep the whole batch's arrays alive through every partition's result.
+            train, holdout = cleaned.table, cleaned.table.iloc[:0].copy()
         else:
             train, holdout = cleaned.table[measured], cleaned.table[~measured]
         part = PartitionSums(exact_sums(encode(train, schema), plan, layout, directions), cleaned.report,
