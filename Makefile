@@ -24,8 +24,11 @@ install: $(STAMP)
 demo: install
 	$(PY) -m splice_assets.dagster_layer.demo $(DEMO_ARGS)
 
+# Two pytest workers (pytest-xdist), one test file per worker at a time: module fixtures (a Dask cluster, a
+# Dagster webserver) start once. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 # Static gates (CI runs them before the tests): lint, types (strict on the privacy-critical modules), and the
 # import contract that keeps the model, post-processing and sampling away from private rows.
