@@ -288,7 +288,7 @@ class Synthesizer:
 
         with progress.stage("measure the noisy statistics (charged)"):
             plan, calibration = self.plan(scan.n_measured)
-            streamed = self.stream(scan, engine, report_rows)
+            streamed = self.stream(scan, engine, report_rows, plan)
             if streamed.sums.rows < self.schema.n_min:  # add-remove: the split's size is known only now
                 raise StructuralError(
                     f"after holding out {scan.holdout_fraction:.0%} for evaluation the measured part is below the "
@@ -297,12 +297,13 @@ class Synthesizer:
                                              release_id, on_noisy)
         return streamed
 
-    def stream(self, scan: SourceScan, engine: Engine | None = None, report_rows: int | None = None) -> StreamedInput:
+    def stream(self, scan: SourceScan, engine: Engine | None = None, report_rows: int | None = None,
+               plan: MeasurementPlan | None = None) -> StreamedInput:
         """The passes after the scan without the measurement: exact sums, repair report and report samples of a
         scanned source (PRIVATE; nothing charged, no noise). ``measure_source`` measures them."""
         from splice_assets.private import partitions
 
-        plan = self.plan(scan.n_measured)[0]
+        plan = plan or self.plan(scan.n_measured)[0]
         return partitions.measure_source(
             scan.partitions, self.schema, plan, scan.n_rows, scan.holdout_fraction, self.settings.relation,
             engine, report_rows or partitions.DEFAULT_REPORT_ROWS,

@@ -554,7 +554,9 @@ def release_command(
             raise fail(exc) from None
     if input_path is None and dataset != DEMO_DATASET:
         raise fail(f"--input FILE is required for dataset {dataset!r}")
-    streamed = input_path is not None and ("://" in input_path or any(c in input_path for c in "*?["))
+    from splice_assets.private.row_count import is_url_or_glob
+
+    streamed = input_path is not None and is_url_or_glob(input_path)
     if input_path is not None and not streamed and not Path(input_path).exists():
         raise fail(f"input {input_path!r} does not exist")
     if engine is not None:

@@ -181,7 +181,9 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
             "measurement epsilon": synth.measurement_epsilon,
             "schema_version": synth.schema.version,
             "engine": engine.engine if validated.scan else "whole table in memory",
-            **({"partitions": len(validated.scan.partitions)} if validated.scan else {}),
+            # Row groups grow with n, so their count is shown only where n is public (replace-one).
+            **({"partitions": len(validated.scan.partitions)}
+               if validated.scan and settings.relation == RELATION_REPLACE_ONE else {}),
             **row_count_metadata(n_measured, settings.relation),
         },
     )

@@ -24,6 +24,7 @@ import dagster as dg
 
 from splice_assets.engine import Engine, make_engine
 from splice_assets.private.ledger import BudgetLedger, default_ledger_url
+from splice_assets.private.row_count import is_partitioned_source
 from splice_assets.release.locations import (
     default_artifact_dir,
     default_tracking_uri,
@@ -73,11 +74,6 @@ class EngineResource(dg.ConfigurableResource):
             yield engine
         finally:
             engine.close()
-
-
-def is_partitioned_source(input_path: str) -> bool:
-    """A directory, a glob or an fsspec URL (anything but one local file)."""
-    return "://" in input_path or any(ch in input_path for ch in "*?[") or Path(input_path).is_dir()
 
 
 class ArtifactStore(dg.ConfigurableResource):

@@ -178,8 +178,8 @@ class Scan:
     bounds_counts: np.ndarray
 
     def __add__(self, other: Scan) -> Scan:
-        tallies = {c: (a[0] + b[0], a[1] + b[1]) for c, a, b in
-                   ((c, self.tallies[c], other.tallies[c]) for c in self.tallies)}
+        tallies = {c: (cells + other.tallies[c][0], bad + other.tallies[c][1])
+                   for c, (cells, bad) in self.tallies.items()}
         return Scan(self.rows + other.rows, tallies, self.bounds_counts + other.bounds_counts)
 
 

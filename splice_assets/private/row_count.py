@@ -21,6 +21,15 @@ def is_parquet(path: PurePath) -> bool:
     return bool({".parquet", ".pq"} & {s.lower() for s in path.suffixes})
 
 
+def is_url_or_glob(source: str) -> bool:
+    return "://" in source or any(ch in source for ch in "*?[")
+
+
+def is_partitioned_source(source: str) -> bool:
+    """A directory, a glob or an fsspec URL (anything but one local file): what a release streams."""
+    return is_url_or_glob(source) or Path(source).is_dir()
+
+
 def open_csv_text(path: Path) -> io.TextIOWrapper:
     """A CSV input (optionally gzipped) as text, for ``csv.reader``."""
     raw = gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb")
