@@ -398,6 +398,7 @@ class Synthesizer:
                 raise ValueError(f"{folder}: saved by a splice whose DP bounds were pure-epsilon quantiles; load it "
                                  "with that version")
             bounds["columns"] = {k: tuple(v) for k, v in bounds["columns"].items()}
+            bounds["exact_zero"] = tuple(bounds.get("exact_zero", ()))
             synth.bounds = BoundsEstimate(**bounds)
         synth.measurement = Measurement.load(folder / "measurement")
         synth.model = load_model(folder / "model")

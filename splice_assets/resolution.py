@@ -37,6 +37,8 @@ MAX_FINE_BINS = 4096
 #: Fine cells whose noisy frequency is at most this many noise standard deviations are read as empty before the
 #: projection (0 = the projection alone, measured best in docs/decisions/0017).
 DEFAULT_FINE_THRESHOLD = 0.0
+#: Shrink each coarse bin's noisy fine cells toward their common level before the projection (see ``_shrunk``).
+DEFAULT_FINE_SHRINK = True
 #: Numeric pairs at least this rank-correlated in their noisy coarse table share their draws inside the bins.
 DEFAULT_FINE_COUPLING = 0.9
 
@@ -231,6 +233,7 @@ class FineTables:
     #: (follower, leader, sign) positions in ``fine_cells`` order: the follower's draw inside its bin is the
     #: leader's (sign +1) or its mirror (-1); see ``choose_couplings``.
     couplings: tuple[tuple[int, int, int], ...] = ()
+    shrink: bool = DEFAULT_FINE_SHRINK
 
     def per_column(self, cells: tuple[FineCells, ...]) -> list[np.ndarray]:
         return per_column(self.frequencies, cells)
@@ -254,12 +257,18 @@ class FineTables:
                                                        if v in column.points])
         parents = np.asarray(column.parents)
         weights = np.zeros(column.n_cells)
+        masses = np.zeros(numeric_bins)
+        for bin_ in range(numeric_bins):
+            inside = (parents == bin_) & ~declared
+            points = np.clip(fine[(parents == bin_) & declared], 0.0, None).sum()
+            masses[bin_] = fine[inside].sum() if coarse is None else max(coarse[bin_] - points, 0.0)
         for bin_ in range(numeric_bins):
             inside = np.flatnonzero((parents == bin_) & ~declared)
             if len(inside):
-                points = np.clip(fine[(parents == bin_) & declared], 0.0, None).sum()
-                mass = fine[inside].sum() if coarse is None else max(coarse[bin_] - points, 0.0)
-                weights[inside] = _project(fine[inside][None, :], np.array([mass]))[0]
+                cells = fine[inside]
+                if self.shrink:
+                    cells = _shrunk(cells, _bin_shape(masses, bin_, len(inside)), self.noise_std)
+                weights[inside] = _project(cells[None, :], np.array([masses[bin_]]))[0]
         finer = self.kept(table[column.n_cells :])
         if finer.size:
             children = _project(finer.reshape(column.intervals, column.split), weights[len(column.points) :])
@@ -308,6 +317,38 @@ class FineTables:
                     position = _inside_interval(inside[k] - len(column.points), position, finer, column.split)
                 out[rows, column.coordinate] = column.at(inside[k], position)
         return out
+
+
+def _shrunk(cells: np.ndarray, target: np.ndarray, noise_std: float, spike: float = 3.0) -> np.ndarray:
+    """A coarse bin's noisy fine cells shrunk toward ``target`` (the bin's mass spread along the slope its
+    neighbours show, ``_bin_shape``) by positive-part James-Stein, which never raises the expected squared error for
+    three or more cells; spikes (cells more than ``spike`` noise std above the target: exact values held by many
+    rows) are left alone, and the others' target holds the bin's mass less theirs. Without it the projection alone
+    zeroes every cell whose count is below the bin's noise level, so a smooth integer column came out with half its
+    values never drawn; with it cells the noise cannot tell apart follow the coarse shape (post-processing)."""
+    out = cells.astype(np.float64, copy=True)
+    rest = out <= target + spike * noise_std
+    k = int(rest.sum())
+    if k < 3 or not noise_std > 0:
+        return out
+    level = target[rest] * max(target.sum() - out[~rest].sum(), 0.0) / max(target[rest].sum(), 1e-300)
+    residual = out[rest] - level
+    spread = float(residual @ residual)
+    factor = max(0.0, 1.0 - (k - 2) * noise_std**2 / spread) if spread > 0 else 0.0
+    out[rest] = level + factor * residual
+    return out
+
+
+def _bin_shape(masses: np.ndarray, bin_: int, cells: int) -> np.ndarray:
+    """The mass of coarse bin ``bin_`` spread over its ``cells`` equal cells along a straight density whose slope
+    is the difference of the neighbouring bins' masses (a missing neighbour counts as this bin), clipped at 0."""
+    here = max(float(masses[bin_]), 0.0)
+    below = max(float(masses[bin_ - 1]), 0.0) if bin_ > 0 else here
+    above = max(float(masses[bin_ + 1]), 0.0) if bin_ + 1 < len(masses) else here
+    position = (np.arange(cells) + 0.5) / cells - 0.5
+    density = np.clip(here + (above - below) / 2.0 * position, 0.0, None)
+    total = density.sum()
+    return density * (here / total) if total > 0 else np.full(cells, here / cells)
 
 
 def _project(values: np.ndarray, totals: np.ndarray) -> np.ndarray:

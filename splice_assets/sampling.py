@@ -463,6 +463,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
         "fine": None if model.fine is None else {
             "noise_std": model.fine.noise_std, "fine_bins": model.fine.fine_bins, "threshold": model.fine.threshold,
             "split": model.fine.split, "couplings": [list(c) for c in model.fine.couplings],
+            "shrink": model.fine.shrink,
         },
         "field": None if pairwise is None else {
             "numeric_bins": pairwise.numeric_bins, "pairs": [list(pair) for pair in pairwise.pairs],
@@ -515,6 +516,7 @@ def load_model(stem: str | Path) -> FittedMixture:
             data["fine_frequencies"], float(fine_meta["noise_std"]), int(fine_meta["fine_bins"]),
             float(fine_meta["threshold"]), int(fine_meta["split"]),
             tuple((int(f), int(l), int(s)) for f, l, s in fine_meta["couplings"]),
+            bool(fine_meta.get("shrink", False)),  # models written before the shrinkage sample without it
         )
         field_meta = meta.get("field")
         pairwise = None if field_meta is None else PairwiseField(

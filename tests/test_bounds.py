@@ -232,3 +232,16 @@ def test_release_job_with_auto_bounds_splits_the_privacy_explicitly(tmp_path, mo
     # The headline guarantee is the whole release's: measurement and bounds composed.
     assert manifest["privacy"]["epsilon"] == pytest.approx(2.0, abs=2e-6)
     assert manifest["privacy"]["measurement_epsilon"] == pytest.approx(measurement_epsilon)
+
+
+def test_a_frequent_zero_of_an_auto_column_becomes_an_exact_value():
+    """Poisson(3) visits: 5% of the rows are 0, ~250 rows against a pooled zero-bucket noise sd of ~27 (share 0.1
+    of epsilon = 1 over 2 columns, replace-one): 0 is an exact value of the resolved column in every draw. Income
+    (lognormal) has no zeros: with threshold 4 sd an empty bucket clears it with probability 3e-5 per draw."""
+    raw = table()
+    for _ in range(3):
+        resolved, estimate = estimate_bounds(raw, SCHEMA, Z_BOUNDS, 1e-6, None, "r", "replace-one")
+        assert estimate.exact_zero == ("visits",)
+        assert resolved.column("visits").values == (0.0,) and resolved.column("income").values == ()
+    rare = raw.assign(visits=np.where(raw["visits"] == 0, 1, raw["visits"]))
+    assert "visits" not in estimate_bounds(rare, SCHEMA, Z_BOUNDS, 1e-6, None, "r", "replace-one")[1].exact_zero

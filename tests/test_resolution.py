@@ -335,3 +335,39 @@ columns:
     last = np.array([loss.intervals - 1])
     drawn = decode(loss.at(last, np.array([0.999]))[:, None], schema).loss
     assert int(drawn.iloc[0]) == 5000 and loss.holds_values().all()
+
+
+def test_shrinking_keeps_every_value_of_a_smooth_bin_and_its_spikes():
+    """A bin of 16 integers holding 0.4% of the rows each, plus one value holding 5%, noise sd 0.4% (as on churn and
+    pol at eps = 1): the projection alone leaves a seventh of the values never drawn; shrunk toward the bin's
+    shape first, under 2% (over 200 noise draws, fixed seed), the spike's share within 3 noise sd, and the mean squared
+    error lower."""
+    from splice_assets.resolution import _bin_shape, _project, _shrunk
+
+    rng = np.random.default_rng(7)
+    truth = np.full(16, 0.004)
+    truth[5] = 0.05
+    sd, mass = 0.004, truth.sum()
+    empty_plain = empty_shrunk = error_plain = error_shrunk = 0.0
+    for _ in range(200):
+        noisy = truth + rng.normal(0.0, sd, 16)
+        plain = _project(noisy[None, :], np.array([mass]))[0]
+        target = _bin_shape(np.array([mass, mass, mass]), 1, 16)
+        shrunk = _project(_shrunk(noisy, target, sd)[None, :], np.array([mass]))[0]
+        empty_plain += np.mean(plain == 0) / 200
+        empty_shrunk += np.mean(shrunk == 0) / 200
+        error_plain += np.sum((plain - truth) ** 2) / 200
+        error_shrunk += np.sum((shrunk - truth) ** 2) / 200
+        assert abs(shrunk[5] - truth[5]) < 3 * sd
+    assert empty_plain > 0.1 and empty_shrunk < 0.02
+    assert error_shrunk < 0.7 * error_plain
+
+
+def test_a_bin_shape_follows_its_neighbours_and_keeps_the_bin_mass():
+    from splice_assets.resolution import _bin_shape
+
+    rising = _bin_shape(np.array([0.1, 0.2, 0.3]), 1, 8)
+    assert rising.sum() == pytest.approx(0.2) and np.all(np.diff(rising) > 0)
+    assert np.allclose(_bin_shape(np.array([0.2, 0.2]), 0, 4), 0.05)
+    steep = _bin_shape(np.array([0.0, 0.01, 1.0]), 1, 4)
+    assert (steep >= 0).all() and steep.sum() == pytest.approx(0.01)

@@ -55,6 +55,9 @@ from splice_assets.postprocess.links import Link
 from splice_assets.postprocess.tilt import CellTilt
 from splice_assets.resolution import DEFAULT_FINE_COUPLING, DEFAULT_FINE_THRESHOLD, FineTables
 
+#: ``FitConfig.marginal_tail_z``: a run of outer coarse bins within this many noise std of zero is read as empty.
+DEFAULT_TAIL_Z = 2.0
+
 
 @dataclass(frozen=True)
 class FitConfig:
@@ -164,6 +167,11 @@ class FitConfig:
     #: Numeric pairs whose noisy coarse 2-way table has |rank correlation| >= this share their draw inside the bins
     #: (``resolution.choose_couplings``; 0 = none).
     fine_coupling: float = DEFAULT_FINE_COUPLING
+    #: A numeric column's outermost coarse bins are read as empty while their pooled noisy mass stays within this
+    #: many noise std of zero (``trimmed_tails``; 0 = never). Without it, the positive noise of the empty bins of
+    #: wide public bounds became rows far outside the data (churn at eps = 1: 1% of international minutes above
+    #: 1,000 where the data end at 20).
+    marginal_tail_z: float = DEFAULT_TAIL_Z
 
     def __post_init__(self) -> None:
         for name in ("K", "bin_refinement", "max_steps", "window", "field_chains", "field_sweeps", "tilt_pool_factor"):
@@ -178,7 +186,7 @@ class FitConfig:
         for name, positive in (("lr", True), ("tol", False), ("tail_sigmas", True), ("sd_min", True),
                                ("tail_penalty", False), ("init_jitter", False), ("marginal_loss_weight", False),
                                ("pair_loss_weight", False), ("joint_min_misfit", False), ("fine_threshold", False),
-                               ("fine_coupling", False)):
+                               ("fine_coupling", False), ("marginal_tail_z", False)):
             value = getattr(self, name)
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
@@ -641,7 +649,7 @@ def fit_measurement(measurement: Measurement, layout: EncodingLayout, config: Fi
         layout,
         measurement.sigma,
         config,
-        marginal_targets(measurement),
+        marginal_targets(measurement, layout, config.marginal_tail_z),
         pair_targets(measurement),
     )
 
@@ -650,25 +658,68 @@ def pooled_marginals(measurement: Measurement) -> np.ndarray:
     """Each coordinate's noisy 1-way histogram pooled, by inverse variance, with the margins of its noisy 2-way
     histograms (post-processing). A margin of pair (a, b) sums s_b independent noisy cells, so each of its cells
     has noise variance s_b (sigma / w2)^2, against (sigma / w)^2 for the direct histogram."""
+    tables, _ = _pooled(measurement)
+    return np.concatenate(tables) if tables else measurement.noisy_marginals.copy()
+
+
+def _pooled(measurement: Measurement) -> tuple[list[np.ndarray], list[float]]:
+    """``pooled_marginals`` per coordinate, with the noise std of each coordinate's pooled cells."""
     direct = measurement.marginals()
+    precision1 = measurement.marginal_noise_std() ** -2
     if not measurement.pairs or not direct:
-        return measurement.noisy_marginals.copy()
+        return [h.copy() for h in direct], [precision1**-0.5] * len(direct)
     sizes = measurement.marginal_sizes
-    precision1, precision2 = measurement.marginal_noise_std() ** -2, measurement.pair_noise_std() ** -2
+    precision2 = measurement.pair_noise_std() ** -2
     total = [h * precision1 for h in direct]
     weight = [precision1] * len(direct)
     for (a, b), table in zip(measurement.pairs, pair_tables(measurement.noisy_pairs, measurement.pairs, sizes)):
         for axis, this, other in ((1, a, b), (0, b, a)):
             total[this] = total[this] + table.sum(axis) * precision2 / sizes[other]
             weight[this] += precision2 / sizes[other]
-    return np.concatenate([t / w for t, w in zip(total, weight)])
+    return [t / w for t, w in zip(total, weight)], [w**-0.5 for w in weight]
 
 
-def marginal_targets(measurement: Measurement) -> MarginalTargets | None:
-    """The measurement's noisy 1-way marginals, pooled with its 2-way margins, as targets (None without them)."""
+def trimmed_tails(frequencies: np.ndarray, noise_std: float, z: float = DEFAULT_TAIL_Z) -> np.ndarray:
+    """A numeric column's noisy coarse table as a distribution over the bins left when its outermost runs of bins
+    that look empty are cut: from each end, the longest run of k bins whose noisy mass is at most
+    z * noise_std * sqrt(k) and whose innermost bin is at most z * noise_std (at least one bin kept); the kept bins
+    are then projected onto the simplex, the cut ones stay 0. Post-processing: the sum of k empty bins' noise has
+    std noise_std * sqrt(k), so a run of truly empty bins is kept with probability about Phi(-z), and a run holding
+    more than about 2 z noise_std * sqrt(k) of mass is never cut. (Projecting the whole table instead would give
+    every cut bin back a share of the mass the noise left missing.)"""
+    out = np.array(frequencies, dtype=np.float64)
+    if not z > 0 or not noise_std > 0 or len(out) < 2:
+        return out
+    lo, hi = 0, len(out)  # the kept bins: [lo, hi)
+    for from_top in (True, False):
+        view = out[lo:hi][::-1] if from_top else out[lo:hi]
+        k = np.arange(1, len(view))
+        runs = np.cumsum(view[:-1])
+        within = np.flatnonzero((runs <= z * noise_std * np.sqrt(k)) & (view[:-1] <= z * noise_std))
+        cut = int(within[-1]) + 1 if len(within) else 0
+        if from_top:
+            hi -= cut
+        else:
+            lo += cut
+    trimmed = np.zeros_like(out)
+    trimmed[lo:hi] = simplex_projection(out[lo:hi])
+    return trimmed
+
+
+def marginal_targets(
+    measurement: Measurement, layout: EncodingLayout | None = None, tail_z: float = 0.0
+) -> MarginalTargets | None:
+    """The measurement's noisy 1-way marginals, pooled with its 2-way margins, as targets (None without them);
+    with ``layout`` and ``tail_z`` > 0, every numeric column's tails trimmed (``trimmed_tails``)."""
     if not measurement.marginal_sizes:
         return None
-    return MarginalTargets(pooled_marginals(measurement), measurement.marginal_weight, measurement.numeric_bins)
+    tables, stds = _pooled(measurement)
+    if layout is not None and tail_z > 0:
+        for i, coordinate in enumerate(layout.coordinates):
+            if coordinate.is_binned or not coordinate.is_discrete:
+                tables[i] = trimmed_tails(tables[i], stds[i], tail_z)
+    frequencies = np.concatenate(tables) if tables else measurement.noisy_marginals.copy()
+    return MarginalTargets(frequencies, measurement.marginal_weight, measurement.numeric_bins)
 
 
 def pair_targets(measurement: Measurement) -> PairTargets | None:

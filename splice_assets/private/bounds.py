@@ -8,7 +8,9 @@ the noisy counts (``bounds_from_noisy``): the coarse range is the outermost deca
 ``COARSE_Z`` noise standard deviations (an empty decade does that with probability 3e-5); each end then moves
 inward, in fine buckets, while the noisy mass it would clip stays within ``CLIP_SHARE`` of the noisy row count
 (or within the noise of the buckets passed, up to 1.5 times that share: ``_inward``). Where the noise hides the
-tail, the bounds stay at the decade: wide rather than clipping a tail into a spike at the bound.
+tail, the bounds stay at the decade: wide rather than clipping a tail into a spike at the bound. Where the two
+noisy counts of the zero bucket, pooled, clear ``COARSE_Z`` noise standard deviations, 0 is an exact value of the
+column (``zero_is_frequent``): it gets a fine cell of its own in the main measurement, as if declared in ``values``.
 
 The measurement takes ``share`` of the release's Gaussian privacy: with z the noise multiplier that alone spends
 the release's (epsilon, delta), the bounds use z / sqrt(share) and the main measurement z / sqrt(1 - share), so
@@ -112,6 +114,8 @@ class BoundsEstimate:
     sensitivity: float = 0.0
     threshold: float = 0.0
     mechanism: str = MECHANISM
+    #: Auto columns whose pooled noisy count of exact zeros cleared the threshold: 0 became an exact value.
+    exact_zero: tuple[str, ...] = ()
 
 
 def auto_columns(schema: TableSchema) -> list[ColumnSpec]:
@@ -183,6 +187,14 @@ def bounds_from_noisy(noisy: np.ndarray, sigma: float, integer: bool) -> tuple[f
     return lo, hi
 
 
+def zero_is_frequent(noisy: np.ndarray, sigma: float) -> bool:
+    """Post-processing of one column's noisy histograms: whether the zero bucket, whose count both histograms
+    hold (each with noise std ``sigma``; their mean has sigma / sqrt(2)), clears ``COARSE_Z`` noise std. A column
+    with no zeros does so with probability 3e-5."""
+    pooled = (noisy[COARSE.zero] + noisy[COARSE.size + FINE.zero]) / 2.0
+    return bool(pooled > COARSE_Z * sigma / math.sqrt(2.0))
+
+
 def estimate_bounds(
     raw: pd.DataFrame,
     schema: TableSchema,
@@ -250,10 +262,15 @@ def estimate_bounds_from_counts(
         ledger.commit(entry_id)
     resolved = {spec.name: bounds_from_noisy(noisy[i], sigma, spec.kind == "integer")
                 for i, spec in enumerate(columns)}
+    exact_zero = tuple(spec.name for i, spec in enumerate(columns)
+                       if zero_is_frequent(noisy[i], sigma) and 0.0 not in spec.exact_values
+                       and resolved[spec.name][0] <= 0.0 <= resolved[spec.name][1])
     new_columns = tuple(
-        dataclasses.replace(c, bounds=resolved[c.name], bounds_auto=False) if c.name in resolved else c
+        dataclasses.replace(c, bounds=resolved[c.name], bounds_auto=False,
+                            values=tuple(sorted({*c.values, 0.0})) if c.name in exact_zero else c.values)
+        if c.name in resolved else c
         for c in schema.columns
     )
     return dataclasses.replace(schema, columns=new_columns), BoundsEstimate(
-        epsilon, resolved, entry_id, noise_multiplier, sigma, sensitivity, COARSE_Z * sigma
+        epsilon, resolved, entry_id, noise_multiplier, sigma, sensitivity, COARSE_Z * sigma, exact_zero=exact_zero
     )

@@ -278,12 +278,15 @@ def write_release(
         "auto_bounds": None if bounds_estimate is None or not bounds_estimate.columns else {
             "statement": "Bounds the schema left as 'auto' are the outer edges of the outermost buckets of a public "
             "log grid whose Gaussian noisy count clears the threshold; the histograms were charged to the ledger as "
-            "their own entry and the values below are post-processing of them.",
+            "their own entry and the values below are post-processing of them. Columns in 'exact_zero' had a noisy "
+            "count of exact zeros above the threshold too: 0 is an exact value of theirs, measured in a cell of "
+            "its own.",
             "epsilon_alone": bounds_estimate.epsilon,
             "noise_multiplier": bounds_estimate.noise_multiplier,
             "sigma": bounds_estimate.sigma,
             "threshold": bounds_estimate.threshold,
             "bounds": {k: list(v) for k, v in bounds_estimate.columns.items()},
+            "exact_zero": list(bounds_estimate.exact_zero),
             "ledger_entry_id": bounds_estimate.ledger_entry_id,
         },
         "parameters": public_params,

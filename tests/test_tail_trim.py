@@ -1,0 +1,41 @@
+"""Trimming the empty outer bins of a numeric column's noisy coarse table (``model.fit.trimmed_tails``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from splice_assets.model.fit import trimmed_tails
+from splice_assets.model.product_em import simplex_projection
+
+
+def test_empty_tails_are_cut_and_the_rest_is_a_distribution():
+    """Mass in bins 2-4 of 16, noise sd 1% per bin, 1,000 draws (fixed seed): the cut bins are exactly 0, the
+    result sums to 1, no bin holding real mass is ever cut, and a draw leaves more than 1% of the mass in the
+    empty bins in under 10% of the draws (mostly when the empty bin next to the data clears 2 sd, 2.3% per end),
+    against over 70% with no trim (a simplex projection keeps the positive noise of 13 empty bins)."""
+    rng = np.random.default_rng(3)
+    truth = np.zeros(16)
+    truth[2:5] = [0.3, 0.5, 0.2]
+    leaks = untrimmed = 0
+    for _ in range(1000):
+        noisy = truth + rng.normal(0.0, 0.01, 16)
+        out = trimmed_tails(noisy, 0.01, 2.0)
+        assert out.sum() == pytest.approx(1.0) and (out >= 0).all()
+        assert (out[2:5] > 0).all()
+        leaks += out[truth == 0].sum() > 0.01
+        untrimmed += simplex_projection(noisy)[truth == 0].sum() > 0.01
+    assert leaks < 100 and untrimmed > 700
+
+
+def test_a_thin_real_tail_beside_the_data_is_kept():
+    """A bin holding 3 noise sd just outside the data stays (its own count clears 2 sd); z = 0 cuts nothing."""
+    table = np.array([0.0, 0.0, 0.45, 0.45, 0.03, 0.0, 0.0, 0.0]) + np.array([0, 0, 0, 0, 0, 0.004, -0.003, 0.002])
+    out = trimmed_tails(table, 0.01, 2.0)
+    assert out[4] > 0 and (out[5:] == 0).all() and (out[:2] == 0).all()
+    assert np.array_equal(trimmed_tails(table, 0.01, 0.0), table)
+
+
+def test_at_least_one_bin_is_kept():
+    out = trimmed_tails(np.array([0.001, -0.002, 0.0005]), 0.01, 2.0)
+    assert out.sum() == pytest.approx(1.0) and (out > 0).sum() >= 1
