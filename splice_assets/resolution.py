@@ -37,7 +37,7 @@ MAX_FINE_BINS = 4096
 #: Fine cells whose noisy frequency is at most this many noise standard deviations are read as empty before the
 #: projection (0 = the projection alone, measured best in docs/decisions/0017).
 DEFAULT_FINE_THRESHOLD = 0.0
-#: Shrink each coarse bin's noisy fine cells toward their common level before the projection (see ``_shrunk``).
+#: Shrink each coarse bin's noisy fine cells toward the bin's coarse shape before the projection (``_shrunk``).
 DEFAULT_FINE_SHRINK = True
 #: Numeric pairs at least this rank-correlated in their noisy coarse table share their draws inside the bins.
 DEFAULT_FINE_COUPLING = 0.9

@@ -56,11 +56,16 @@ def main() -> None:
                 else:  # the same noisy measurement, fitted again with the other targets
                     synth.measurement = measured
                     synth.fit_model()
-                assert synth.model is not None and synth.model.fine is not None
+                assert synth.model is not None
+                if synth.model.fine is None:  # no numeric column: neither step applies
+                    break
                 for shrink in (False, True):
                     model = dataclasses.replace(synth.model, fine=dataclasses.replace(synth.model.fine, shrink=shrink))
                     synthetic = sample_table(model, synth.schema, len(train), seed)
                     results.setdefault((tail_z, shrink), []).append(scores(train, synthetic, schema))
+        if not results:
+            print(f"{name} | no numeric columns", flush=True)
+            continue
         for (tail_z, shrink), values in results.items():
             mean = np.mean(values, axis=0)
             print(" | ".join((name, f"{tail_z:g}", str(shrink), *(f"{v:.4f}" for v in mean))), flush=True)
