@@ -11,6 +11,7 @@ import pytest
 from test_sensitivity_audit import AUDIT_DELTA, AUDIT_EPS, audit_epsilon
 from toy import TOY_SCHEMA
 
+from splice_assets.defaults import DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
 from splice_assets.layout import draw_directions, harmonic, layout_for
 from splice_assets.measurement import (
     RELATION_ADD_REMOVE,
@@ -111,13 +112,14 @@ def test_calibration_ignores_n_and_halves_the_moment_noise_on_frequencies():
         calibrate(1.0, 1e-9, 1000, 256, 16, AR, count_weight=3.0)
     with pytest.raises(PrivacyParameterError, match="count weight must be > 0"):
         calibrate(1.0, 1e-9, None, 256, 16, AR)
-    # Same shares: the moments keep 1 - 0.15 - 0.5 (- the count's 0.01). A moment's noise on the frequency scale is
-    # sigma / n under add-remove against sigma under replace-one: half, up to the count's share.
+    # Same shares: the moments keep 1 - marginal - pair share (- the count's 0.01). A moment's noise on the frequency
+    # scale is sigma / n under add-remove against sigma under replace-one: half, up to the count's share.
     n = 20_000
     _, replace = measuring.make_plan(TOY_SCHEMA, n, 1.0, 1e-6, 256, 16)
     plan, add_remove = measuring.make_plan(TOY_SCHEMA, n, 1.0, 1e-6, 256, 16, relation=AR)
     assert plan.n is None and plan.public_params()["n"] is None
-    expected = 0.5 * math.sqrt((1 - 0.15 - 0.5) / (1 - 0.15 - 0.5 - DEFAULT_COUNT_SHARE))
+    moments = 1 - DEFAULT_MARGINAL_SHARE - DEFAULT_PAIR_SHARE
+    expected = 0.5 * math.sqrt(moments / (moments - DEFAULT_COUNT_SHARE))
     assert add_remove.sigma / n / replace.sigma == pytest.approx(expected, rel=1e-4)
     # The table cells gain less: 1/sqrt(2) of replace-one's noise (their weights absorb the count's share).
     assert add_remove.pair_noise_std() / n / replace.pair_noise_std() == pytest.approx(1 / math.sqrt(2), rel=1e-4)
