@@ -282,7 +282,7 @@ def test_a_finer_table_is_one_more_table_in_the_plan_and_resolves_inside_the_int
 
 def test_the_release_lists_what_the_noise_hides_from_the_noisy_statistics():
     """``below_noise`` reads only the measurement: given the exact frequencies in place of the noisy ones (so the
-    test is deterministic) and the plan's noise std (0.0126 at eps = 1 on 3,000 rows, floor 0.025), it lists a
+    test is deterministic) and the plan's noise std (0.016 at eps = 1 on 3,000 rows, floor 0.033), it lists a
     colour held by 3 rows, the absent top code and the ages (1-2% each), not red, 0 or the prices (4.8% each)."""
     from splice_assets.private.measuring import exact_statistics, measurement_of
     from splice_assets.resolution import below_noise
@@ -294,7 +294,7 @@ def test_the_release_lists_what_the_noise_hides_from_the_noisy_statistics():
     plan, calibration = synth.plan(len(table))
     stats = exact_statistics(encode(table, SCHEMA), plan, layout_for(SCHEMA))
     exact = measurement_of(plan, calibration, stats.d, stats.moments, stats.marginals, stats.pairs, fine=stats.fine)
-    assert 0.011 < exact.marginal_noise_std() < 0.014
+    assert 0.015 < exact.marginal_noise_std() < 0.018
     hidden = below_noise(exact, SCHEMA)
     assert hidden["colour"] == ["green"]
     assert 100000.0 in hidden["amount"] and 0.0 not in hidden["amount"]
