@@ -19,7 +19,8 @@ RELATIONS = (RELATION_REPLACE_ONE, RELATION_ADD_REMOVE)
 # 0.0058 -> 0.0055, MMD 0.014 -> 0.010, TSTR AUC 0.834 -> 0.868; california 0.161 / 0.314 -> 0.134 / 0.271, SW1
 # 0.0079 -> 0.0078, MMD 0.018 -> 0.018, TSTR R^2 0.616 -> 0.577. Only pairs with a discrete coordinate was worse
 # on both (adult 2-way 0.085, california TSTR 0.48). 0.25 / 0.45 cut the off-grid 1-way error 5-11% but cost the
-# on-grid 2-way TVD under replace-one (california .084 -> .091): not adopted (docs/decisions/0022).
+# on-grid 2-way TVD under replace-one (california .0903 -> .0918, adult .0500 -> .0508): not adopted
+# (docs/decisions/0022).
 DEFAULT_MARGINAL_SHARE = 0.15
 DEFAULT_PAIR_SHARE = 0.5
 # Directions and moment order. With the 2-way marginals carrying the categorical structure, L = 256 fits as well as
