@@ -56,7 +56,7 @@ from splice_assets.postprocess.tilt import CellTilt
 from splice_assets.resolution import DEFAULT_FINE_COUPLING, DEFAULT_FINE_THRESHOLD, FineTables
 
 #: ``FitConfig.marginal_tail_z``: a run of outer coarse bins within this many noise std of zero is read as empty.
-DEFAULT_TAIL_Z = 2.0
+DEFAULT_TAIL_Z = 1.0
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,8 @@ class FitConfig:
     #: A numeric column's outermost coarse bins are read as empty while their pooled noisy mass stays within this
     #: many noise std of zero (``trimmed_tails``; 0 = never). Without it, the positive noise of the empty bins of
     #: wide public bounds became rows far outside the data (churn at eps = 1: 1% of international minutes above
-    #: 1,000 where the data end at 20).
+    #: 1,000 where the data end at 20). z = 1 kept churn's gain and, unlike z = 2, cost California nothing under
+    #: replace-one, whose larger noise let z = 2 cut thin real tails (docs/decisions/0021).
     marginal_tail_z: float = DEFAULT_TAIL_Z
 
     def __post_init__(self) -> None:
