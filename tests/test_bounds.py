@@ -114,7 +114,8 @@ def test_bounds_follow_the_data_and_clip_little():
     decades (1e3, 1e4] and (1e4, 1e5]; each end moves inward while the clipped noisy mass stays within 1.5% of
     the rows: with the noise of the two or three buckets passed (~65 rows) at most 2.5% clipped at each end, and
     at most 3 times as wide as the 0.5%-99.5% range.
-    Poisson visits: 0 is its own bucket, the upper end is within a decade of the largest value."""
+    Poisson visits: 0 is its own bucket, the upper end clips at most 2.5% too and is within a decade of the largest
+    value (an end may stop inside the top 1%: the noise of the buckets passed allows up to 1.5 times the share)."""
     raw = table()
     income = raw["income"].dropna()
     for _ in range(3):
@@ -124,7 +125,7 @@ def test_bounds_follow_the_data_and_clip_little():
         assert (income < lo).mean() <= 0.025 and (income > hi).mean() <= 0.025
         assert hi - lo <= 3 * (q_hi - q_lo)
         v_lo, v_hi = resolved.column("visits").bounds
-        assert v_lo == 0 and raw["visits"].quantile(0.99) <= v_hi <= 10 * raw["visits"].max()
+        assert v_lo == 0 and (raw["visits"] > v_hi).mean() <= 0.025 and v_hi <= 10 * raw["visits"].max()
         assert float(v_hi).is_integer()
     assert estimate.noise_multiplier == Z_BOUNDS and estimate.threshold == pytest.approx(4 * estimate.sigma)
 
