@@ -257,13 +257,11 @@ class FineTables:
                                                        if v in column.points])
         parents = np.asarray(column.parents)
         weights = np.zeros(column.n_cells)
-        masses = np.zeros(numeric_bins)
-        for bin_ in range(numeric_bins):
-            inside = (parents == bin_) & ~declared
-            points = np.clip(fine[(parents == bin_) & declared], 0.0, None).sum()
-            masses[bin_] = fine[inside].sum() if coarse is None else max(coarse[bin_] - points, 0.0)
-        for bin_ in range(numeric_bins):
-            inside = np.flatnonzero((parents == bin_) & ~declared)
+        inside_of = [np.flatnonzero((parents == bin_) & ~declared) for bin_ in range(numeric_bins)]
+        points = [np.clip(fine[(parents == bin_) & declared], 0.0, None).sum() for bin_ in range(numeric_bins)]
+        masses = np.array([fine[inside].sum() if coarse is None else max(coarse[bin_] - points[bin_], 0.0)
+                           for bin_, inside in enumerate(inside_of)])
+        for bin_, inside in enumerate(inside_of):
             if len(inside):
                 cells = fine[inside]
                 if self.shrink:

@@ -719,8 +719,7 @@ def marginal_targets(
         for i, coordinate in enumerate(layout.coordinates):
             if coordinate.is_binned or not coordinate.is_discrete:
                 tables[i] = trimmed_tails(tables[i], stds[i], tail_z)
-    frequencies = np.concatenate(tables) if tables else measurement.noisy_marginals.copy()
-    return MarginalTargets(frequencies, measurement.marginal_weight, measurement.numeric_bins)
+    return MarginalTargets(np.concatenate(tables), measurement.marginal_weight, measurement.numeric_bins)
 
 
 def pair_targets(measurement: Measurement) -> PairTargets | None:
