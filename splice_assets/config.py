@@ -29,6 +29,7 @@ from splice_assets.private.mechanism import (
     DEFAULT_N_DIRECTIONS,
     DEFAULT_PAIR_SHARE,
 )
+from splice_assets.private.pair_selection import DEFAULT_PAIRS_PER_COORDINATE, DEFAULT_SELECTION_SHARE
 from splice_assets.private.validation import DEFAULT_MAX_UNPARSEABLE_SHARE
 from splice_assets.resolution import DEFAULT_FINE_BINS, DEFAULT_FINE_SPLIT, MAX_FINE_BINS, MAX_FINE_SPLIT
 
@@ -54,7 +55,8 @@ class MeasurementSettings:
     coordinate's, and a fine table of ``fine_bins`` cells or one per grid value for every numeric column, 0 = none,
     with a finer table of ``fine_split`` cells per fine interval, 0 = none; see ``resolution``), ``pair_share`` to
     the 2-way tables of every pair of coordinates from different columns, the rest to the sliced Chebyshev moments
-    (L directions, orders 1..k)."""
+    (L directions, orders 1..k). Where the pairs outnumber ``pairs_per_coordinate`` x d (0 = never), that many are
+    chosen by noisy dependence scores, which take ``selection_share`` out of the pair share (``pair_selection``)."""
 
     n_directions: int = DEFAULT_N_DIRECTIONS
     k: int = DEFAULT_K
@@ -62,6 +64,8 @@ class MeasurementSettings:
     pair_share: float = DEFAULT_PAIR_SHARE
     fine_bins: int = DEFAULT_FINE_BINS
     fine_split: int = DEFAULT_FINE_SPLIT
+    pairs_per_coordinate: float = DEFAULT_PAIRS_PER_COORDINATE
+    selection_share: float = DEFAULT_SELECTION_SHARE
 
     def __post_init__(self) -> None:
         _integer("n_directions (L)", self.n_directions, 1, preflight.MAX_DIRECTIONS)
@@ -70,6 +74,13 @@ class MeasurementSettings:
         _number("pair_share", self.pair_share, 0.0, 1.0)
         _integer("fine_bins", self.fine_bins, 0, MAX_FINE_BINS)
         _integer("fine_split", self.fine_split, 0, MAX_FINE_SPLIT)
+        _number("pairs_per_coordinate", self.pairs_per_coordinate, 0.0, math.inf)
+        _number("selection_share", self.selection_share, 0.0, 1.0, low_open=True)
+        if self.pair_share > 0 and self.selection_share >= self.pair_share:
+            raise ValueError(
+                f"selection_share must be below pair_share {self.pair_share!r} (it is taken out of it), "
+                f"got {self.selection_share!r}"
+            )
         if self.fine_bins % COARSE_BINS:
             raise ValueError(f"fine_bins must be a multiple of {COARSE_BINS} (0 = none), got {self.fine_bins!r}")
 

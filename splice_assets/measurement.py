@@ -78,6 +78,8 @@ class Measurement:
     pairs: tuple[tuple[int, int], ...] = ()
     pair_sizes: tuple[int, ...] = ()
     pair_weight: float = 0.0
+    #: With pair selection, how many candidate pairs the measured ``pairs`` were chosen from (0 = all measured).
+    pair_candidates: int = 0
     noise_multiplier: float = 0.0
     #: Noisy fine 1-way frequencies of the numeric columns (``resolution``), at the 1-way tables' noise std.
     noisy_fine: np.ndarray = field(default_factory=lambda: np.zeros(0))

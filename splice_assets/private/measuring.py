@@ -37,6 +37,13 @@ from splice_assets.private.mechanism import (
     DEFAULT_N_DIRECTIONS,
     DEFAULT_PAIR_SHARE,
 )
+from splice_assets.private.pair_selection import (
+    DEFAULT_PAIRS_PER_COORDINATE,
+    DEFAULT_SELECTION_SHARE,
+    chosen_pairs,
+    dependence_scores,
+    selected_count,
+)
 from splice_assets.private.statistics import (
     MarginalCounts,
     MomentSums,
@@ -78,6 +85,11 @@ class MeasurementPlan:
     fine_bins: int = 0
     fine: tuple[FineCells, ...] = ()
     fine_split: int = 0
+    # Pair selection (``pair_selection``): K tables chosen from the candidate ``pairs`` by noisy dependence scores at
+    # weight ``score_weight``, which take ``selection_share`` of Delta^2 out of ``pair_share``; 0 = every pair measured.
+    selected_pairs: int = 0
+    selection_share: float = 0.0
+    score_weight: float = 0.0
 
     @property
     def fine_sizes(self) -> tuple[int, ...]:
@@ -85,7 +97,8 @@ class MeasurementPlan:
 
     @property
     def mechanism(self) -> str:
-        families = ["sliced-chebyshev"] + ["marginals"] * bool(self.marginal_sizes) + ["pairs"] * bool(self.pairs)
+        pairs = "selected-pairs" if self.selected_pairs else "pairs"
+        families = ["sliced-chebyshev"] + ["marginals"] * bool(self.marginal_sizes) + [pairs] * bool(self.pairs)
         return "gaussian/" + "+".join(families + ["fine"] * bool(self.fine))
 
     def public_params(self) -> dict[str, object]:
@@ -104,6 +117,8 @@ class MeasurementPlan:
             "numeric_bins": self.numeric_bins,
             "pair_share": self.pair_share,
             **({"fine_bins": self.fine_bins, "fine_split": self.fine_split} if self.fine else {}),
+            **({"pair_selection": {"candidates": len(self.pairs), "selected": self.selected_pairs,
+                                   "share": self.selection_share}} if self.selected_pairs else {}),
         }
 
 
@@ -122,6 +137,8 @@ def make_plan(
     relation: str = RELATION_REPLACE_ONE,
     fine_bins: int = DEFAULT_FINE_BINS,
     fine_split: int = DEFAULT_FINE_SPLIT,
+    pairs_per_coordinate: float = DEFAULT_PAIRS_PER_COORDINATE,
+    selection_share: float = DEFAULT_SELECTION_SHARE,
 ) -> tuple[MeasurementPlan, privacy.Calibration]:
     """Validate the parameters against the schema's public n_min and calibrate the one Gaussian mechanism.
 
@@ -129,8 +146,10 @@ def make_plan(
     ``numeric_bins`` coarse bins, and with ``fine_bins`` > 0 every numeric column's fine table and, with
     ``fine_split`` > 0, the finer table of a column with intervals (``resolution``), all at one weight.
     ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns (both 0 = the
-    paper's moments only). The row count ``n`` enters the plan under replace-one only; under add-remove it is
-    private, so it is not read, and ``DEFAULT_COUNT_SHARE`` of Delta^2 buys a noisy count instead.
+    paper's moments only); when they number more than ``pairs_per_coordinate`` x d, ``selection_share`` of it buys
+    noisy dependence scores and the rest the tables of the pairs they choose (``pair_selection``). The row count
+    ``n`` enters the plan under replace-one only; under add-remove it is private, so it is not read, and
+    ``DEFAULT_COUNT_SHARE`` of Delta^2 buys a noisy count instead.
     """
     privacy.validate_parameters(epsilon, delta, k, n_directions, schema.n_min)
     public_n = n if relation == RELATION_REPLACE_ONE else None
@@ -143,20 +162,31 @@ def make_plan(
     fine = fine_cells(schema, fine_bins, numeric_bins, fine_split) if marginal_share > 0 else ()
     pairs = coordinate_pairs(layout) if pair_share > 0 else ()
     cells = pair_sizes(layout, pairs, numeric_bins)
+    measured = selected_count(len(pairs), layout.d, pairs_per_coordinate)
+    selecting = measured < len(pairs)
+    if selecting and not 0 < selection_share < pair_share:
+        raise ValueError(f"selection_share must lie in (0, pair_share = {pair_share!r}), got {selection_share!r}")
+    score_share = selection_share if selecting else 0.0
     # A fine or finer table is one more 1-way histogram: it counts in the tables that share the 1-way weight.
     tables, table_cells = len(sizes) + sum(c.tables for c in fine), int(sum(sizes)) + sum(c.size for c in fine)
-    weight, pair_weight, count_weight = privacy.query_weights(
-        marginal_share, pair_share, n_directions, k, tables, len(pairs), relation, count_share
+    weights = privacy.query_weights(
+        marginal_share, pair_share - score_share, n_directions, k, tables, measured, relation, count_share,
+        score_share, len(pairs) if selecting else 0,
     )
     plan = MeasurementPlan(
         schema.name, schema.version, public_n, epsilon, delta, n_directions, k, seed, scaling,
-        marginal_share, numeric_bins, sizes, weight, pair_share, pairs, cells, pair_weight, relation, count_weight,
-        fine_bins if fine else 0, fine, fine_split if fine else 0,
+        marginal_share, numeric_bins, sizes, weights.marginal, pair_share, pairs, cells, weights.pair, relation,
+        weights.row_count, fine_bins if fine else 0, fine, fine_split if fine else 0,
+        measured if selecting else 0, score_share, weights.score,
     )
+    # Before the choice the measured cells are known only up to the K largest candidates (float slack only).
+    measured_cells = int(sum(sorted(cells, reverse=True)[:measured]))
     calibration = privacy.calibrate(
         epsilon, delta, public_n, n_directions, k, relation,
-        marginal_coordinates=tables, marginal_cells=table_cells, marginal_weight=weight,
-        pair_count=len(pairs), pair_cells=int(sum(cells)), pair_weight=pair_weight, count_weight=count_weight,
+        marginal_coordinates=tables, marginal_cells=table_cells, marginal_weight=weights.marginal,
+        pair_count=measured, pair_cells=measured_cells, pair_weight=weights.pair, count_weight=weights.row_count,
+        score_count=len(pairs) if selecting else 0, score_weight=weights.score,
+        score_terms=float(sum((c + 2) ** 2 for c in cells)) if selecting else 0.0,
     )
     return plan, calibration
 
@@ -294,8 +324,9 @@ def measure_exact(
     of each pair's; replacing one row moves [m_j/sqrt(j), w * h1, w2 * h2] by at most
     sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n. Under add-remove the vector is [S_j/sqrt(j), w * c1, w2 * c2, wn * n] of
     sums and counts, and one row moves it by at most sqrt(L H_k + w^2 C + w2^2 P + wn^2). Either is
-    calibration.sensitivity (float slack included). A failure before the noise is drawn aborts the reservation;
-    after it, the spend stays counted.
+    calibration.sensitivity (float slack included). With pair selection the 2-way part is the K chosen tables plus
+    the S candidates' scores (+ ws^2 S, or 4 ws^2 S / n^2), drawn after the rest (``pair_selection``). A failure
+    before the first noise is drawn aborts the reservation; after it, the spend stays counted.
     """
     if not statistics_in_range(stats):
         raise MomentsOutOfRange("exact statistics are not finite or out of range; nothing was charged")
@@ -317,39 +348,72 @@ def measure_exact(
             relation=plan.relation,
             params_hash=params_hash(plan.public_params()),
         )
+    selecting = plan.selected_pairs > 0
+    # With pair selection the 2-way tables are noised in steps 2 and 3 (``pair_selection``), after the rest.
+    first_pairs = np.zeros(0) if selecting else stats.pairs
+    counted = [] if stats.count is None else [float(stats.count)]
     try:
-        counted = [] if stats.count is None else [float(stats.count)]
         cell_weights = np.concatenate([
-            np.full(stats.marginals.size, plan.marginal_weight), np.full(stats.pairs.size, plan.pair_weight),
+            np.full(stats.marginals.size, plan.marginal_weight), np.full(first_pairs.size, plan.pair_weight),
             np.full(len(counted), plan.count_weight), np.full(stats.fine.size, plan.marginal_weight),
         ])
         noisy_moments, noisy_cells = privacy.add_noise_joint(
-            stats.moments, np.concatenate([stats.marginals, stats.pairs, counted, stats.fine]), cell_weights,
+            stats.moments, np.concatenate([stats.marginals, first_pairs, counted, stats.fine]), cell_weights,
             calibration.sigma,
         )
     except BaseException:
         if ledger is not None and entry_id is not None:
             ledger.abort(entry_id)
         raise
+    # From here on noise has been drawn: a failure leaves the spend counted.
     marginals, rest = np.split(noisy_cells, [int(sum(plan.marginal_sizes))])
-    pairs, noisy_count, fine = np.split(rest, [int(sum(plan.pair_sizes)), int(sum(plan.pair_sizes)) + len(counted)])
+    pairs, noisy_count, fine = np.split(rest, [first_pairs.size, first_pairs.size + len(counted)])
+    chosen = np.arange(len(plan.pairs))
+    if selecting:
+        chosen, pairs = _selected_tables(stats, plan, calibration, marginals, noisy_count)
     if plan.relation == RELATION_REPLACE_ONE:
-        measurement = measurement_of(plan, calibration, stats.d, noisy_moments, marginals, pairs, entry_id, fine=fine)
+        measurement = measurement_of(plan, calibration, stats.d, noisy_moments, marginals, pairs, entry_id, fine=fine,
+                                     chosen=chosen)
     else:
         # Post-processing: pool the noisy count with the histograms' totals, then divide every sum by that n.
         n_hat = pooled_row_count(
             float(noisy_count[0]), calibration.count_noise_std(), marginals, plan.marginal_sizes,
-            calibration.marginal_noise_std(), pairs, plan.pair_sizes, calibration.pair_noise_std(),
+            calibration.marginal_noise_std(), pairs, tuple(plan.pair_sizes[i] for i in chosen),
+            calibration.pair_noise_std(),
         )
         measurement = measurement_of(
             plan, calibration, stats.d, noisy_moments / n_hat, marginals / n_hat, pairs / n_hat, entry_id,
-            n=max(1, round(n_hat)), sigma=calibration.sigma / n_hat, fine=fine / n_hat,
+            n=max(1, round(n_hat)), sigma=calibration.sigma / n_hat, fine=fine / n_hat, chosen=chosen,
         )
     if on_noisy is not None:
         on_noisy(measurement)
     if ledger is not None and entry_id is not None:
         ledger.commit(entry_id)
     return measurement
+
+
+def _selected_tables(
+    stats: ExactStatistics,
+    plan: MeasurementPlan,
+    calibration: privacy.Calibration,
+    noisy_marginals: np.ndarray,
+    noisy_count: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Steps 2 and 3 of ``pair_selection``: noisy dependence scores of every candidate pair against step 1's noisy
+    1-way tables, then the noisy tables of the K chosen. Returns (chosen candidate indices, their noisy cells)."""
+    total = 1.0
+    if plan.relation == RELATION_ADD_REMOVE:
+        total = pooled_row_count(
+            float(noisy_count[0]), calibration.count_noise_std(), noisy_marginals, plan.marginal_sizes,
+            calibration.marginal_noise_std(), np.zeros(0), (), calibration.pair_noise_std(),
+        )
+    scores = dependence_scores(stats.pairs, plan.pairs, plan.marginal_sizes, noisy_marginals, total)
+    noisy_scores = privacy.gaussian_noise(plan.score_weight * scores, calibration.sigma) / plan.score_weight
+    chosen = chosen_pairs(noisy_scores, plan.pair_sizes, calibration.pair_noise_std(), plan.selected_pairs)
+    starts = np.concatenate([[0], np.cumsum(plan.pair_sizes)]).astype(np.int64)
+    cells = np.concatenate([stats.pairs[starts[i] : starts[i + 1]] for i in chosen])
+    noisy = privacy.gaussian_noise(plan.pair_weight * cells, calibration.sigma) / plan.pair_weight
+    return chosen, noisy
 
 
 def measurement_of(
@@ -363,11 +427,14 @@ def measurement_of(
     n: int | None = None,
     sigma: float | None = None,
     fine: np.ndarray | None = None,
+    chosen: np.ndarray | None = None,
 ) -> Measurement:
     """The ``Measurement`` of ``plan`` holding these (already noisy) frequencies and the plan's public facts.
 
     ``n`` and ``sigma`` default to the plan's public n and the mechanism's sigma (replace-one); under add-remove
-    they are the noisy n and sigma over it."""
+    they are the noisy n and sigma over it. ``chosen`` indexes the measured pairs among the plan's candidates
+    (default: all)."""
+    chosen = np.arange(len(plan.pairs)) if chosen is None else chosen
     return Measurement(
         dataset=plan.dataset,
         schema_version=plan.schema_version,
@@ -389,9 +456,10 @@ def measurement_of(
         marginal_weight=plan.marginal_weight,
         numeric_bins=plan.numeric_bins,
         noisy_pairs=pairs,
-        pairs=plan.pairs,
-        pair_sizes=plan.pair_sizes,
+        pairs=tuple(plan.pairs[i] for i in chosen),
+        pair_sizes=tuple(plan.pair_sizes[i] for i in chosen),
         pair_weight=plan.pair_weight,
+        pair_candidates=len(plan.pairs) if plan.selected_pairs else 0,
         noise_multiplier=calibration.noise_multiplier,
         # Without ``fine`` the measurement has no fine tables (tests that build one from bare statistics).
         noisy_fine=np.zeros(0) if fine is None else fine,

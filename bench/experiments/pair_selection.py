@@ -1,0 +1,68 @@
+"""Pair selection (docs/decisions/0023): how many 2-way tables a wide table should measure.
+
+Each variant is its own measurement (the choice of pairs happens inside the mechanism), so variants are compared over
+seeds, not paired: per dataset and cap on pairs per coordinate (0 = every pair, the behaviour before selection),
+the mean over seeds of the off-grid metrics against the train split, the on-grid 1-/2-way TVD against it, the
+number of 2-way tables measured and the fit's seconds. Add-remove, eps = 1 and delta = 1e-9, as in the bench.
+
+    .venv/bin/python -m bench.experiments.pair_selection --datasets coil2000 pol fars --caps 0 8 4 2 --seeds 0 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from bench.offgrid import offgrid_metrics
+from bench.run import prepare
+from splice_assets import MeasurementSettings, Synthesizer
+from splice_assets.evaluation.metrics import independent_marginals_baseline, marginal_tvd
+from splice_assets.sampling import sample_table
+
+KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd1", "tvd2", "pairs", "fit_s")
+
+
+def scores(train, synthetic, schema) -> dict[str, float]:
+    metrics = offgrid_metrics(train, synthetic, schema, 0)
+    grid = marginal_tvd(train, synthetic, schema, 0)
+    return {**{k: float(metrics[k]) for k in KEYS[:4]}, "tvd1": grid.one_way, "tvd2": grid.two_way}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", default=["coil2000", "pol", "fars"])
+    parser.add_argument("--caps", nargs="+", type=float, default=[0.0, 8.0, 4.0, 2.0])
+    parser.add_argument("--selection-share", type=float, default=None)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    args = parser.parse_args()
+    print(" | ".join(("dataset", "pairs per coordinate", *KEYS)), flush=True)
+    for name in args.datasets:
+        prepared = prepare(name)
+        if prepared is None:
+            continue
+        schema, train = prepared.schema, prepared.train
+        for cap in args.caps:
+            rows = []
+            for seed in args.seeds:
+                extra = {} if args.selection_share is None else {"selection_share": args.selection_share}
+                settings = MeasurementSettings(pairs_per_coordinate=cap, **extra)
+                synth = Synthesizer(schema, args.epsilon, 1e-9, "add-remove", seed, measurement=settings)
+                start = time.perf_counter()
+                synth.fit(train, ledger=None)
+                seconds = time.perf_counter() - start
+                assert synth.model is not None and synth.measurement is not None
+                synthetic = sample_table(synth.model, synth.schema, len(train), seed)
+                rows.append({**scores(train, synthetic, schema), "pairs": len(synth.measurement.pairs),
+                             "fit_s": seconds})
+            mean = {k: float(np.mean([r[k] for r in rows])) for k in KEYS}
+            print(" | ".join((name, f"{cap:g}", *(f"{mean[k]:.4f}" for k in KEYS))), flush=True)
+        reference = scores(train, independent_marginals_baseline(train, schema, len(train), 0), schema)
+        print(" | ".join((name, "ref_independent", *(f"{reference.get(k, float('nan')):.4f}" for k in KEYS))),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
