@@ -122,13 +122,23 @@ def _nearest_level(x: np.ndarray, levels: int) -> np.ndarray:
 
 
 
+#: ``logit`` scale: the offset a in log((u + a) / (1 - u + a)), u the value's position in its bounds. The bins next
+#: to either bound then hold u <= 0.8% and the middle 40% of the range spans 3 of 16 bins.
+LOGIT_OFFSET = 0.01
+
+
 def cube_of(values: np.ndarray, lo: float, hi: float, scale: str = "linear") -> np.ndarray:
-    """Values in [lo, hi] -> [-1, 1], affine in v, in log(1 + v - lo) (``log``) or in asinh(v) (``symlog``): the
-    public encoding of a numeric column (values outside the bounds map outside [-1, 1]; callers clip)."""
+    """Values in [lo, hi] -> [-1, 1], affine in v, in log(1 + v - lo) (``log``), in asinh(v) (``symlog``) or in
+    log((u + a) / (1 - u + a)) with u = (v - lo) / (hi - lo) (``logit``): the public encoding of a numeric column
+    (values outside the bounds map outside [-1, 1], under ``logit`` onto its ends; callers clip)."""
     if scale == "log":
         return -1.0 + 2.0 * np.log1p(np.maximum(values - lo, 0.0)) / math.log1p(hi - lo)
     if scale == "symlog":
         return -1.0 + 2.0 * (np.arcsinh(values) - math.asinh(lo)) / (math.asinh(hi) - math.asinh(lo))
+    if scale == "logit":
+        u = np.clip((np.asarray(values, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
+        a = LOGIT_OFFSET
+        return np.log((u + a) / (1.0 - u + a)) / math.log((1.0 + a) / a)
     return -1.0 + 2.0 * (values - lo) / (hi - lo)
 
 
@@ -138,6 +148,10 @@ def value_of(z: np.ndarray, lo: float, hi: float, scale: str = "linear") -> np.n
         return lo + np.expm1((z + 1.0) * math.log1p(hi - lo) / 2.0)
     if scale == "symlog":
         return np.sinh(math.asinh(lo) + (z + 1.0) * (math.asinh(hi) - math.asinh(lo)) / 2.0)
+    if scale == "logit":
+        a = LOGIT_OFFSET
+        r = np.exp(np.asarray(z, dtype=np.float64) * math.log((1.0 + a) / a))
+        return lo + (hi - lo) * np.clip((r * (1.0 + a) - a) / (1.0 + r), 0.0, 1.0)
     return lo + (z + 1.0) * (hi - lo) / 2.0
 
 

@@ -68,7 +68,8 @@ class ColumnSpec:
     step: float | None = None
     #: Public scale of a numeric column's encoding: "linear"; "log" (log(1 + v - lo)) for a skewed column whose
     #: mass sits near its lower bound; "symlog" (asinh(v)) for a signed column with heavy tails on both sides of
-    #: 0. The equal-width bins of the encoding then resolve where the mass is.
+    #: 0; "logit" for a proportion whose mass may sit next to either bound (a share of rare or of near-universal
+    #: traits). The equal-width bins of the encoding then resolve where the mass is.
     scale: str = "linear"
 
     @property
@@ -148,7 +149,7 @@ _COLUMN_KEYS = {
     "name", "kind", "nullable", "bounds", "categories", "other", "decimals", "values", "sentinels", "step", "scale",
     "description", "from_data",
 }
-SCALES: tuple[str, ...] = ("linear", "log", "symlog")
+SCALES: tuple[str, ...] = ("linear", "log", "symlog", "logit")
 
 
 def parse_column(raw: Any, position: int) -> ColumnSpec:
