@@ -29,6 +29,9 @@ from splice_assets.measurement import Measurement
 from splice_assets.schema import ColumnSpec, TableSchema
 
 DEFAULT_FINE_BINS = 256
+#: A column on a public grid (integers, a declared ``step``) gets one fine cell per grid value up to this many values
+#: (or ``fine_bins``, if larger); beyond it, intervals. 1,024 helped pol and cost churn (docs/decisions/0025).
+GRID_LIMIT = 256
 #: Finer cells per fine interval in the second fine table (0 = one fine table only). Off by default: measured in
 #: docs/decisions/0017, it helps columns whose public bounds are far wider than their data and costs the others.
 DEFAULT_FINE_SPLIT = 0
@@ -174,7 +177,7 @@ def column_fine_cells(
                          tuple(int(p) for p in np.arange(fine_bins) * numeric_bins // fine_bins), split=split)
     lo, hi = spec.bounds
     declared = [v for v in spec.exact_values if lo <= v <= hi]
-    grid = _grid(spec, fine_bins)
+    grid = _grid(spec, max(fine_bins, GRID_LIMIT))
     if grid is not None:
         points, intervals = np.unique(np.concatenate([grid, declared])), 0
     else:
