@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
-from bench.experiments.pair_selection import scores
+from bench.experiments.pair_selection import fitted_sample, print_means, scores
 from bench.run import prepare
-from splice_assets import Synthesizer, resolution
-from splice_assets.sampling import sample_table
+from splice_assets import resolution
 
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd1", "tvd2", "missing_values")
 
@@ -26,8 +23,6 @@ def main() -> None:
     parser.add_argument("--limits", nargs="+", type=int, default=[256, 1024])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     args = parser.parse_args()
-    from bench.offgrid import offgrid_metrics
-
     print(" | ".join(("dataset", "grid limit", *KEYS)), flush=True)
     for name in args.datasets:
         prepared = prepare(name)
@@ -36,16 +31,8 @@ def main() -> None:
         schema, train = prepared.schema, prepared.train
         for limit in args.limits:
             resolution.GRID_LIMIT = limit  # a public constant of the encoding; set per variant for the experiment
-            rows = []
-            for seed in args.seeds:
-                synth = Synthesizer(schema, 1.0, 1e-9, "add-remove", seed)
-                synth.fit(train, ledger=None)
-                assert synth.model is not None
-                synthetic = sample_table(synth.model, synth.schema, len(train), seed)
-                missing = float(offgrid_metrics(train, synthetic, schema, 0)["missing_values"])
-                rows.append({**scores(train, synthetic, schema), "missing_values": missing})
-            mean = {k: float(np.mean([r[k] for r in rows])) for k in KEYS}
-            print(" | ".join((name, str(limit), *(f"{mean[k]:.4f}" for k in KEYS))), flush=True)
+            rows = [scores(train, fitted_sample(schema, train, seed)[1], schema) for seed in args.seeds]
+            print_means(name, str(limit), rows, KEYS)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Each variant is its own measurement (the choice of pairs happens inside the mechanism), so variants are compared over
 seeds, not paired: per dataset and cap on pairs per coordinate (0 = every pair, the behaviour before selection),
 the mean over seeds of the off-grid metrics against the train split, the on-grid 1-/2-way TVD against it, the
-number of 2-way tables measured and the fit's seconds. Add-remove, eps = 1 and delta = 1e-9, as in the bench.
+number of 2-way tables measured and the seconds to fit and sample. Add-remove, eps = 1 and delta = 1e-9, as in
+the bench.
 
     .venv/bin/python -m bench.experiments.pair_selection --datasets coil2000 pol fars --caps 0 8 4 2 --seeds 0 1
 """
@@ -22,12 +23,27 @@ from splice_assets.evaluation.metrics import independent_marginals_baseline, mar
 from splice_assets.sampling import sample_table
 
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd1", "tvd2", "pairs", "fit_s")
+OFF_GRID = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values")
 
 
 def scores(train, synthetic, schema) -> dict[str, float]:
+    """The off-grid metrics and the on-grid 1-/2-way TVD of one synthetic table against the train split."""
     metrics = offgrid_metrics(train, synthetic, schema, 0)
     grid = marginal_tvd(train, synthetic, schema, 0)
-    return {**{k: float(metrics[k]) for k in KEYS[:4]}, "tvd1": grid.one_way, "tvd2": grid.two_way}
+    return {**{k: float(metrics[k]) for k in OFF_GRID}, "tvd1": grid.one_way, "tvd2": grid.two_way}
+
+
+def fitted_sample(schema, train, seed: int, measurement: MeasurementSettings | None = None):
+    """(synthesizer, synthetic rows) of one add-remove release at eps = 1, delta = 1e-9 on the train split."""
+    synth = Synthesizer(schema, 1.0, 1e-9, "add-remove", seed, measurement=measurement)
+    synth.fit(train, ledger=None)
+    assert synth.model is not None
+    return synth, sample_table(synth.model, synth.schema, len(train), seed)
+
+
+def print_means(dataset: str, variant: str, rows: list[dict[str, float]], keys: tuple[str, ...]) -> None:
+    mean = {k: float(np.mean([r[k] for r in rows])) for k in keys}
+    print(" | ".join((dataset, variant, *(f"{mean[k]:.4f}" for k in keys))), flush=True)
 
 
 def main() -> None:
@@ -36,7 +52,6 @@ def main() -> None:
     parser.add_argument("--caps", nargs="+", type=float, default=[0.0, 8.0, 4.0, 2.0])
     parser.add_argument("--selection-share", type=float, default=None)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--epsilon", type=float, default=1.0)
     args = parser.parse_args()
     print(" | ".join(("dataset", "pairs per coordinate", *KEYS)), flush=True)
     for name in args.datasets:
@@ -48,17 +63,14 @@ def main() -> None:
             rows = []
             for seed in args.seeds:
                 extra = {} if args.selection_share is None else {"selection_share": args.selection_share}
-                settings = MeasurementSettings(pairs_per_coordinate=cap, **extra)
-                synth = Synthesizer(schema, args.epsilon, 1e-9, "add-remove", seed, measurement=settings)
                 start = time.perf_counter()
-                synth.fit(train, ledger=None)
-                seconds = time.perf_counter() - start
-                assert synth.model is not None and synth.measurement is not None
-                synthetic = sample_table(synth.model, synth.schema, len(train), seed)
+                synth, synthetic = fitted_sample(schema, train, seed, MeasurementSettings(pairs_per_coordinate=cap,
+                                                                                         **extra))
+                seconds = time.perf_counter() - start  # fit and sample
+                assert synth.measurement is not None
                 rows.append({**scores(train, synthetic, schema), "pairs": len(synth.measurement.pairs),
                              "fit_s": seconds})
-            mean = {k: float(np.mean([r[k] for r in rows])) for k in KEYS}
-            print(" | ".join((name, f"{cap:g}", *(f"{mean[k]:.4f}" for k in KEYS))), flush=True)
+            print_means(name, f"{cap:g}", rows, KEYS)
         reference = scores(train, independent_marginals_baseline(train, schema, len(train), 0), schema)
         print(" | ".join((name, "ref_independent", *(f"{reference.get(k, float('nan')):.4f}" for k in KEYS))),
               flush=True)

@@ -14,14 +14,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import numpy as np
-
-from bench.experiments.pair_selection import scores
+from bench.experiments.pair_selection import fitted_sample, print_means, scores
 from bench.run import prepare
-from splice_assets import Synthesizer, load_schema
+from splice_assets import load_schema
 from splice_assets.datasets import schema_path
 from splice_assets.evaluation.metrics import independent_marginals_baseline, tstr
-from splice_assets.sampling import sample_table
 
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd1", "tvd2", "tstr")
 
@@ -44,15 +41,11 @@ def main() -> None:
         ))
         rows = []
         for seed in args.seeds:
-            synth = Synthesizer(schema, 1.0, 1e-9, "add-remove", seed)
-            synth.fit(train, ledger=None)
-            assert synth.model is not None
-            synthetic = sample_table(synth.model, synth.schema, len(train), seed)
+            synthetic = fitted_sample(schema, train, seed)[1]
             learned = tstr(train, test, synthetic, schema, 0, trtr=False)
             rows.append({**scores(train, synthetic, schema),
                          "tstr": learned.best_tstr[learned.primary] if learned else float("nan")})
-        mean = {k: float(np.mean([r[k] for r in rows])) for k in KEYS}
-        print(" | ".join((args.dataset, scale, *(f"{mean[k]:.4f}" for k in KEYS))), flush=True)
+        print_means(args.dataset, scale, rows, KEYS)
     reference = scores(train, independent_marginals_baseline(train, prepared.schema, len(train), 0), prepared.schema)
     print(" | ".join((args.dataset, "ref_independent", *(f"{reference.get(k, float('nan')):.4f}" for k in KEYS))),
           flush=True)

@@ -21,6 +21,7 @@ from splice_assets.layout import (
     layout_for,
     marginal_sizes,
     pair_sizes,
+    pair_tables,
 )
 from splice_assets.measurement import (
     RELATION_ADD_REMOVE,
@@ -410,8 +411,8 @@ def _selected_tables(
     scores = dependence_scores(stats.pairs, plan.pairs, plan.marginal_sizes, noisy_marginals, total)
     noisy_scores = privacy.gaussian_noise(plan.score_weight * scores, calibration.sigma) / plan.score_weight
     chosen = chosen_pairs(noisy_scores, plan.pair_sizes, calibration.pair_noise_std(), plan.selected_pairs)
-    starts = np.concatenate([[0], np.cumsum(plan.pair_sizes)]).astype(np.int64)
-    cells = np.concatenate([stats.pairs[starts[i] : starts[i + 1]] for i in chosen])
+    tables = pair_tables(stats.pairs, plan.pairs, plan.marginal_sizes)
+    cells = np.concatenate([tables[i].ravel() for i in chosen])
     noisy = privacy.gaussian_noise(plan.pair_weight * cells, calibration.sigma) / plan.pair_weight
     return chosen, noisy
 
