@@ -135,8 +135,11 @@ else:
     out["measure_s"] = time.perf_counter() - start - out["scan_s"]
     if args["task"] == "release":
         from splice_assets.sampling import write_partitions
+        fit_start = time.perf_counter()
         synth.fit_model(threads=1)
+        out["fit_s"] = time.perf_counter() - fit_start
         write_partitions(synth.model, synth.schema, scan.n_rows, 0, args["out"], 1_000_000, engine)
+        out["sample_s"] = time.perf_counter() - fit_start - out["fit_s"]
     out["total_s"] = time.perf_counter() - start
     out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if args["engine"] != "local":
@@ -152,7 +155,10 @@ ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", 
 
 
 def run_child(task: dict) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **ONE_THREAD}
+    # A whole release keeps numba's threads: the sampler's Gibbs sweep runs on every core (its output is the same
+    # on any number of threads); the measure figures stay per core (the measure pass is single-threaded).
+    threads = {k: v for k, v in ONE_THREAD.items() if task["task"] != "release" or k != "NUMBA_NUM_THREADS"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **threads}
     proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(task)], capture_output=True, text=True, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:

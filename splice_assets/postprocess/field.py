@@ -106,38 +106,44 @@ def _structure(layout: EncodingLayout, numeric_bins: int, pairs: tuple[tuple[int
     )
 
 
-@numba.njit(cache=True)
+#: Rows per task of the parallel sweep (each task keeps one scratch vector of logits).
+_SWEEP_BLOCK = 1024
+
+
+@numba.njit(cache=True, parallel=True)
 def _sweep(state, potentials, oriented, sizes, starts, neighbour, neighbour_start, block_start,
            uniforms):  # pragma: no cover - numba
-    """One Gibbs sweep over every row (one thread, like the rest of the fit): each coordinate in turn drawn
-    from its conditional given the row's other cells, by inversion of ``uniforms[r, j]``. ``oriented`` holds each
-    pair's potentials as contiguous runs over one coordinate's cells per cell of the other."""
+    """One Gibbs sweep over every row: each coordinate in turn drawn from its conditional given the row's other
+    cells, by inversion of ``uniforms[r, j]``. ``oriented`` holds each pair's potentials as contiguous runs over one
+    coordinate's cells per cell of the other. Rows are independent chains and their uniforms are drawn beforehand,
+    so blocks of rows run on numba's threads (``NUMBA_NUM_THREADS``) with the same result on any number of them."""
     n, d = state.shape
     widest = sizes.max()
-    logits = np.empty(widest)
-    for r in range(n):
-        for j in range(d):
-            size = sizes[j]
-            for c in range(size):
-                logits[c] = potentials[starts[j] + c]
-            for q in range(neighbour_start[j], neighbour_start[j + 1]):
-                base = block_start[q] + state[r, neighbour[q]] * size
+    for block in numba.prange((n + _SWEEP_BLOCK - 1) // _SWEEP_BLOCK):
+        logits = np.empty(widest)
+        for r in range(block * _SWEEP_BLOCK, min(n, (block + 1) * _SWEEP_BLOCK)):
+            for j in range(d):
+                size = sizes[j]
                 for c in range(size):
-                    logits[c] += oriented[base + c]
-            top = logits[0]
-            for c in range(1, size):
-                top = max(top, logits[c])
-            total = 0.0
-            for c in range(size):
-                logits[c] = np.exp(logits[c] - top)
-                total += logits[c]
-            threshold, running, pick = uniforms[r, j] * total, 0.0, size - 1
-            for c in range(size):
-                running += logits[c]
-                if threshold < running:
-                    pick = c
-                    break
-            state[r, j] = pick
+                    logits[c] = potentials[starts[j] + c]
+                for q in range(neighbour_start[j], neighbour_start[j + 1]):
+                    base = block_start[q] + state[r, neighbour[q]] * size
+                    for c in range(size):
+                        logits[c] += oriented[base + c]
+                top = logits[0]
+                for c in range(1, size):
+                    top = max(top, logits[c])
+                total = 0.0
+                for c in range(size):
+                    logits[c] = np.exp(logits[c] - top)
+                    total += logits[c]
+                threshold, running, pick = uniforms[r, j] * total, 0.0, size - 1
+                for c in range(size):
+                    running += logits[c]
+                    if threshold < running:
+                        pick = c
+                        break
+                state[r, j] = pick
 
 
 @numba.njit(cache=True)
@@ -238,7 +244,8 @@ def values_in_cells(
     log_post = np.tile(np.log(params.weights), (n, 1))
     for coords, table in parts:
         mass = table.reshape(table.shape[: 1 + len(coords)] + (-1,)).sum(axis=-1)  # (K, cells...)
-        log_post += np.log(np.maximum(mass[(slice(None),) + tuple(cells[:, i] for i in coords)].T, 1e-300))
+        log_mass = np.log(np.maximum(mass, 1e-300))  # the log of the small table, not of n gathered rows
+        log_post += log_mass[(slice(None),) + tuple(cells[:, i] for i in coords)].T
     component = _draw_rows(np.exp(log_post - log_post.max(axis=1, keepdims=True)), rng)
     out = np.empty((n, layout.d))
     for coords, table in parts:
