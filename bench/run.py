@@ -144,11 +144,11 @@ def resolve_auto_bounds(raw: pd.DataFrame, schema, out: Path):
     """A schema with ``bounds: auto`` gets its DP bounds once per bench run, as a release at epsilon 1 would draw
     them (the default share, on the whole table), and every method then sees the same public bounds. Returns the
     resolved schema and its file (written beside the bench's prepared data)."""
-    from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, auto_columns, estimate_bounds
+    from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, estimate_bounds, needs_estimate
     from splice_assets.private.mechanism import split_privacy
     from splice_assets.schema import schema_to_dict
 
-    if not auto_columns(schema):
+    if not needs_estimate(schema):
         return schema, None
     _, multiplier = split_privacy(1.0, DELTA, DEFAULT_BOUNDS_SHARE)
     resolved, estimate = estimate_bounds(raw, schema, multiplier, DELTA, None, "bench", "replace-one")

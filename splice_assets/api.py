@@ -36,7 +36,7 @@ from splice_assets.engine import Engine
 from splice_assets.layout import layout_for
 from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
 from splice_assets.model.fit import FittedMixture
-from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, BoundsEstimate, auto_columns, estimate_bounds
+from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, BoundsEstimate, estimate_bounds, needs_estimate
 from splice_assets.private.encoding import encode
 from splice_assets.private.ledger import BudgetLedger
 from splice_assets.private.measuring import (
@@ -135,10 +135,11 @@ class Synthesizer:
     # -- the stages ----------------------------------------------------------------------------------------------
 
     def privacy_split(self) -> tuple[float, float | None]:
-        """(the measurement's epsilon, the DP bounds' noise multiplier): with ``bounds: auto`` columns the bounds
-        take ``bounds_share`` of the release's Gaussian privacy (``split_privacy``), else the measurement takes all."""
+        """(the measurement's epsilon, the DP estimate's noise multiplier): with ``bounds: auto`` or ``values: auto``
+        columns the estimate takes ``bounds_share`` of the release's Gaussian privacy (``split_privacy``), else the
+        measurement takes all."""
         s = self.settings
-        if not auto_columns(self.schema) and not (self.bounds is not None and self.bounds.columns):
+        if not needs_estimate(self.schema) and not (self.bounds is not None and self.bounds.spent):
             return s.epsilon, None
         return split_privacy(s.epsilon, s.delta, s.bounds_share)
 
@@ -186,7 +187,7 @@ class Synthesizer:
         with progress.stage("validate and clean the input"):
             self.check(raw, ledger, n_measured, expected_version)
             bounds_multiplier = self.privacy_split()[1]
-            if bounds_multiplier is not None and auto_columns(self.schema):
+            if bounds_multiplier is not None and needs_estimate(self.schema):
                 self.schema, self.bounds = estimate_bounds(
                     raw, self.schema, bounds_multiplier, self.settings.delta, ledger, release_id, self.settings.relation
                 )
@@ -251,6 +252,7 @@ class Synthesizer:
             DEFAULT_REPORT_ROWS,
             list_partitions,
             scan_source,
+            value_counts_source,
         )
         from splice_assets.private.validation import check_columns, check_row_count, refuse_unparseable
 
@@ -264,10 +266,11 @@ class Synthesizer:
             if ledger is not None:  # memory: one batch and the report's two samples at a time, whatever n
                 self._preflight(n_measured, ledger, DEFAULT_BATCH_ROWS + 2 * DEFAULT_REPORT_ROWS)
             bounds_multiplier = self.privacy_split()[1]
-            if bounds_multiplier is not None and auto_columns(self.schema):
+            if bounds_multiplier is not None and needs_estimate(self.schema):
                 self.schema, self.bounds = estimate_bounds_from_counts(
                     scan.bounds_counts, self.schema, bounds_multiplier, self.settings.delta, ledger, release_id,
                     self.settings.relation,
+                    lambda resolved, columns: value_counts_source(partitions, resolved, columns, engine),
                 )
         return SourceScan(source, partitions, scan.rows, n_measured, holdout_fraction)
 
@@ -363,7 +366,7 @@ class Synthesizer:
         m = self.measurement
         if m is None:
             raise NotFitted("a synthesizer has privacy facts once it is measured")
-        bounds = self.bounds.noise_multiplier if self.bounds is not None and self.bounds.columns else None
+        bounds = self.bounds.noise_multiplier if self.bounds is not None and self.bounds.spent else None
         return PrivacyFacts(release_epsilon(m, bounds), m.delta, m.relation, m.epsilon, bounds, m.sigma,
                             m.sensitivity, m.noise_multiplier, m.n, m.ledger_entry_id)
 
@@ -399,6 +402,7 @@ class Synthesizer:
                                  "with that version")
             bounds["columns"] = {k: tuple(v) for k, v in bounds["columns"].items()}
             bounds["exact_zero"] = tuple(bounds.get("exact_zero", ()))
+            bounds["found_values"] = {k: tuple(v) for k, v in bounds.get("found_values", {}).items()}
             synth.bounds = BoundsEstimate(**bounds)
         synth.measurement = Measurement.load(folder / "measurement")
         synth.model = load_model(folder / "model")

@@ -169,7 +169,7 @@ def plan(
     is read. Exits with status 3 when the dataset has a budget and this release would not fit it."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, auto_columns
+    from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, needs_estimate
     from splice_assets.private.ledger import LedgerError, default_ledger_url
     from splice_assets.private.measuring import make_plan
     from splice_assets.private.mechanism import PrivacyParameterError, split_privacy, validate_parameters
@@ -182,7 +182,7 @@ def plan(
         validate_parameters(epsilon, delta, k, n_directions, schema.n_min, n=n)
         # DP bounds of `bounds: auto` columns take their share of the privacy, as in the release.
         measured_epsilon, bounds_multiplier = (
-            split_privacy(epsilon, delta, DEFAULT_BOUNDS_SHARE) if auto_columns(schema) else (epsilon, None)
+            split_privacy(epsilon, delta, DEFAULT_BOUNDS_SHARE) if needs_estimate(schema) else (epsilon, None)
         )
         _, cal = make_plan(
             schema, n, measured_epsilon, delta, n_directions, k, marginal_share=marginal_share,

@@ -61,6 +61,9 @@ class ColumnSpec:
     #: Public exact values a numeric column takes with positive probability (a sentinel, 0, a top code): each is a
     #: fine cell of its own, measured and reproduced exactly.
     values: tuple[float, ...] = ()
+    #: ``values: auto``: the column's frequent exact values are not public; a DP selection among its public
+    #: candidates finds them (``private.bounds``, charged with the DP bounds) and adds them to ``values``.
+    values_auto: bool = False
     #: Public codes a numeric column holds that are not quantities (not tested, unknown): exact values that also get
     #: a coordinate of their own, so their relations to other columns are measured and kept.
     sentinels: tuple[float, ...] = ()
@@ -200,7 +203,14 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
         kind != "continuous" or isinstance(decimals, bool) or not isinstance(decimals, int) or not 0 <= decimals <= 12
     ):
         raise _fail(where, decimals, "decimals (output precision) must be an integer in [0, 12] on a continuous column")
-    values, step = _parse_exact_values(where, raw, kind, bounds)
+    # `values: auto`, or `auto` among declared values (`values: [500001, auto]`): a DP selection adds the rest.
+    declared = raw.get("values", [])
+    values_auto = declared == "auto" or (isinstance(declared, list) and "auto" in declared)
+    if values_auto and kind not in NUMERIC_KINDS:
+        raise _fail(where, declared, "values: auto belongs to numeric columns")
+    if values_auto:
+        declared = [] if declared == "auto" else [v for v in declared if v != "auto"]
+    values, step = _parse_exact_values(where, {**raw, "values": declared} if "values" in raw else raw, kind, bounds)
     sentinels: tuple[float, ...] = ()
     if "sentinels" in raw:  # parsed by the same rules as values
         sentinels, _ = _parse_exact_values(where, {"values": raw["sentinels"]}, kind, bounds)
@@ -211,7 +221,7 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
         raise _fail(where, scale, f"scale must be one of {list(SCALES)}, on a numeric column")
     return ColumnSpec(
         name=name, kind=kind, nullable=nullable, bounds=bounds, categories=categories, other=other, bounds_auto=auto,
-        decimals=decimals, values=values, sentinels=sentinels, step=step, scale=scale,
+        decimals=decimals, values=values, sentinels=sentinels, step=step, scale=scale, values_auto=values_auto,
     )
 
 
@@ -224,7 +234,7 @@ def _parse_exact_values(
     if ("values" in raw or step is not None) and kind not in NUMERIC_KINDS:
         raise _fail(where, raw, "values, sentinels and step belong to numeric columns")
     if not isinstance(values_raw, list):
-        raise _fail(where, values_raw, "values must be a list of numbers")
+        raise _fail(where, values_raw, "values must be a list of numbers or 'auto'")
     values = []
     for value in values_raw:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -312,6 +322,8 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
             for key, declared in (("values", c.values), ("sentinels", c.sentinels)):
                 if declared:
                     entry[key] = [int(v) if c.kind == "integer" else v for v in declared]
+            if c.values_auto:
+                entry["values"] = [*entry.get("values", []), "auto"] if c.values else "auto"
             if c.step is not None:
                 entry["step"] = int(c.step) if c.kind == "integer" else c.step
             if c.scale != "linear":

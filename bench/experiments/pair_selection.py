@@ -33,9 +33,9 @@ def scores(train, synthetic, schema) -> dict[str, float]:
     return {**{k: float(metrics[k]) for k in OFF_GRID}, "tvd1": grid.one_way, "tvd2": grid.two_way}
 
 
-def fitted_sample(schema, train, seed: int, measurement: MeasurementSettings | None = None):
-    """(synthesizer, synthetic rows) of one add-remove release at eps = 1, delta = 1e-9 on the train split."""
-    synth = Synthesizer(schema, 1.0, 1e-9, "add-remove", seed, measurement=measurement)
+def fitted_sample(schema, train, seed: int, measurement: MeasurementSettings | None = None, epsilon: float = 1.0):
+    """(synthesizer, synthetic rows) of one add-remove release at ``epsilon``, delta = 1e-9 on the train split."""
+    synth = Synthesizer(schema, epsilon, 1e-9, "add-remove", seed, measurement=measurement)
     synth.fit(train, ledger=None)
     assert synth.model is not None
     return synth, sample_table(synth.model, synth.schema, len(train), seed)

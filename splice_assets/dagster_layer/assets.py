@@ -163,9 +163,9 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
                 f"schema's public n_min={synth.schema.n_min}; lower holdout_fraction"
             )
         validated, n_measured = ValidatedInput(settings, synth, train, holdout, checked.report, source), len(train)
-    if synth.bounds is not None and synth.bounds.columns:
-        context.log.info(f"auto bounds (public DP estimates, noise multiplier {synth.bounds.noise_multiplier:.4g}): "
-                         f"{synth.bounds.columns}")
+    if synth.bounds is not None and synth.bounds.spent:
+        context.log.info(f"auto bounds and values (public DP estimates, noise multiplier "
+                         f"{synth.bounds.noise_multiplier:.4g}): {synth.bounds.columns} {synth.bounds.found_values}")
     yield dg.AssetCheckResult(
         check_name="structure",
         passed=True,
@@ -176,7 +176,8 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
         metadata={
             "dataset": synth.schema.name,
             "auto bounds (DP estimates)": dg.MetadataValue.json(
-                {} if synth.bounds is None else {"epsilon": synth.bounds.epsilon, "bounds": synth.bounds.columns}
+                {} if synth.bounds is None else {"epsilon": synth.bounds.epsilon, "bounds": synth.bounds.columns,
+                                                 "values": synth.bounds.found_values}
             ),
             "measurement epsilon": synth.measurement_epsilon,
             "schema_version": synth.schema.version,

@@ -12,24 +12,38 @@ tail, the bounds stay at the decade: wide rather than clipping a tail into a spi
 noisy counts of the zero bucket, pooled, clear ``COARSE_Z`` noise standard deviations, 0 is an exact value of the
 column (``zero_is_frequent``): it gets a fine cell of its own in the main measurement, as if declared in ``values``.
 
+A column with ``values: auto`` then gets its frequent exact values from the same measurement, in a second step on
+the bounds the first resolved (``select_values``): each row adds 1 to the count of its cleaned value among the
+column's public candidates (``value_candidates``: every point of its public grid, i.e. integers, multiples of
+``step`` or of 10^-decimals, where the grid is too large for a fine cell per point; else its bounds and 0). A
+candidate whose noisy count clears the threshold, set so that about ``FALSE_POSITIVES`` candidates that no row holds
+pass per column, becomes an exact value (a fine cell of its own, as if declared). Only the chosen values are
+released; no noisy count is kept.
+
 The measurement takes ``share`` of the release's Gaussian privacy: with z the noise multiplier that alone spends
 the release's (epsilon, delta), the bounds use z / sqrt(share) and the main measurement z / sqrt(1 - share), so
 the two compose exactly to one Gaussian with multiplier z (``mechanism.split_privacy``). The noise grows with
 sqrt(columns), not with their number as in the pure-DP quantiles this replaced (at 0.1 of epsilon = 1 over 28
-columns they put bounds at 10^6 for data within 200). Decision record 0018.
+columns they put bounds at 10^6 for data within 200). The two steps share one reservation and one noise
+multiplier, so they compose (adaptively) into one Gaussian whose sensitivity is ``estimate_sensitivity``.
+Decision records 0018 and 0026.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
+from splice_assets.layout import at_point, step_range
 from splice_assets.measurement import RELATION_REPLACE_ONE
+from splice_assets.resolution import GRID_LIMIT
 from splice_assets.schema import ColumnSpec, TableSchema
 
 
@@ -86,6 +100,10 @@ DEFAULT_BOUNDS_SHARE = 0.05
 MECHANISM = "gaussian/dp-bounds-histogram"
 #: Histograms per column (coarse and fine): each row adds 1 to one bucket of each.
 HISTOGRAMS = 2
+#: ``values: auto``: expected candidates per column that no row holds and still pass the threshold.
+FALSE_POSITIVES = 0.05
+#: ``values: auto``: at most this many values found per column (the largest noisy counts).
+MAX_FOUND = 32
 
 
 class GaussianSpendRecorder(Protocol):
@@ -116,10 +134,28 @@ class BoundsEstimate:
     mechanism: str = MECHANISM
     #: Auto columns whose pooled noisy count of exact zeros cleared the threshold: 0 became an exact value.
     exact_zero: tuple[str, ...] = ()
+    #: ``values: auto`` columns: the exact values their selection found (possibly none).
+    found_values: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def spent(self) -> bool:
+        """Whether an estimate was measured (its noise multiplier composes into the release's guarantee)."""
+        return self.sensitivity > 0
 
 
 def auto_columns(schema: TableSchema) -> list[ColumnSpec]:
+    """The columns with ``bounds: auto``."""
     return [c for c in schema.columns if c.is_numeric and c.bounds_auto]
+
+
+def values_auto_columns(schema: TableSchema) -> list[ColumnSpec]:
+    """The columns with ``values: auto``."""
+    return [c for c in schema.columns if c.is_numeric and c.values_auto]
+
+
+def needs_estimate(schema: TableSchema) -> bool:
+    """Whether a release of this schema spends on the estimate (``bounds: auto`` or ``values: auto`` columns)."""
+    return bool(auto_columns(schema) or values_auto_columns(schema))
 
 
 def histogram_sensitivity(columns: int, relation: str) -> float:
@@ -129,7 +165,136 @@ def histogram_sensitivity(columns: int, relation: str) -> float:
     less moves each histogram by at most 1 in one cell, so sqrt(H columns). Replace-one: the replaced row leaves
     one cell and enters another in each histogram, so sqrt(2 H columns).
     """
-    return math.sqrt((2.0 if relation == RELATION_REPLACE_ONE else 1.0) * HISTOGRAMS * columns)
+    return estimate_sensitivity(columns, 0, relation)
+
+
+def estimate_sensitivity(bounds_columns: int, values_columns: int, relation: str) -> float:
+    """l2 sensitivity of the whole estimate: the bounds histograms (``histogram_sensitivity``) and the value counts
+    of ``values_columns`` columns, one count vector each, to which a row adds 1 in at most one cell (its cleaned
+    value, if that is a candidate). Replace-one doubles every squared term (one cell left, one entered). The
+    second step's query depends on the first step's noisy output (the bounds clip the values), and both draw noise
+    at the same multiplier: adaptive composition of the two Gaussians is one Gaussian with this sensitivity."""
+    factor = 2.0 if relation == RELATION_REPLACE_ONE else 1.0
+    return math.sqrt(factor * (HISTOGRAMS * bounds_columns + values_columns))
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """A column's public candidates for frequent values: ``count`` grid points ``first + i * step``, or ``points``."""
+
+    lo: float
+    hi: float
+    first: float = 0.0
+    step: float = 0.0
+    count: int = 0
+    points: tuple[float, ...] = ()
+
+    @property
+    def size(self) -> int:
+        return self.count if self.step else len(self.points)
+
+    def index_of(self, values: np.ndarray) -> np.ndarray:
+        """Candidate index of each value (-1: no candidate, or missing)."""
+        values = np.asarray(values, dtype=np.float64)
+        if self.step:
+            index = np.rint((values - self.first) / self.step)
+            on_grid = np.abs(values - (self.first + index * self.step)) <= 1e-9 * max(abs(self.step), 1.0)
+            inside = np.isfinite(values) & on_grid & (index >= 0) & (index < self.count)
+            return np.where(inside, index, -1).astype(np.int64)
+        out = np.full(len(values), -1, dtype=np.int64)
+        for i, point in enumerate(self.points):
+            out[at_point(values, point, self.lo, self.hi)] = i
+        return out
+
+    def value(self, index: np.ndarray) -> np.ndarray:
+        index = np.asarray(index, dtype=np.int64)
+        points: np.ndarray = np.asarray(self.points, dtype=np.float64)
+        return self.first + index.astype(np.float64) * self.step if self.step else points[index]
+
+
+def value_candidates(spec: ColumnSpec) -> Candidates | None:
+    """A resolved column's public candidates (see the module docstring); None when every point of its grid is a
+    fine cell already (at most ``GRID_LIMIT`` points), so there is nothing to find."""
+    assert spec.bounds is not None
+    lo, hi = spec.bounds
+    step = spec.step or (1.0 if spec.kind == "integer" else None)
+    if step is None and spec.decimals is not None:
+        step = 10.0 ** -spec.decimals
+    if step is not None:
+        first, last = step_range(lo, hi, step)
+        return None if last - first + 1 <= GRID_LIMIT else Candidates(lo, hi, first * step, step, last - first + 1)
+    points = {lo, hi, *([0.0] if lo < 0.0 < hi else [])} - set(spec.exact_values)
+    return Candidates(lo, hi, points=tuple(sorted(points)))
+
+
+#: PRIVATE: a column's exact counts of its candidates (index, count), the candidates held by at least one row.
+ValueCounts = tuple[np.ndarray, np.ndarray]
+
+
+def exact_value_counts(cleaned: pd.DataFrame, columns: Sequence[ColumnSpec]) -> list[ValueCounts]:
+    """PRIVATE: per column, the exact counts of the candidates its cleaned values hold (those of disjoint parts add
+    up, ``add_value_counts``)."""
+    out = []
+    for spec in columns:
+        candidates = value_candidates(spec)
+        if candidates is None:
+            out.append((np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
+            continue
+        index = candidates.index_of(pd.to_numeric(cleaned[spec.name], errors="coerce").to_numpy(dtype=np.float64))
+        held, counts = np.unique(index[index >= 0], return_counts=True)
+        out.append((held, counts.astype(np.int64)))
+    return out
+
+
+def add_value_counts(a: list[ValueCounts], b: list[ValueCounts]) -> list[ValueCounts]:
+    """The counts of two disjoint parts of the rows, added (exact integers: the result is the same in any order)."""
+    out = []
+    for (index_a, count_a), (index_b, count_b) in zip(a, b):
+        held, position = np.unique(np.concatenate([index_a, index_b]), return_inverse=True)
+        out.append((held, np.bincount(position, weights=np.concatenate([count_a, count_b]),
+                                      minlength=len(held)).astype(np.int64)))
+    return out
+
+
+def selection_z(candidates: int) -> float:
+    """Threshold in noise std above which a noisy count selects its candidate: at most ``FALSE_POSITIVES`` of a
+    column's ``candidates`` that no row holds pass in expectation, and never below ``COARSE_Z``."""
+    return max(COARSE_Z, NormalDist().inv_cdf(1.0 - FALSE_POSITIVES / max(candidates, 1)))
+
+
+def select_values(
+    counts: Sequence[ValueCounts], columns: Sequence[ColumnSpec], sigma: float, entropy: np.random.Generator
+) -> dict[str, tuple[float, ...]]:
+    """The noisy selection of every ``values: auto`` column's frequent values: each candidate's count plus N(0,
+    sigma^2), selected above ``selection_z`` sigma, the ``MAX_FOUND`` largest kept.
+
+    Every candidate is noised, as a dense histogram would be: the counts of candidates some row holds from OpenDP's
+    sampler (``gaussian_noise``); for the others, whose counts are 0, the number that would pass is drawn from its
+    binomial law and placed uniformly among them (``entropy``: OS entropy, never seeded), which is the same
+    selection in distribution without drawing millions of noise values. Only the chosen values leave."""
+    from splice_assets.private.mechanism import gaussian_noise
+
+    sizes = [len(held) for held, _ in counts]
+    exact = np.concatenate([count for _, count in counts]).astype(np.float64) if sum(sizes) else np.zeros(0)
+    noisy = np.split(gaussian_noise(exact, sigma), np.cumsum(sizes)[:-1]) if len(exact) else [np.zeros(0)] * len(sizes)
+    found: dict[str, tuple[float, ...]] = {}
+    for spec, (held, _), noisy_counts in zip(columns, counts, noisy):
+        candidates = value_candidates(spec)
+        if candidates is None:
+            continue
+        z = selection_z(candidates.size)
+        passed = noisy_counts > z * sigma
+        chosen = [(float(c), int(i)) for c, i in zip(noisy_counts[passed], held[passed])]
+        absent = candidates.size - len(held)
+        held_set = set(held.tolist())
+        for _ in range(int(entropy.binomial(absent, NormalDist().cdf(-z))) if absent > 0 else 0):
+            while (drawn := int(entropy.integers(candidates.size))) in held_set:
+                pass
+            chosen.append((z * sigma, drawn))  # ranked last: their noisy counts are just above the threshold
+        chosen.sort(key=lambda item: -item[0])
+        kept = np.array(sorted({i for _, i in chosen[:MAX_FOUND]}), dtype=np.int64)
+        found[spec.name] = tuple(round(float(v), 12) for v in candidates.value(kept))
+    return found
 
 
 def exact_histograms(raw: pd.DataFrame, columns: list[ColumnSpec]) -> np.ndarray:
@@ -195,6 +360,10 @@ def zero_is_frequent(noisy: np.ndarray, sigma: float) -> bool:
     return bool(pooled > COARSE_Z * sigma / math.sqrt(2.0))
 
 
+#: PRIVATE: the exact value counts of the given (resolved) ``values: auto`` columns, from the rows being estimated.
+ValueCounter = Callable[[TableSchema, list[ColumnSpec]], list[ValueCounts]]
+
+
 def estimate_bounds(
     raw: pd.DataFrame,
     schema: TableSchema,
@@ -204,18 +373,22 @@ def estimate_bounds(
     release_id: str,
     relation: str,
 ) -> tuple[TableSchema, BoundsEstimate]:
-    """Resolve every ``auto`` column of ``schema`` from its two noisy histograms; one ledger entry for all.
+    """Resolve every ``auto`` column of ``schema`` from its two noisy histograms, then select the frequent values of
+    its ``values: auto`` columns; one ledger entry for both.
 
-    Sensitivity: ``histogram_sensitivity`` (Delta); the noise is N(0, (noise_multiplier * Delta)^2) per bucket from
-    OpenDP's float-safe sampler (OS entropy), drawn after the ledger reservation. Returns the resolved schema and
-    the public record.
+    Sensitivity: ``estimate_sensitivity`` (Delta); the noise is N(0, (noise_multiplier * Delta)^2) per bucket and
+    per candidate (OpenDP's float-safe sampler, OS entropy), drawn after the ledger reservation. Returns the
+    resolved schema and the public record.
     """
-    columns = auto_columns(schema)
-    for spec in columns:
+    from splice_assets.private.validation import clean_records
+
+    for spec in auto_columns(schema) + values_auto_columns(schema):
         if spec.name not in raw.columns:
             raise ValueError(f"column {spec.name!r}: required by the schema but missing from the input")
-    return estimate_bounds_from_counts(exact_histograms(raw, columns), schema, noise_multiplier, delta, ledger,
-                                       release_id, relation)
+    return estimate_bounds_from_counts(
+        exact_histograms(raw, auto_columns(schema)), schema, noise_multiplier, delta, ledger, release_id, relation,
+        lambda resolved, columns: exact_value_counts(clean_records(raw, resolved)[0].table, columns),
+    )
 
 
 def estimate_bounds_from_counts(
@@ -226,30 +399,39 @@ def estimate_bounds_from_counts(
     ledger: GaussianSpendRecorder | None,
     release_id: str,
     relation: str,
+    count_values: ValueCounter | None = None,
 ) -> tuple[TableSchema, BoundsEstimate]:
     """``estimate_bounds`` from the exact histograms of the ``auto`` columns (``exact_histograms``; those of
-    disjoint partitions add up), so a partitioned input pays for one estimate like a whole table."""
+    disjoint partitions add up), so a partitioned input pays for one estimate like a whole table. ``count_values``
+    counts the values of the ``values: auto`` columns on the schema the bounds resolved (a second pass over a
+    partitioned input); it is required when the schema has such columns."""
     from splice_assets.private.ledger import params_hash
     from splice_assets.private.mechanism import epsilon_of, gaussian_noise
 
-    columns = auto_columns(schema)
-    if not columns:
+    columns, value_columns = auto_columns(schema), values_auto_columns(schema)
+    if not columns and not value_columns:
         return schema, BoundsEstimate(0.0, {}, None)
+    if value_columns and count_values is None:
+        raise ValueError(f"columns {[c.name for c in value_columns]} have values: auto but no value counter was given")
     if not (math.isfinite(noise_multiplier) and noise_multiplier > 0):
         raise ValueError(f"bounds estimation needs a noise multiplier > 0 for columns "
-                         f"{[c.name for c in columns]}, got {noise_multiplier!r}")
+                         f"{[c.name for c in columns + value_columns]}, got {noise_multiplier!r}")
     if exact.shape != (len(columns), COARSE.size + FINE.size):
         raise ValueError(f"exact histograms of shape {exact.shape} do not match {len(columns)} auto columns")
-    sensitivity = histogram_sensitivity(len(columns), relation)
+    sensitivity = estimate_sensitivity(len(columns), len(value_columns), relation)
     sigma = noise_multiplier * sensitivity
     epsilon = epsilon_of(noise_multiplier, delta)
     entry_id = None
     if ledger is not None:
+        described = {"columns": [c.name for c in columns], "grids": [COARSE.per_decade, FINE.per_decade],
+                     "coarse_z": COARSE_Z, "clip_share": CLIP_SHARE}
+        if value_columns:
+            described.update({"values_columns": [c.name for c in value_columns], "false_positives": FALSE_POSITIVES,
+                              "max_found": MAX_FOUND})
         entry_id = ledger.reserve(
             dataset=schema.name, release_id=release_id, mechanism=MECHANISM, noise_multiplier=noise_multiplier,
             sigma=sigma, sensitivity=sensitivity, epsilon=epsilon, delta=delta, relation=relation,
-            params_hash=params_hash({"columns": [c.name for c in columns], "grids": [COARSE.per_decade,
-                                     FINE.per_decade], "coarse_z": COARSE_Z, "clip_share": CLIP_SHARE}),
+            params_hash=params_hash(described),
         )
     try:
         noisy = gaussian_noise(exact, sigma)
@@ -258,8 +440,6 @@ def estimate_bounds_from_counts(
             ledger.abort(entry_id)
         raise
     del exact
-    if ledger is not None and entry_id is not None:
-        ledger.commit(entry_id)
     resolved = {spec.name: bounds_from_noisy(noisy[i], sigma, spec.kind == "integer")
                 for i, spec in enumerate(columns)}
     exact_zero = tuple(spec.name for i, spec in enumerate(columns)
@@ -271,6 +451,19 @@ def estimate_bounds_from_counts(
         if c.name in resolved else c
         for c in schema.columns
     )
-    return dataclasses.replace(schema, columns=new_columns), BoundsEstimate(
-        epsilon, resolved, entry_id, noise_multiplier, sigma, sensitivity, COARSE_Z * sigma, exact_zero=exact_zero
+    schema = dataclasses.replace(schema, columns=new_columns)
+    found: dict[str, tuple[float, ...]] = {}
+    if value_columns:  # step 2, on the bounds step 1 resolved; a failure leaves the reservation counted
+        assert count_values is not None
+        value_columns = values_auto_columns(schema)
+        found = select_values(count_values(schema, value_columns), value_columns, sigma, np.random.default_rng())
+        schema = dataclasses.replace(schema, columns=tuple(
+            dataclasses.replace(c, values_auto=False,
+                                values=tuple(sorted({*c.values, *found.get(c.name, ())} - set(c.sentinels))))
+            if c.values_auto else c for c in schema.columns))
+    if ledger is not None and entry_id is not None:
+        ledger.commit(entry_id)
+    return schema, BoundsEstimate(
+        epsilon, resolved, entry_id, noise_multiplier, sigma, sensitivity, COARSE_Z * sigma, exact_zero=exact_zero,
+        found_values=found,
     )

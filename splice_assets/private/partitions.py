@@ -9,7 +9,8 @@ and order, and equal to the whole-table path's (tests/test_partitions.py):
 
 1. ``scan``: the header against the schema, the row count, the unparseable-cell tallies and the exact histograms
    of ``bounds: auto`` columns. The driver then refuses bad input and runs the pre-flight before anything is
-   charged, and charges the DP bounds (``bounds.estimate_bounds_from_counts``);
+   charged, and charges the DP bounds (``bounds.estimate_bounds_from_counts``); with ``values: auto`` columns a
+   second pass (``value_counts_partition``) counts their candidates on the resolved bounds inside that charge;
 2. replace-one with a holdout only: ``key_histogram`` and ``boundary_keys`` find the rank cut of the holdout's
    row keys (``holdout_split``: the measured rows are the n - round(f n) smallest keys), with a per-partition
    quota for identical rows at the cut, so the measured multiset is the whole-table path's;
@@ -37,7 +38,15 @@ import pandas as pd
 from splice_assets.engine import Engine, LocalEngine
 from splice_assets.layout import draw_directions, layout_for
 from splice_assets.measurement import RELATION_ADD_REMOVE
-from splice_assets.private.bounds import COARSE, FINE, auto_columns, exact_histograms
+from splice_assets.private.bounds import (
+    COARSE,
+    FINE,
+    ValueCounts,
+    add_value_counts,
+    auto_columns,
+    exact_histograms,
+    exact_value_counts,
+)
 from splice_assets.private.encoding import encode
 from splice_assets.private.holdout_split import key_threshold, row_keys
 from splice_assets.private.measuring import ExactSums, MeasurementPlan, exact_sums
@@ -50,7 +59,7 @@ from splice_assets.private.validation import (
     clean_records,
     column_tallies,
 )
-from splice_assets.schema import TableSchema
+from splice_assets.schema import ColumnSpec, TableSchema
 
 #: Rows per batch: pandera's fixed cost per validated batch (about 0.15 s) stays below 5% of the pass.
 DEFAULT_BATCH_ROWS = 2**18
@@ -198,6 +207,23 @@ def scan_source(partitions: Sequence[Partition], schema: TableSchema, engine: En
                 batch_rows: int = DEFAULT_BATCH_ROWS) -> Scan:
     results = (engine or LocalEngine()).map(scan_partition, partitions, schema=schema, batch_rows=batch_rows)
     return reduce(add, results)
+
+
+def value_counts_partition(partition: Partition, schema: TableSchema, columns: list[ColumnSpec],
+                           batch_rows: int = DEFAULT_BATCH_ROWS) -> list[ValueCounts]:
+    """Pass 1b (``values: auto`` columns, on the schema the DP bounds resolved): the exact counts of the candidates
+    the cleaned values hold (``bounds.exact_value_counts``)."""
+    total = exact_value_counts(pd.DataFrame({c.name: pd.Series([], dtype=float) for c in columns}), columns)
+    for batch in read_batches(partition, batch_rows):
+        total = add_value_counts(total, exact_value_counts(clean_records(batch, schema)[0].table, columns))
+    return total
+
+
+def value_counts_source(partitions: Sequence[Partition], schema: TableSchema, columns: list[ColumnSpec],
+                        engine: Engine | None = None, batch_rows: int = DEFAULT_BATCH_ROWS) -> list[ValueCounts]:
+    results = (engine or LocalEngine()).map(value_counts_partition, partitions, schema=schema, columns=columns,
+                                            batch_rows=batch_rows)
+    return reduce(add_value_counts, results)
 
 
 # -- pass 2 (replace-one with a holdout): the rank cut of the row keys ------------------------------------------

@@ -235,7 +235,7 @@ def write_release(
     rows). The internal record (source, validation counts, the report's numbers) stays in ``internal_dir``: it is
     never logged to MLflow, where it would sit beside the public model.
     """
-    if bounds_noise_multiplier is None and bounds_estimate is not None and bounds_estimate.columns:
+    if bounds_noise_multiplier is None and bounds_estimate is not None and bounds_estimate.spent:
         bounds_noise_multiplier = bounds_estimate.noise_multiplier
     from splice_assets.release.mlflow_model import registered_model_name
     from splice_assets.release.quality import quality_summary
@@ -281,18 +281,20 @@ def write_release(
             "noisy statistics only.",
             "columns": below_noise(measurement, schema),
         },
-        "auto_bounds": None if bounds_estimate is None or not bounds_estimate.columns else {
+        "auto_bounds": None if bounds_estimate is None or not bounds_estimate.spent else {
             "statement": "Bounds the schema left as 'auto' are the outer edges of the outermost buckets of a public "
             "log grid whose Gaussian noisy count clears the threshold; the histograms were charged to the ledger as "
             "their own entry and the values below are post-processing of them. Columns in 'exact_zero' had a noisy "
             "count of exact zeros above the threshold too: 0 is an exact value of theirs, measured in a cell of "
-            "its own.",
+            "its own. 'found_values' are the values a 'values: auto' column's noisy candidate counts selected, in "
+            "the same charge (the counts themselves are not released).",
             "epsilon_alone": bounds_estimate.epsilon,
             "noise_multiplier": bounds_estimate.noise_multiplier,
             "sigma": bounds_estimate.sigma,
             "threshold": bounds_estimate.threshold,
             "bounds": {k: list(v) for k, v in bounds_estimate.columns.items()},
             "exact_zero": list(bounds_estimate.exact_zero),
+            "found_values": {k: list(v) for k, v in bounds_estimate.found_values.items()},
             "ledger_entry_id": bounds_estimate.ledger_entry_id,
         },
         "parameters": public_params,

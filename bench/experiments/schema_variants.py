@@ -1,0 +1,52 @@
+"""Schema variants of one dataset, compared as a release would see them: for each schema file and seed, the DP
+estimate of its auto bounds and values (replace-one, ε = 1, the default share; a fresh draw per seed), then an
+add-remove release at ε = 1 on the train split. Every variant gets the same train rows (the dataset's repository
+schema cleans them and the bench's split takes them) and is scored against them, so a variant's own clipping is
+counted as error. Prints the mean over seeds of the off-grid metrics and the on-grid 1-/2-way TVD.
+
+    git show HEAD~1:schemas/churn.yaml > /tmp/churn-before.yaml
+    .venv/bin/python -m bench.experiments.schema_variants churn /tmp/churn-before.yaml schemas/churn.yaml --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from bench.common import DATASETS_DIR, split_train_test
+from bench.experiments.pair_selection import fitted_sample, print_means, scores
+from bench.run import DELTA
+from splice_assets import load_schema
+from splice_assets.datasets import schema_path
+from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, estimate_bounds, needs_estimate
+from splice_assets.private.mechanism import split_privacy
+from splice_assets.private.validation import read_table, validate
+
+KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset")
+    parser.add_argument("schemas", nargs="+", help="Schema files, one per variant.")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    args = parser.parse_args()
+    raw = read_table(DATASETS_DIR / args.dataset / "data.csv.gz")
+    reference = load_schema(schema_path(args.dataset))
+    if needs_estimate(reference):  # the reference rows: cleaned with the repository schema's bounds, once
+        _, multiplier = split_privacy(1.0, DELTA, DEFAULT_BOUNDS_SHARE)
+        reference = estimate_bounds(raw, reference, multiplier, DELTA, None, "bench", "replace-one")[0]
+    train, _ = split_train_test(validate(raw, reference).table)
+    print(" | ".join(("dataset", "schema", *KEYS)), flush=True)
+    for path in args.schemas:
+        rows = []
+        for seed in args.seeds:
+            schema = load_schema(path)
+            if needs_estimate(schema):
+                _, multiplier = split_privacy(1.0, DELTA, DEFAULT_BOUNDS_SHARE)
+                schema = estimate_bounds(train, schema, multiplier, DELTA, None, "bench", "replace-one")[0]
+            rows.append(scores(train, fitted_sample(schema, train, seed)[1], reference))
+        print_means(args.dataset, path, rows, KEYS)
+
+
+if __name__ == "__main__":
+    main()

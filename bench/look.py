@@ -1,0 +1,86 @@
+"""Look at synthetic rows the way a user would, column by column, against the rows the generator was given.
+
+One add-remove release at the given ε on a shared dataset's train split (the bench's split and schema), then per
+column: its off-grid 1-way TVD (bench/offgrid.py's cells), the distinct values, the most frequent value and its
+share, the share of values with more decimals than the real column ever has, and the 1/50/99% quantiles, real
+beside synthetic. Rows are sorted worst first. Internal: it prints statistics of real rows (bench data only).
+
+    .venv/bin/python -m bench.look churn pol --epsilon 1 --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+
+from bench.experiments.pair_selection import fitted_sample
+from bench.offgrid import _tvd, cells, offgrid_metrics
+from bench.run import prepare
+
+
+def decimals(values: np.ndarray) -> np.ndarray:
+    """Decimal places of each value (up to 6; more counts as 7)."""
+    out = np.full(len(values), 7)
+    for places in range(6, -1, -1):
+        out[np.isclose(values, np.round(values, places), rtol=0, atol=1e-9)] = places
+    return out
+
+
+def describe(values: pd.Series, places: int | None) -> tuple[str, int]:
+    """A short text of one column's values, and their most common number of decimals."""
+    x = pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype=float)
+    if not len(x):
+        return "all missing", 0
+    top = pd.Series(x).value_counts(normalize=True)
+    q = np.quantile(x, [0.01, 0.5, 0.99])
+    dec = decimals(x)
+    finer = f" finer {np.mean(dec > places):.0%}" if places is not None else ""
+    text = (f"{len(top):>6} distinct, top {top.index[0]:g} {top.iloc[0]:.1%}, q01/50/99 {q[0]:.4g} / {q[1]:.4g} / "
+            f"{q[2]:.4g}{finer}")
+    return text, int(dec.max())
+
+
+def look(name: str, epsilon: float, seed: int, top: int) -> None:
+    prepared = prepare(name)
+    if prepared is None:
+        return
+    schema, train = prepared.schema, prepared.train
+    _, synthetic = fitted_sample(schema, train, seed, epsilon=epsilon)
+    metrics = offgrid_metrics(train, synthetic, schema, 0)
+    print(f"\n## {name}: qtvd1 {metrics['qtvd1']:.4f}, qtvd2 {metrics['qtvd2']:.4f}, range {metrics['range_mae']:.4f}, "
+          f"missing {metrics['missing_values']}")
+    rows = []
+    for spec in schema.columns:
+        real, synth = cells(train[spec.name], synthetic[spec.name], spec)
+        tvd = _tvd((real + 1)[:, None], (synth + 1)[:, None])
+        if spec.is_numeric:
+            real_text, places = describe(train[spec.name], None)
+            synth_text, _ = describe(synthetic[spec.name], places)
+        else:
+            shares = train[spec.name].value_counts(normalize=True, dropna=False)
+            synth_shares = synthetic[spec.name].value_counts(normalize=True, dropna=False)
+            lost = [str(k) for k in shares.index if k not in synth_shares.index]
+            real_text = f"{len(shares):>6} categories, top {shares.index[0]} {shares.iloc[0]:.1%}"
+            synth_text = f"{len(synth_shares):>6} categories, top {synth_shares.index[0]} {synth_shares.iloc[0]:.1%}"
+            if lost:
+                synth_text += f", lost {len(lost)} ({shares[shares.index.isin(lost)].sum():.1%} of rows)"
+        rows.append((tvd, spec.name, spec.kind, real_text, synth_text))
+    for tvd, column, kind, real_text, synth_text in sorted(rows, reverse=True)[:top]:
+        print(f"{column} ({kind}) TVD {tvd:.3f}\n    real  {real_text}\n    synth {synth_text}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("datasets", nargs="+")
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--top", type=int, default=12, help="Columns shown per dataset, worst first.")
+    args = parser.parse_args()
+    for name in args.datasets:
+        look(name, args.epsilon, args.seed, args.top)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""``values: auto``: a DP selection of a column's frequent exact values among its public candidates, in the DP-bounds
+charge (``private.bounds``). Noise comes from OS entropy, so the statistical assertions use margins that fail with
+probability below 1e-6 (stated at each)."""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from splice_assets import Synthesizer
+from splice_assets.measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
+from splice_assets.private import bounds, partitions
+from splice_assets.private.validation import clean_records
+from splice_assets.schema import SchemaError, parse_schema, schema_to_dict
+
+SCHEMA = {"name": "spikes", "version": 1, "n_min": 1000, "columns": [
+    {"name": "limit", "kind": "integer", "bounds": [0, 50000], "values": "auto"},
+    {"name": "share", "kind": "continuous", "bounds": [0, 1], "values": "auto"},
+    {"name": "price", "kind": "continuous", "bounds": [0, 100], "decimals": 1, "values": "auto"},
+    {"name": "small", "kind": "integer", "bounds": [0, 20], "values": "auto"},
+    {"name": "group", "kind": "categorical", "categories": ["a", "b"]},
+]}
+
+
+def spiky_table(n: int, rng: np.random.Generator) -> pd.DataFrame:
+    """30% of limits at 20,000, a quarter of shares at exactly 1, a fifth of prices at 9.9, the rest spread."""
+    limit = rng.integers(0, 50001, n)
+    limit[rng.random(n) < 0.3] = 20000
+    share = rng.random(n)
+    share[rng.random(n) < 0.25] = 1.0
+    price = np.round(rng.uniform(0, 100, n), 1)
+    price[rng.random(n) < 0.2] = 9.9
+    return pd.DataFrame({"limit": limit, "share": share, "price": price, "small": rng.integers(0, 21, n),
+                         "group": rng.choice(["a", "b"], n)})
+
+
+def test_values_auto_parses_round_trips_and_is_refused_off_numeric_columns():
+    schema = parse_schema(SCHEMA)
+    assert [c.values_auto for c in schema.columns] == [True, True, True, True, False]
+    assert parse_schema(schema_to_dict(schema)) == schema
+    column = {"name": "x", "kind": "integer", "bounds": [0, 9], "values": [9, "auto"]}
+    both = parse_schema({**SCHEMA, "columns": [column]})
+    assert (both.columns[0].values, both.columns[0].values_auto) == ((9.0,), True)
+    assert parse_schema(schema_to_dict(both)) == both
+    bad = yaml.safe_load("{name: t, version: 1, n_min: 10, columns: [{name: g, kind: categorical, categories: [a], "
+                         "values: auto}]}")
+    with pytest.raises(SchemaError, match="column 'g'.*values: auto belongs to numeric columns"):
+        parse_schema(bad)
+
+
+def test_candidates_are_the_public_grid_or_the_bounds_and_zero():
+    limit, share, price, small = (bounds.value_candidates(c) for c in parse_schema(SCHEMA).columns[:4])
+    assert (limit.size, limit.first, limit.step) == (50001, 0.0, 1.0)
+    assert share.points == (0.0, 1.0)
+    assert (price.size, price.step) == (1001, pytest.approx(0.1))
+    assert small is None  # 21 integers: each has a fine cell already
+    assert limit.index_of(np.array([20000.0, 20000.5, -1.0, np.nan])).tolist() == [20000, -1, -1, -1]
+    assert price.index_of(np.array([9.9, 100.0])).tolist() == [99, 1000]
+    signed = parse_schema({**SCHEMA, "columns": [{"name": "x", "kind": "continuous", "bounds": [-5, 5],
+                                                  "values": [5]}]}).columns[0]
+    assert bounds.value_candidates(signed).points == (-5.0, 0.0)  # 5 is declared already
+
+
+def test_the_threshold_keeps_false_positives_rare_and_never_drops_below_four_sigma():
+    expected_false = lambda m: m * NormalDist().cdf(-bounds.selection_z(m))  # noqa: E731
+    assert bounds.selection_z(2) == bounds.COARSE_Z and expected_false(1_000) < bounds.FALSE_POSITIVES
+    for m in (100_000, 10_000_000):
+        assert expected_false(m) == pytest.approx(bounds.FALSE_POSITIVES)
+
+
+@pytest.mark.parametrize("relation", [RELATION_ADD_REMOVE, RELATION_REPLACE_ONE])
+def test_one_row_moves_the_value_counts_by_at_most_one_cell_per_column(relation):
+    """The sensitivity argument on the counts themselves: a row adds 1 to one candidate per column (or none)."""
+    schema = parse_schema(SCHEMA)
+    columns = bounds.values_auto_columns(schema)
+    rng = np.random.default_rng(0)
+    table = spiky_table(500, rng)
+    table.iloc[7] = pd.Series({"limit": 20000, "share": 1.0, "price": 9.9, "small": 3, "group": "a"})
+
+    def dense(t):
+        counts = bounds.exact_value_counts(clean_records(t, schema)[0].table, columns)
+        out = []
+        for spec, (held, count) in zip(columns, counts):
+            size = 0 if bounds.value_candidates(spec) is None else bounds.value_candidates(spec).size
+            out.append(np.bincount(held, weights=count, minlength=size))
+        return np.concatenate(out)
+
+    extreme = pd.DataFrame([{"limit": 50000, "share": 0.0, "price": 100.0, "small": 20, "group": "b"}])
+    if relation == RELATION_ADD_REMOVE:
+        other = pd.concat([table, extreme], ignore_index=True)
+    else:
+        other = table.copy()
+        other.iloc[7] = extreme.iloc[0]
+    shift = float(np.linalg.norm(dense(other) - dense(table)))
+    values_only = bounds.estimate_sensitivity(0, len(columns), relation)
+    assert shift <= values_only + 1e-12
+    # The extreme row, and the spike row it replaces, hold a candidate in each of the three columns that have
+    # candidates: the bound is met there.
+    assert shift == pytest.approx(math.sqrt((2 if relation == RELATION_REPLACE_ONE else 1) * 3))
+
+
+def test_a_release_finds_the_spikes_and_the_synthetic_rows_keep_them():
+    rng = np.random.default_rng(1)
+    table = spiky_table(20_000, rng)
+    synth = Synthesizer(parse_schema(SCHEMA), 1.0, 1e-9, RELATION_ADD_REMOVE).fit(table, ledger=None)
+    found = synth.bounds.found_values
+    # Each spike holds >= 4,000 rows against a threshold near 5.4 sigma, sigma about 50: missed with p < 1e-12.
+    assert 20000.0 in found["limit"] and 1.0 in found["share"] and 9.9 in found["price"]
+    # About FALSE_POSITIVES empty candidates pass per column; three or more in one column has p < 1e-4 each.
+    assert all(len(values) <= 3 for values in found.values()), found
+    assert "small" not in found  # nothing to find on a grid of per-value cells
+    assert synth.privacy.bounds_noise_multiplier is not None  # the selection is part of the release's cost
+    rows = synth.sample(20_000, seed=0)
+    # Sampling tolerance: the shares' binomial sd at 20,000 rows is < 0.0035; the noisy point cell adds about
+    # 0.003 more (its noise std), so 0.03 is beyond 6 sd.
+    assert abs((rows["limit"] == 20000).mean() - (table["limit"] == 20000).mean()) < 0.03
+    assert abs((rows["share"] == 1.0).mean() - (table["share"] == 1.0).mean()) < 0.03
+    assert abs(np.isclose(rows["price"], 9.9).mean() - np.isclose(table["price"], 9.9).mean()) < 0.03
+
+
+def test_the_streamed_counts_are_the_whole_tables(tmp_path):
+    schema = parse_schema(SCHEMA)
+    columns = bounds.values_auto_columns(schema)
+    table = spiky_table(5_000, np.random.default_rng(2))
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    table.iloc[:1700].to_parquet(folder / "a.parquet", index=False, row_group_size=300)
+    table.iloc[:0].to_parquet(folder / "b.parquet", index=False)
+    table.iloc[1700:].to_csv(folder / "c.csv", index=False)
+    streamed = partitions.value_counts_source(partitions.list_partitions(str(folder)), schema, columns,
+                                              batch_rows=700)
+    whole = bounds.exact_value_counts(clean_records(table, schema)[0].table, columns)
+    for (held_a, count_a), (held_b, count_b) in zip(streamed, whole):
+        np.testing.assert_array_equal(held_a, held_b)
+        np.testing.assert_array_equal(count_a, count_b)
