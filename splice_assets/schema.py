@@ -56,6 +56,8 @@ class ColumnSpec:
     categories: tuple[Category, ...] | None = None
     other: Category | None = None
     bounds_auto: bool = False
+    #: The public end of half-auto bounds (``[0, auto]``: (0, None)); the DP estimate finds the other one.
+    known_end: tuple[float | None, float | None] = (None, None)
     #: Public output precision of a continuous column: synthetic values are rounded to this many decimals.
     decimals: int | None = None
     #: Public exact values a numeric column takes with positive probability (a sentinel, 0, a top code): each is a
@@ -121,18 +123,24 @@ def _fail(where: str, entry: Any, problem: str) -> SchemaError:
     return SchemaError(f"{where}: {problem} (entry: {entry!r})")
 
 
-def _parse_bounds(where: str, raw: Any) -> tuple[tuple[float, float] | None, bool]:
+def _parse_bounds(where: str, raw: Any) -> tuple[tuple[float, float] | None, bool, tuple[float | None, float | None]]:
+    """(bounds, auto, the public end of a half-auto pair such as ``[0, auto]``)."""
     if raw == "auto":
-        return None, True
+        return None, True, (None, None)
     if not isinstance(raw, (list, tuple)) or len(raw) != 2:
-        raise _fail(where, raw, "bounds must be a list [lo, hi] or 'auto'")
+        raise _fail(where, raw, "bounds must be a list [lo, hi], 'auto', or one end auto: [0, auto]")
+    if list(raw).count("auto") == 1:
+        known = raw[1] if raw[0] == "auto" else raw[0]
+        if isinstance(known, bool) or not isinstance(known, (int, float)) or not math.isfinite(known):
+            raise _fail(where, raw, "the public end of half-auto bounds must be a finite number")
+        return None, True, (None, float(known)) if raw[0] == "auto" else (float(known), None)
     try:
         lo, hi = float(raw[0]), float(raw[1])
     except (TypeError, ValueError):
         raise _fail(where, raw, "bounds must be numbers") from None
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
         raise _fail(where, raw, "bounds must be finite with lo < hi")
-    return (lo, hi), False
+    return (lo, hi), False, (None, None)
 
 
 def _parse_categories(where: str, raw: Any) -> tuple[Category, ...]:
@@ -178,7 +186,7 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
     nullable = raw.get("nullable", False)
     if not isinstance(nullable, bool):
         raise _fail(where, nullable, "nullable must be true or false")
-    bounds, auto = None, False
+    bounds, auto, known_end = None, False, (None, None)
     categories: tuple[Category, ...] | None = None
     other = raw.get("other")
     if kind in NUMERIC_KINDS:
@@ -186,7 +194,7 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
             raise _fail(where, raw, "a numeric column needs public bounds [lo, hi] (or 'auto')")
         if "categories" in raw or other is not None:
             raise _fail(where, raw, "a numeric column takes no categories or other")
-        bounds, auto = _parse_bounds(where, raw["bounds"])
+        bounds, auto, known_end = _parse_bounds(where, raw["bounds"])
     elif kind == "boolean":
         if "bounds" in raw or "categories" in raw:
             raise _fail(where, raw, "a boolean column takes no bounds or categories")
@@ -222,6 +230,7 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
     return ColumnSpec(
         name=name, kind=kind, nullable=nullable, bounds=bounds, categories=categories, other=other, bounds_auto=auto,
         decimals=decimals, values=values, sentinels=sentinels, step=step, scale=scale, values_auto=values_auto,
+        known_end=known_end,
     )
 
 
@@ -316,7 +325,8 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
     for c in schema.columns:
         entry: dict[str, Any] = {"name": c.name, "kind": c.kind, "nullable": c.nullable}
         if c.is_numeric:
-            entry["bounds"] = "auto" if c.bounds_auto else list(c.bounds or ())
+            entry["bounds"] = list(c.bounds or ()) if not c.bounds_auto else (
+                "auto" if c.known_end == (None, None) else ["auto" if end is None else end for end in c.known_end])
             if c.decimals is not None:
                 entry["decimals"] = c.decimals
             for key, declared in (("values", c.values), ("sentinels", c.sentinels)):

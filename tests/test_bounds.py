@@ -246,3 +246,25 @@ def test_a_frequent_zero_of_an_auto_column_becomes_an_exact_value():
         assert resolved.column("visits").values == (0.0,) and resolved.column("income").values == ()
     rare = raw.assign(visits=np.where(raw["visits"] == 0, 1, raw["visits"]))
     assert "visits" not in estimate_bounds(rare, SCHEMA, Z_BOUNDS, 1e-6, None, "r", "replace-one")[1].exact_zero
+
+
+def test_a_public_end_is_kept_and_only_the_other_is_estimated():
+    """``bounds: [0, auto]``: the low end is public; the high end comes from the noisy histograms as before, and
+    decades below the public end (where clipped values would land) do not move it."""
+    from splice_assets.private.bounds import bounds_from_noisy
+    from splice_assets.schema import parse_schema, schema_to_dict
+
+    schema = parse_schema({"name": "t", "version": 1, "n_min": 10, "columns": [
+        {"name": "minutes", "kind": "continuous", "bounds": [0, "auto"]},
+        {"name": "debt", "kind": "integer", "bounds": ["auto", 0]}]})
+    assert [(c.bounds_auto, c.known_end) for c in schema.columns] == [(True, (0.0, None)), (True, (None, 0.0))]
+    assert parse_schema(schema_to_dict(schema)) == schema
+    values = np.concatenate([np.full(300, 0.5), np.linspace(20, 300, 4000)])  # 7% of the rows below 1
+    counts = np.concatenate([np.bincount(grid.bucket_of(values), minlength=grid.size) for grid in (COARSE, FINE)])
+    lo, hi = bounds_from_noisy(counts.astype(float), 1.0, False, (0.0, None))
+    assert lo == 0.0 and 300 <= hi <= 400
+    free_lo, _ = bounds_from_noisy(counts.astype(float), 1.0, False)
+    assert free_lo > 0.0  # without the public end the estimate starts at a data decade
+    mirrored = np.concatenate([np.bincount(grid.bucket_of(-values), minlength=grid.size) for grid in (COARSE, FINE)])
+    lo, hi = bounds_from_noisy(mirrored.astype(float), 1.0, True, (None, 0.0))
+    assert hi == 0.0 and -400 <= lo <= -300

@@ -327,23 +327,36 @@ def _inward(fine: np.ndarray, buckets: np.ndarray, sigma: float, allowed: float)
     return passed
 
 
-def bounds_from_noisy(noisy: np.ndarray, sigma: float, integer: bool) -> tuple[float, float]:
+def bounds_from_noisy(noisy: np.ndarray, sigma: float, integer: bool,
+                      known_end: tuple[float | None, float | None] = (None, None)) -> tuple[float, float]:
     """Post-processing of one column's noisy histograms (coarse then fine): the outermost decades above
     ``COARSE_Z`` sigma (the largest when none is), each end moved inward in fine buckets while the clipped noisy
     mass stays within ``CLIP_SHARE`` of the noisy row count; rounded outward for integer columns, never
-    degenerate."""
+    degenerate. A public end (``known_end``, from ``bounds: [0, auto]``) is kept, and only decades on the inner
+    side of it count for the other."""
     coarse, fine = noisy[:COARSE.size], noisy[COARSE.size:]
-    above = np.flatnonzero(coarse > COARSE_Z * sigma)
+    known_lo, known_hi = known_end
+    inside = np.ones(COARSE.size, dtype=bool)
+    if known_lo is not None:
+        inside &= COARSE.upper > known_lo
+    if known_hi is not None:
+        inside &= COARSE.lower < known_hi
+    above = np.flatnonzero((coarse > COARSE_Z * sigma) & inside)
     if above.size == 0:
-        above = np.array([int(np.argmax(coarse))])
+        above = np.array([int(np.argmax(np.where(inside, coarse, -np.inf)))])
     allowed = CLIP_SHARE * max(float(coarse.sum()), 0.0)
     low_bucket, high_bucket = int(above[0]), int(above[-1])
     low_fine = FINE.inside(COARSE.lower[low_bucket], COARSE.upper[low_bucket])
     high_fine = FINE.inside(COARSE.lower[high_bucket], COARSE.upper[high_bucket])[::-1]
-    lo = float(FINE.lower[low_fine[_inward(fine, low_fine, sigma, allowed)]])
-    hi = float(FINE.upper[high_fine[_inward(fine, high_fine, sigma, allowed)]])
-    if integer:
-        lo, hi = float(math.floor(lo)), float(math.ceil(hi))
+    lo = float(FINE.lower[low_fine[_inward(fine, low_fine, sigma, allowed)]]) if known_lo is None else known_lo
+    hi = float(FINE.upper[high_fine[_inward(fine, high_fine, sigma, allowed)]]) if known_hi is None else known_hi
+    if known_lo is not None and hi <= lo:  # nothing clears the noise above the public end: one fine bucket above it
+        hi = float(FINE.upper[np.flatnonzero(FINE.upper > lo)[0]])
+    if known_hi is not None and hi <= lo:
+        lo = float(FINE.lower[np.flatnonzero(FINE.lower < hi)[-1]])
+    if integer:  # outward, but never past a public end
+        lo = float(math.floor(lo)) if known_lo is None else lo
+        hi = float(math.ceil(hi)) if known_hi is None else hi
         return (lo, hi) if hi > lo else (lo, lo + 1.0)
     if hi <= lo:  # only the zero bucket: widen to the first public edge on the side with more noisy mass
         upward = coarse[COARSE.zero + 1:].sum() >= coarse[:COARSE.zero].sum()
@@ -440,13 +453,13 @@ def estimate_bounds_from_counts(
             ledger.abort(entry_id)
         raise
     del exact
-    resolved = {spec.name: bounds_from_noisy(noisy[i], sigma, spec.kind == "integer")
+    resolved = {spec.name: bounds_from_noisy(noisy[i], sigma, spec.kind == "integer", spec.known_end)
                 for i, spec in enumerate(columns)}
     exact_zero = tuple(spec.name for i, spec in enumerate(columns)
                        if zero_is_frequent(noisy[i], sigma) and 0.0 not in spec.exact_values
                        and resolved[spec.name][0] <= 0.0 <= resolved[spec.name][1])
     new_columns = tuple(
-        dataclasses.replace(c, bounds=resolved[c.name], bounds_auto=False,
+        dataclasses.replace(c, bounds=resolved[c.name], bounds_auto=False, known_end=(None, None),
                             values=tuple(sorted({*c.values, 0.0})) if c.name in exact_zero else c.values)
         if c.name in resolved else c
         for c in schema.columns
