@@ -186,7 +186,8 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
     nullable = raw.get("nullable", False)
     if not isinstance(nullable, bool):
         raise _fail(where, nullable, "nullable must be true or false")
-    bounds, auto, known_end = None, False, (None, None)
+    bounds, auto = None, False
+    known_end: tuple[float | None, float | None] = (None, None)
     categories: tuple[Category, ...] | None = None
     other = raw.get("other")
     if kind in NUMERIC_KINDS:
