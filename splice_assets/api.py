@@ -271,6 +271,7 @@ class Synthesizer:
                     scan.bounds_counts, self.schema, bounds_multiplier, self.settings.delta, ledger, release_id,
                     self.settings.relation,
                     lambda resolved, columns: value_counts_source(partitions, resolved, columns, engine),
+                    scan.decimals_counts,
                 )
         return SourceScan(source, partitions, scan.rows, n_measured, holdout_fraction)
 
@@ -403,6 +404,7 @@ class Synthesizer:
             bounds["columns"] = {k: tuple(v) for k, v in bounds["columns"].items()}
             bounds["exact_zero"] = tuple(bounds.get("exact_zero", ()))
             bounds["found_values"] = {k: tuple(v) for k, v in bounds.get("found_values", {}).items()}
+            bounds["found_decimals"] = dict(bounds.get("found_decimals", {}))
             synth.bounds = BoundsEstimate(**bounds)
         synth.measurement = Measurement.load(folder / "measurement")
         synth.model = load_model(folder / "model")

@@ -60,6 +60,9 @@ class ColumnSpec:
     known_end: tuple[float | None, float | None] = (None, None)
     #: Public output precision of a continuous column: synthetic values are rounded to this many decimals.
     decimals: int | None = None
+    #: ``decimals: auto``: the precision is not public; a DP estimate (``private.bounds``, charged with the DP
+    #: bounds) sets ``decimals``.
+    decimals_auto: bool = False
     #: Public exact values a numeric column takes with positive probability (a sentinel, 0, a top code): each is a
     #: fine cell of its own, measured and reproduced exactly.
     values: tuple[float, ...] = ()
@@ -208,10 +211,16 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
             if category_key(other) not in {category_key(c) for c in categories}:
                 categories = (*categories, other)
     decimals = raw.get("decimals")
+    decimals_auto = decimals == "auto"
+    if decimals_auto:
+        if kind != "continuous":
+            raise _fail(where, decimals, "decimals: auto belongs to continuous columns")
+        decimals = None
     if decimals is not None and (
         kind != "continuous" or isinstance(decimals, bool) or not isinstance(decimals, int) or not 0 <= decimals <= 12
     ):
-        raise _fail(where, decimals, "decimals (output precision) must be an integer in [0, 12] on a continuous column")
+        raise _fail(where, decimals, "decimals (output precision) must be an integer in [0, 12] or 'auto', on a "
+                    "continuous column")
     # `values: auto`, or `auto` among declared values (`values: [500001, auto]`): a DP selection adds the rest.
     declared = raw.get("values", [])
     values_auto = declared == "auto" or (isinstance(declared, list) and "auto" in declared)
@@ -231,7 +240,7 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
     return ColumnSpec(
         name=name, kind=kind, nullable=nullable, bounds=bounds, categories=categories, other=other, bounds_auto=auto,
         decimals=decimals, values=values, sentinels=sentinels, step=step, scale=scale, values_auto=values_auto,
-        known_end=known_end,
+        known_end=known_end, decimals_auto=decimals_auto,
     )
 
 
@@ -328,8 +337,8 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
         if c.is_numeric:
             entry["bounds"] = list(c.bounds or ()) if not c.bounds_auto else (
                 "auto" if c.known_end == (None, None) else ["auto" if end is None else end for end in c.known_end])
-            if c.decimals is not None:
-                entry["decimals"] = c.decimals
+            if c.decimals is not None or c.decimals_auto:
+                entry["decimals"] = "auto" if c.decimals_auto else c.decimals
             for key, declared in (("values", c.values), ("sentinels", c.sentinels)):
                 if declared:
                     entry[key] = [int(v) if c.kind == "integer" else v for v in declared]

@@ -138,3 +138,52 @@ def test_the_streamed_counts_are_the_whole_tables(tmp_path):
     for (held_a, count_a), (held_b, count_b) in zip(streamed, whole):
         np.testing.assert_array_equal(held_a, held_b)
         np.testing.assert_array_equal(count_a, count_b)
+
+
+# -- decimals: auto ---------------------------------------------------------------------------------------------
+
+
+def test_the_decimals_a_value_needs():
+    values = np.array([3.0, 265.1, 0.25, 1e-7, 6.688942674473659, -12.125, np.nan])
+    assert bounds.decimals_needed(values).tolist() == [0, 1, 2, bounds.MAX_DECIMALS + 1, bounds.MAX_DECIMALS + 1,
+                                                       3, -1]
+
+
+def test_the_precision_is_the_fewest_decimals_the_noisy_rows_allow():
+    rng = np.random.default_rng(5)
+    values = np.round(rng.uniform(0, 500, 20_000), 1)
+    values[:50] = rng.uniform(0, 1, 50)  # 0.25% of the rows at full precision (a few odd cells)
+    exact = np.bincount(bounds.decimals_needed(values), minlength=bounds.DECIMAL_CELLS).astype(float)
+    for _ in range(20):  # seeded noise, sigma 10: the tail's 50 rows plus noise (sd 24) stay below the 200 allowed
+        assert bounds.decimals_from_noisy(exact + rng.normal(0, 10, exact.size), 10.0) == 1
+    full = np.bincount(bounds.decimals_needed(rng.uniform(0, 1, 5_000)), minlength=bounds.DECIMAL_CELLS)
+    assert bounds.decimals_from_noisy(full.astype(float), 30.0) is None
+
+
+def test_a_release_sets_the_precision_and_rounds_its_output(tmp_path):
+    rng = np.random.default_rng(6)
+    table = pd.DataFrame({"minutes": np.round(rng.gamma(4.0, 40.0, 5_000), 1), "group": rng.choice(["a", "b"], 5_000)})
+    schema = parse_schema({"name": "precision", "version": 1, "n_min": 1000, "columns": [
+        {"name": "minutes", "kind": "continuous", "bounds": [0, "auto"], "decimals": "auto"},
+        {"name": "group", "kind": "categorical", "categories": ["a", "b"]}]})
+    assert schema_to_dict(schema)["columns"][0]["decimals"] == "auto"
+    # At eps = 20 the estimate's noise sd is about 1 row against an allowance of 50: a wrong precision has p < 1e-9.
+    synth = Synthesizer(schema, 20.0, 1e-9, RELATION_ADD_REMOVE).fit(table, ledger=None)
+    assert synth.bounds.found_decimals == {"minutes": 1} and synth.schema.column("minutes").decimals == 1
+    rows = synth.sample(2_000, seed=0)
+    assert (bounds.decimals_needed(rows["minutes"].to_numpy(dtype=float)) <= 1).all()
+    folder = synth.save(tmp_path / "model")
+    assert Synthesizer.load(folder).bounds.found_decimals == {"minutes": 1}
+
+
+def test_the_streamed_decimals_counts_are_the_whole_tables(tmp_path):
+    schema = parse_schema({"name": "precision", "version": 1, "n_min": 10, "columns": [
+        {"name": "minutes", "kind": "continuous", "bounds": "auto", "decimals": "auto"}]})
+    table = pd.DataFrame({"minutes": np.round(np.random.default_rng(7).gamma(4.0, 40.0, 3_000), 2)})
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    table.iloc[:1000].to_csv(folder / "a.csv", index=False)
+    table.iloc[1000:].to_parquet(folder / "b.parquet", index=False, row_group_size=700)
+    scan = partitions.scan_source(partitions.list_partitions(str(folder)), schema, batch_rows=500)
+    whole = bounds.exact_decimals(table, bounds.decimals_auto_columns(schema))
+    np.testing.assert_array_equal(scan.decimals_counts, whole)

@@ -12,6 +12,10 @@ tail, the bounds stay at the decade: wide rather than clipping a tail into a spi
 noisy counts of the zero bucket, pooled, clear ``COARSE_Z`` noise standard deviations, 0 is an exact value of the
 column (``zero_is_frequent``): it gets a fine cell of its own in the main measurement, as if declared in ``values``.
 
+A column with ``decimals: auto`` gets a third histogram in the same draw: each row adds 1 to the cell of the number of
+decimals its value needs (0 to ``MAX_DECIMALS``, or more); its precision is the fewest decimals that leave at most
+``CLIP_SHARE`` of the noisy rows (or the noise of the cells passed) with more (``decimals_from_noisy``).
+
 A column with ``values: auto`` then gets its frequent exact values from the same measurement, in a second step on
 the bounds the first resolved (``select_values``): each row adds 1 to the count of its cleaned value among the
 column's public candidates (``value_candidates``: every point of its public grid, i.e. integers, multiples of
@@ -100,6 +104,9 @@ DEFAULT_BOUNDS_SHARE = 0.05
 MECHANISM = "gaussian/dp-bounds-histogram"
 #: Histograms per column (coarse and fine): each row adds 1 to one bucket of each.
 HISTOGRAMS = 2
+#: ``decimals: auto``: cells 0..MAX_DECIMALS decimals, then one for values that need more.
+MAX_DECIMALS = 6
+DECIMAL_CELLS = MAX_DECIMALS + 2
 #: ``values: auto``: expected candidates per column that no row holds and still pass the threshold.
 FALSE_POSITIVES = 0.05
 #: ``values: auto``: at most this many values found per column (the largest noisy counts).
@@ -136,6 +143,8 @@ class BoundsEstimate:
     exact_zero: tuple[str, ...] = ()
     #: ``values: auto`` columns: the exact values their selection found (possibly none).
     found_values: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    #: ``decimals: auto`` columns: the precision their noisy histogram gave (None: more than ``MAX_DECIMALS``).
+    found_decimals: dict[str, int | None] = dataclasses.field(default_factory=dict)
 
     @property
     def spent(self) -> bool:
@@ -153,9 +162,14 @@ def values_auto_columns(schema: TableSchema) -> list[ColumnSpec]:
     return [c for c in schema.columns if c.is_numeric and c.values_auto]
 
 
+def decimals_auto_columns(schema: TableSchema) -> list[ColumnSpec]:
+    """The columns with ``decimals: auto``."""
+    return [c for c in schema.columns if c.decimals_auto]
+
+
 def needs_estimate(schema: TableSchema) -> bool:
-    """Whether a release of this schema spends on the estimate (``bounds: auto`` or ``values: auto`` columns)."""
-    return bool(auto_columns(schema) or values_auto_columns(schema))
+    """Whether a release of this schema spends on the estimate (``auto`` bounds, values or decimals)."""
+    return bool(auto_columns(schema) or values_auto_columns(schema) or decimals_auto_columns(schema))
 
 
 def histogram_sensitivity(columns: int, relation: str) -> float:
@@ -168,14 +182,48 @@ def histogram_sensitivity(columns: int, relation: str) -> float:
     return estimate_sensitivity(columns, 0, relation)
 
 
-def estimate_sensitivity(bounds_columns: int, values_columns: int, relation: str) -> float:
-    """l2 sensitivity of the whole estimate: the bounds histograms (``histogram_sensitivity``) and the value counts
-    of ``values_columns`` columns, one count vector each, to which a row adds 1 in at most one cell (its cleaned
-    value, if that is a candidate). Replace-one doubles every squared term (one cell left, one entered). The
-    second step's query depends on the first step's noisy output (the bounds clip the values), and both draw noise
-    at the same multiplier: adaptive composition of the two Gaussians is one Gaussian with this sensitivity."""
+def estimate_sensitivity(bounds_columns: int, values_columns: int, relation: str, decimals_columns: int = 0) -> float:
+    """l2 sensitivity of the whole estimate: the bounds histograms (``histogram_sensitivity``), one decimals
+    histogram per ``decimals: auto`` column and the value counts of ``values_columns`` columns, one count vector
+    each; a row adds 1 to at most one cell of each (its cleaned value's candidate, if it is one). Replace-one
+    doubles every squared term (one cell left, one entered). The second step's query depends on the first step's
+    noisy output (the bounds clip the values), and both draw noise at the same multiplier: adaptive composition
+    of the two Gaussians is one Gaussian with this sensitivity."""
     factor = 2.0 if relation == RELATION_REPLACE_ONE else 1.0
-    return math.sqrt(factor * (HISTOGRAMS * bounds_columns + values_columns))
+    return math.sqrt(factor * (HISTOGRAMS * bounds_columns + decimals_columns + values_columns))
+
+
+def decimals_needed(values: np.ndarray) -> np.ndarray:
+    """Decimals each value needs (0 to ``MAX_DECIMALS``; ``MAX_DECIMALS + 1`` for more; -1 for NaN)."""
+    out = np.full(len(values), MAX_DECIMALS + 1, dtype=np.int64)
+    for places in range(MAX_DECIMALS, -1, -1):
+        exact = np.abs(values - np.round(values, places)) <= 1e-9 * np.maximum(1.0, np.abs(values))
+        out[exact] = places
+    return np.where(np.isnan(values), -1, out)
+
+
+def exact_decimals(raw: pd.DataFrame, columns: list[ColumnSpec]) -> np.ndarray:
+    """PRIVATE: (columns, DECIMAL_CELLS) exact counts of the decimals each parsed value needs (missing: none)."""
+    from splice_assets.private.validation import parse_numbers
+
+    counts = np.zeros((len(columns), DECIMAL_CELLS), dtype=np.float64)
+    for row, spec in enumerate(columns):
+        places = decimals_needed(parse_numbers(raw[spec.name].reset_index(drop=True)))
+        counts[row] = np.bincount(places[places >= 0], minlength=DECIMAL_CELLS)
+    return counts
+
+
+def decimals_from_noisy(noisy: np.ndarray, sigma: float) -> int | None:
+    """Post-processing of one column's noisy decimals histogram: the fewest decimals k such that the noisy rows
+    needing more stay within ``CLIP_SHARE`` of the noisy row count, or within the noise of those cells (3 sd: a
+    column is given more decimals than its data have with probability about 1e-3); None when only the last cell
+    (more than ``MAX_DECIMALS``) does."""
+    allowed = CLIP_SHARE * max(float(noisy.sum()), 0.0)
+    for places in range(MAX_DECIMALS + 1):
+        beyond = noisy[places + 1:]
+        if beyond.sum() <= max(allowed, 3.0 * sigma * math.sqrt(len(beyond))):
+            return places
+    return None
 
 
 @dataclass(frozen=True)
@@ -395,12 +443,13 @@ def estimate_bounds(
     """
     from splice_assets.private.validation import clean_records
 
-    for spec in auto_columns(schema) + values_auto_columns(schema):
+    for spec in auto_columns(schema) + values_auto_columns(schema) + decimals_auto_columns(schema):
         if spec.name not in raw.columns:
             raise ValueError(f"column {spec.name!r}: required by the schema but missing from the input")
     return estimate_bounds_from_counts(
         exact_histograms(raw, auto_columns(schema)), schema, noise_multiplier, delta, ledger, release_id, relation,
         lambda resolved, columns: exact_value_counts(clean_records(raw, resolved)[0].table, columns),
+        exact_decimals(raw, decimals_auto_columns(schema)),
     )
 
 
@@ -413,25 +462,32 @@ def estimate_bounds_from_counts(
     release_id: str,
     relation: str,
     count_values: ValueCounter | None = None,
+    decimals: np.ndarray | None = None,
 ) -> tuple[TableSchema, BoundsEstimate]:
-    """``estimate_bounds`` from the exact histograms of the ``auto`` columns (``exact_histograms``; those of
-    disjoint partitions add up), so a partitioned input pays for one estimate like a whole table. ``count_values``
-    counts the values of the ``values: auto`` columns on the schema the bounds resolved (a second pass over a
-    partitioned input); it is required when the schema has such columns."""
+    """``estimate_bounds`` from the exact histograms of the ``auto`` columns (``exact_histograms``) and of the
+    ``decimals: auto`` columns (``exact_decimals``; those of disjoint partitions add up), so a partitioned input pays
+    for one estimate like a whole table. ``count_values`` counts the values of the ``values: auto`` columns on the
+    schema the bounds resolved (a second pass over a partitioned input); it is required when the schema has such
+    columns."""
     from splice_assets.private.ledger import params_hash
     from splice_assets.private.mechanism import epsilon_of, gaussian_noise
 
     columns, value_columns = auto_columns(schema), values_auto_columns(schema)
-    if not columns and not value_columns:
+    decimal_columns = decimals_auto_columns(schema)
+    if not columns and not value_columns and not decimal_columns:
         return schema, BoundsEstimate(0.0, {}, None)
+    decimals = np.zeros((0, DECIMAL_CELLS)) if decimals is None else decimals
+    if decimals.shape != (len(decimal_columns), DECIMAL_CELLS):
+        raise ValueError(f"exact decimals histograms of shape {decimals.shape} do not match {len(decimal_columns)} "
+                         "decimals: auto columns")
     if value_columns and count_values is None:
         raise ValueError(f"columns {[c.name for c in value_columns]} have values: auto but no value counter was given")
     if not (math.isfinite(noise_multiplier) and noise_multiplier > 0):
         raise ValueError(f"bounds estimation needs a noise multiplier > 0 for columns "
-                         f"{[c.name for c in columns + value_columns]}, got {noise_multiplier!r}")
+                         f"{[c.name for c in columns + value_columns + decimal_columns]}, got {noise_multiplier!r}")
     if exact.shape != (len(columns), COARSE.size + FINE.size):
         raise ValueError(f"exact histograms of shape {exact.shape} do not match {len(columns)} auto columns")
-    sensitivity = estimate_sensitivity(len(columns), len(value_columns), relation)
+    sensitivity = estimate_sensitivity(len(columns), len(value_columns), relation, len(decimal_columns))
     sigma = noise_multiplier * sensitivity
     epsilon = epsilon_of(noise_multiplier, delta)
     entry_id = None
@@ -441,18 +497,24 @@ def estimate_bounds_from_counts(
         if value_columns:
             described.update({"values_columns": [c.name for c in value_columns], "false_positives": FALSE_POSITIVES,
                               "max_found": MAX_FOUND})
+        if decimal_columns:
+            described.update({"decimals_columns": [c.name for c in decimal_columns], "max_decimals": MAX_DECIMALS})
         entry_id = ledger.reserve(
             dataset=schema.name, release_id=release_id, mechanism=MECHANISM, noise_multiplier=noise_multiplier,
             sigma=sigma, sensitivity=sensitivity, epsilon=epsilon, delta=delta, relation=relation,
             params_hash=params_hash(described),
         )
-    try:
-        noisy = gaussian_noise(exact, sigma)
+    try:  # step 1: the bounds and decimals histograms, one draw
+        drawn = gaussian_noise(np.concatenate([exact.ravel(), decimals.ravel()]), sigma)
     except BaseException:
         if ledger is not None and entry_id is not None:
             ledger.abort(entry_id)
         raise
-    del exact
+    del exact, decimals
+    noisy = drawn[: len(columns) * (COARSE.size + FINE.size)].reshape(len(columns), COARSE.size + FINE.size)
+    noisy_decimals = drawn[noisy.size:].reshape(len(decimal_columns), DECIMAL_CELLS)
+    found_decimals = {spec.name: decimals_from_noisy(noisy_decimals[i], sigma)
+                      for i, spec in enumerate(decimal_columns)}
     resolved = {spec.name: bounds_from_noisy(noisy[i], sigma, spec.kind == "integer", spec.known_end)
                 for i, spec in enumerate(columns)}
     exact_zero = tuple(spec.name for i, spec in enumerate(columns)
@@ -464,6 +526,8 @@ def estimate_bounds_from_counts(
         if c.name in resolved else c
         for c in schema.columns
     )
+    new_columns = tuple(dataclasses.replace(c, decimals=found_decimals[c.name], decimals_auto=False)
+                        if c.name in found_decimals else c for c in new_columns)
     schema = dataclasses.replace(schema, columns=new_columns)
     found: dict[str, tuple[float, ...]] = {}
     if value_columns:  # step 2, on the bounds step 1 resolved; a failure leaves the reservation counted
@@ -478,5 +542,5 @@ def estimate_bounds_from_counts(
         ledger.commit(entry_id)
     return schema, BoundsEstimate(
         epsilon, resolved, entry_id, noise_multiplier, sigma, sensitivity, COARSE_Z * sigma, exact_zero=exact_zero,
-        found_values=found,
+        found_values=found, found_decimals=found_decimals,
     )

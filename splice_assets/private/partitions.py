@@ -40,10 +40,13 @@ from splice_assets.layout import draw_directions, layout_for
 from splice_assets.measurement import RELATION_ADD_REMOVE
 from splice_assets.private.bounds import (
     COARSE,
+    DECIMAL_CELLS,
     FINE,
     ValueCounts,
     add_value_counts,
     auto_columns,
+    decimals_auto_columns,
+    exact_decimals,
     exact_histograms,
     exact_value_counts,
 )
@@ -185,21 +188,24 @@ class Scan:
     rows: int
     tallies: dict[str, tuple[int, int]]
     bounds_counts: np.ndarray
+    decimals_counts: np.ndarray
 
     def __add__(self, other: Scan) -> Scan:
         tallies = {c: (cells + other.tallies[c][0], bad + other.tallies[c][1])
                    for c, (cells, bad) in self.tallies.items()}
-        return Scan(self.rows + other.rows, tallies, self.bounds_counts + other.bounds_counts)
+        return Scan(self.rows + other.rows, tallies, self.bounds_counts + other.bounds_counts,
+                    self.decimals_counts + other.decimals_counts)
 
 
 def scan_partition(partition: Partition, schema: TableSchema, batch_rows: int = DEFAULT_BATCH_ROWS) -> Scan:
     """Pass 1 over one partition: ``StructuralError`` for a header that does not fit the schema, else the counts."""
-    auto = auto_columns(schema)
-    total = Scan(0, {c.name: (0, 0) for c in schema.columns}, np.zeros((len(auto), COARSE.size + FINE.size)))
+    auto, decimals = auto_columns(schema), decimals_auto_columns(schema)
+    total = Scan(0, {c.name: (0, 0) for c in schema.columns}, np.zeros((len(auto), COARSE.size + FINE.size)),
+                 np.zeros((len(decimals), DECIMAL_CELLS)))
     for batch in read_batches(partition, batch_rows):
         check_columns(batch.columns, schema, None, require_bounds=False)
-        counts = exact_histograms(batch, auto) if auto else total.bounds_counts * 0
-        total = total + Scan(len(batch), column_tallies(batch, schema), counts)
+        total = total + Scan(len(batch), column_tallies(batch, schema), exact_histograms(batch, auto),
+                             exact_decimals(batch, decimals))
     return total
 
 

@@ -287,7 +287,8 @@ def write_release(
             "their own entry and the values below are post-processing of them. Columns in 'exact_zero' had a noisy "
             "count of exact zeros above the threshold too: 0 is an exact value of theirs, measured in a cell of "
             "its own. 'found_values' are the values a 'values: auto' column's noisy candidate counts selected, in "
-            "the same charge (the counts themselves are not released).",
+            "the same charge (the counts themselves are not released); 'found_decimals' the output precision a "
+            "'decimals: auto' column's noisy histogram of decimals gave (null: finer than 6 decimals).",
             "epsilon_alone": bounds_estimate.epsilon,
             "noise_multiplier": bounds_estimate.noise_multiplier,
             "sigma": bounds_estimate.sigma,
@@ -295,6 +296,7 @@ def write_release(
             "bounds": {k: list(v) for k, v in bounds_estimate.columns.items()},
             "exact_zero": list(bounds_estimate.exact_zero),
             "found_values": {k: list(v) for k, v in bounds_estimate.found_values.items()},
+            "found_decimals": dict(bounds_estimate.found_decimals),
             "ledger_entry_id": bounds_estimate.ledger_entry_id,
         },
         "parameters": public_params,
