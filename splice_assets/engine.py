@@ -64,13 +64,13 @@ class DaskEngine:
             # Dask sets MALLOC_TRIM_THRESHOLD_ for its workers, which turns off glibc's adaptive mmap threshold:
             # every batch's large arrays are then mapped and faulted in afresh, 1.7x the CPU of the same partition
             # in-process (bench/scale_out.py). Unset, a worker runs within about 20% of this process.
-            # One numba thread per single-threaded worker, as Dask already sets for OpenMP and BLAS: the sampler's
-            # Gibbs sweep would otherwise start a thread per core in every worker.
+            # The nanny writes these variables into this process's own environment too, so NUMBA_NUM_THREADS is not
+            # one of them: numba refuses a thread count that changes after its threads started (each worker's
+            # Gibbs sweep may then use a thread per core).
             with dask.config.set({"distributed.worker.memory.spill": False,
                                   "distributed.worker.memory.target": False,
                                   "distributed.worker.daemon": False,
-                                  "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                                  "distributed.nanny.pre-spawn-environ.NUMBA_NUM_THREADS": 1}):
+                                  "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
                 self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                              dashboard_address=None)
             self.client = Client(self._cluster)

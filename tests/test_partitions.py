@@ -4,6 +4,7 @@ bit, over uneven partitions (empty ones included), in batches, locally and on a 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from splice_assets.private.holdout_split import split_holdout
 from splice_assets.private.ledger import BudgetLedger
 from splice_assets.private.validation import StructuralError, column_tallies, validate
 
+NUMBA_THREADS_AT_START = os.environ.get("NUMBA_NUM_THREADS")
 BATCH = 700  # smaller than every partition but the empty ones, so batches cross partitions' row groups
 
 
@@ -232,3 +234,12 @@ def test_plan_counts_the_rows_of_a_partitioned_folder(raw, tmp_path):
 
     assert input_row_count(write_parquet_parts(raw, tmp_path / "p")) == len(raw)
     assert input_row_count(write_csv_parts(raw, tmp_path / "c")) == len(raw)
+
+
+def test_a_dask_cluster_leaves_numbas_thread_count_alone(dask_engine):
+    """The nanny writes its pre-spawn variables into this process's environment too. Had NUMBA_NUM_THREADS been one
+    of them, the next numba compile in a process whose threads had started would fail ("Cannot set
+    NUMBA_NUM_THREADS to a different value once the threads have been launched"), as the tilt tests did after a
+    Dask test in the same pytest worker."""
+    assert dask_engine.workers == 2
+    assert os.environ.get("NUMBA_NUM_THREADS") == NUMBA_THREADS_AT_START
