@@ -4,8 +4,8 @@ add-remove release at ε = 1 on the train split. Every variant gets the same tra
 schema cleans them and the bench's split takes them) and is scored against them, so a variant's own clipping is
 counted as error. Prints the mean over seeds of the off-grid metrics and the on-grid 1-/2-way TVD.
 
-    git show HEAD~1:schemas/churn.yaml > /tmp/churn-before.yaml
-    .venv/bin/python -m bench.experiments.schema_variants churn /tmp/churn-before.yaml schemas/churn.yaml --seeds 0 1 2
+    git show b23593f:schemas/churn.yaml > churn-before.yaml
+    .venv/bin/python -m bench.experiments.schema_variants churn churn-before.yaml schemas/churn.yaml --seeds 0 1 2
 """
 
 from __future__ import annotations
