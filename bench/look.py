@@ -18,24 +18,17 @@ import pandas as pd
 from bench.experiments.pair_selection import fitted_sample
 from bench.offgrid import _tvd, cells, offgrid_metrics
 from bench.run import prepare
-
-
-def decimals(values: np.ndarray) -> np.ndarray:
-    """Decimal places of each value (up to 6; more counts as 7)."""
-    out = np.full(len(values), 7)
-    for places in range(6, -1, -1):
-        out[np.isclose(values, np.round(values, places), rtol=0, atol=1e-9)] = places
-    return out
+from splice_assets.private.bounds import decimals_needed
 
 
 def describe(values: pd.Series, places: int | None) -> tuple[str, int]:
-    """A short text of one column's values, and their most common number of decimals."""
+    """A short text of one column's values, and the most decimals any of them needs."""
     x = pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype=float)
     if not len(x):
         return "all missing", 0
     top = pd.Series(x).value_counts(normalize=True)
     q = np.quantile(x, [0.01, 0.5, 0.99])
-    dec = decimals(x)
+    dec = decimals_needed(x)
     finer = f" finer {np.mean(dec > places):.0%}" if places is not None else ""
     text = (f"{len(top):>6} distinct, top {top.index[0]:g} {top.iloc[0]:.1%}, q01/50/99 {q[0]:.4g} / {q[1]:.4g} / "
             f"{q[2]:.4g}{finer}")

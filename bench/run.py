@@ -140,18 +140,26 @@ def public_domain(schema) -> dict:
     return {"name": schema.name, "columns": cols}
 
 
-def resolve_auto_bounds(raw: pd.DataFrame, schema, out: Path):
-    """A schema with ``bounds: auto`` gets its DP bounds once per bench run, as a release at epsilon 1 would draw
-    them (the default share, on the whole table), and every method then sees the same public bounds. Returns the
-    resolved schema and its file (written beside the bench's prepared data)."""
-    from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, estimate_bounds, needs_estimate
+def dp_estimate(raw: pd.DataFrame, schema):
+    """The schema's ``auto`` bounds, values and decimals as a release at epsilon 1 would draw them (replace-one, the
+    default share, on the whole table, no ledger): (resolved schema, public record)."""
+    from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, estimate_bounds
     from splice_assets.private.mechanism import split_privacy
+
+    _, multiplier = split_privacy(1.0, DELTA, DEFAULT_BOUNDS_SHARE)
+    return estimate_bounds(raw, schema, multiplier, DELTA, None, "bench", "replace-one")
+
+
+def resolve_auto_bounds(raw: pd.DataFrame, schema, out: Path):
+    """A schema with ``auto`` entries gets its DP estimate once per bench run (``dp_estimate``), and every method then
+    sees the same public bounds. Returns the resolved schema and its file (written beside the bench's prepared
+    data)."""
+    from splice_assets.private.bounds import needs_estimate
     from splice_assets.schema import schema_to_dict
 
     if not needs_estimate(schema):
         return schema, None
-    _, multiplier = split_privacy(1.0, DELTA, DEFAULT_BOUNDS_SHARE)
-    resolved, estimate = estimate_bounds(raw, schema, multiplier, DELTA, None, "bench", "replace-one")
+    resolved, estimate = dp_estimate(raw, schema)
     path = out / "schema.yaml"
     path.write_text(yaml.safe_dump(schema_to_dict(resolved), sort_keys=False))
     print(f"[bench] {schema.name}: DP bounds for {len(estimate.columns)} auto columns -> {path}", flush=True)

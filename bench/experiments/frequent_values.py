@@ -15,11 +15,9 @@ import dataclasses
 
 from bench.common import DATASETS_DIR, split_train_test
 from bench.experiments.pair_selection import fitted_sample, print_means, scores
-from bench.run import DELTA
+from bench.run import dp_estimate
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
-from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, estimate_bounds
-from splice_assets.private.mechanism import split_privacy
 from splice_assets.private.validation import read_table, validate
 
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2")
@@ -33,9 +31,7 @@ def main() -> None:
     print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
     for name in args.datasets:
         raw = read_table(DATASETS_DIR / name / "data.csv.gz")
-        _, multiplier = split_privacy(1.0, DELTA, DEFAULT_BOUNDS_SHARE)
-        found_on, estimate = estimate_bounds(raw, load_schema(schema_path(name)), multiplier, DELTA, None, "bench",
-                                             "replace-one")
+        found_on, estimate = dp_estimate(raw, load_schema(schema_path(name)))
         print(f"{name}: found {estimate.found_values}", flush=True)
         found_off = dataclasses.replace(found_on, columns=tuple(
             dataclasses.replace(c, values=tuple(v for v in c.values if v not in estimate.found_values.get(c.name, ())))

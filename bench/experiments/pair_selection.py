@@ -27,10 +27,11 @@ OFF_GRID = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values")
 
 
 def scores(train, synthetic, schema) -> dict[str, float]:
-    """The off-grid metrics and the on-grid 1-/2-way TVD of one synthetic table against the train split."""
+    """The off-grid metrics and the on-grid 1-/2-/3-way TVD of one synthetic table against the train split."""
     metrics = offgrid_metrics(train, synthetic, schema, 0)
     grid = marginal_tvd(train, synthetic, schema, 0)
-    return {**{k: float(metrics[k]) for k in OFF_GRID}, "tvd1": grid.one_way, "tvd2": grid.two_way}
+    return {**{k: float(metrics[k]) for k in OFF_GRID}, "tvd1": grid.one_way, "tvd2": grid.two_way,
+            "tvd3": grid.three_way}
 
 
 def fitted_sample(schema, train, seed: int, measurement: MeasurementSettings | None = None, epsilon: float = 1.0):

@@ -14,11 +14,10 @@ import argparse
 
 from bench.common import DATASETS_DIR, split_train_test
 from bench.experiments.pair_selection import fitted_sample, print_means, scores
-from bench.run import DELTA
+from bench.run import dp_estimate
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
-from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, estimate_bounds, needs_estimate
-from splice_assets.private.mechanism import split_privacy
+from splice_assets.private.bounds import needs_estimate
 from splice_assets.private.validation import read_table, validate
 
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2")
@@ -33,8 +32,7 @@ def main() -> None:
     raw = read_table(DATASETS_DIR / args.dataset / "data.csv.gz")
     reference = load_schema(schema_path(args.dataset))
     if needs_estimate(reference):  # the reference rows: cleaned with the repository schema's bounds, once
-        _, multiplier = split_privacy(1.0, DELTA, DEFAULT_BOUNDS_SHARE)
-        reference = estimate_bounds(raw, reference, multiplier, DELTA, None, "bench", "replace-one")[0]
+        reference = dp_estimate(raw, reference)[0]
     train, _ = split_train_test(validate(raw, reference).table)
     print(" | ".join(("dataset", "schema", *KEYS)), flush=True)
     for path in args.schemas:
@@ -42,8 +40,7 @@ def main() -> None:
         for seed in args.seeds:
             schema = load_schema(path)
             if needs_estimate(schema):
-                _, multiplier = split_privacy(1.0, DELTA, DEFAULT_BOUNDS_SHARE)
-                schema = estimate_bounds(train, schema, multiplier, DELTA, None, "bench", "replace-one")[0]
+                schema = dp_estimate(train, schema)[0]
             rows.append(scores(train, fitted_sample(schema, train, seed)[1], reference))
         print_means(args.dataset, path, rows, KEYS)
 
