@@ -135,8 +135,8 @@ class Synthesizer:
     # -- the stages ----------------------------------------------------------------------------------------------
 
     def privacy_split(self) -> tuple[float, float | None]:
-        """(the measurement's epsilon, the DP estimate's noise multiplier): with ``bounds: auto`` or ``values: auto``
-        columns the estimate takes ``bounds_share`` of the release's Gaussian privacy (``split_privacy``), else the
+        """(the measurement's epsilon, the DP estimate's noise multiplier): with ``auto`` bounds, values or decimals
+        the estimate takes ``bounds_share`` of the release's Gaussian privacy (``split_privacy``), else the
         measurement takes all."""
         s = self.settings
         if not needs_estimate(self.schema) and not (self.bounds is not None and self.bounds.spent):

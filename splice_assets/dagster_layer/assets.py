@@ -164,8 +164,9 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
             )
         validated, n_measured = ValidatedInput(settings, synth, train, holdout, checked.report, source), len(train)
     if synth.bounds is not None and synth.bounds.spent:
-        context.log.info(f"auto bounds and values (public DP estimates, noise multiplier "
-                         f"{synth.bounds.noise_multiplier:.4g}): {synth.bounds.columns} {synth.bounds.found_values}")
+        context.log.info(f"auto bounds, values and decimals (public DP estimates, noise multiplier "
+                         f"{synth.bounds.noise_multiplier:.4g}): {synth.bounds.columns} {synth.bounds.found_values} "
+                         f"{synth.bounds.found_decimals}")
     yield dg.AssetCheckResult(
         check_name="structure",
         passed=True,
@@ -177,7 +178,8 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
             "dataset": synth.schema.name,
             "auto bounds (DP estimates)": dg.MetadataValue.json(
                 {} if synth.bounds is None else {"epsilon": synth.bounds.epsilon, "bounds": synth.bounds.columns,
-                                                 "values": synth.bounds.found_values}
+                                                 "values": synth.bounds.found_values,
+                                                 "decimals": synth.bounds.found_decimals}
             ),
             "measurement epsilon": synth.measurement_epsilon,
             "schema_version": synth.schema.version,
