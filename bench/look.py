@@ -51,6 +51,11 @@ def look(name: str, epsilon: float, seed: int, top: int) -> None:
         if spec.is_numeric:
             real_text, places = describe(train[spec.name], None)
             synth_text, _ = describe(synthetic[spec.name], places)
+            if spec.kind == "integer":
+                shares = train[spec.name].value_counts(normalize=True)
+                lost = shares[(shares >= 0.01) & ~shares.index.isin(synthetic[spec.name].unique())]
+                if len(lost):
+                    synth_text += ", lost " + ", ".join(f"{v:g} ({s:.1%})" for v, s in lost.items())
         else:
             shares = train[spec.name].value_counts(normalize=True, dropna=False)
             synth_shares = synthetic[spec.name].value_counts(normalize=True, dropna=False)

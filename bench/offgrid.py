@@ -14,7 +14,8 @@ product measures them:
   take; ``det_auc_max`` / ``det_auc_col``: the largest per-column detection AUC and its column (a single-feature
   classifier of real vs synthetic on the same cells, at least 0.5).
 
-Scored for every method alike, and for the non-DP references (independent marginals, a bootstrap of train).
+Scored for every method alike, and for the references: independent marginals and a bootstrap of train (non-DP),
+and ``dp_marginals``, the noise floor of a 1-way table at a given epsilon.
 """
 
 from __future__ import annotations
@@ -157,3 +158,62 @@ def bootstrap(train: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """The non-DP floor: the train split resampled with replacement."""
     rng = np.random.default_rng(seed)
     return train.iloc[rng.integers(0, len(train), len(train))].reset_index(drop=True)
+
+
+def dp_marginals(train: pd.DataFrame, schema: TableSchema, epsilon: float, delta: float, seed: int = 0) -> pd.DataFrame:
+    """What DP noise alone costs the scored 1-way tables: each column's table on the cells ``qtvd1`` scores, with
+    the whole (epsilon, delta) spent on those tables (add-remove: one row moves one count per column, so the l2
+    sensitivity is sqrt(d)), clipped at 0 and sampled independently.
+
+    An optimistic reference, not a release: the decile cells and the values drawn inside a cell come from the
+    data, n is taken as known, and the noise is seeded so the bench reproduces. A method can beat its ``qtvd1``
+    only by smoothing, so a target below it is out of reach at that epsilon.
+    """
+    from dp_accounting.gaussian_mechanism import get_sigma_gaussian
+
+    rng = np.random.default_rng(seed)
+    sigma = np.sqrt(len(schema.columns)) * get_sigma_gaussian(epsilon, delta)
+    out = {}
+    for spec in schema.columns:
+        column = train[spec.name]
+        candidates = _cell_candidates(column, spec)
+        counts = np.array([float(np.sum(members)) for members, _ in candidates])
+        noisy = np.clip(counts + rng.normal(0.0, sigma, size=len(counts)), 0.0, None)
+        shares = noisy / noisy.sum() if noisy.sum() > 0 else np.full(len(counts), 1.0 / len(counts))
+        drawn = rng.choice(len(candidates), size=len(train), p=shares)
+        values = np.empty(len(train), dtype=object)
+        for cell, (_, pool) in enumerate(candidates):
+            where = np.flatnonzero(drawn == cell)
+            if len(where):
+                values[where] = rng.choice(pool, size=len(where))
+        out[spec.name] = pd.Series(values).astype(column.dtype, errors="ignore")
+    return pd.DataFrame(out)
+
+
+def _cell_candidates(column: pd.Series, spec) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each scored cell of a column, every cell a DP table would have (all categories, all integers in the
+    bounds): (mask of the real rows in it, the values a draw from it may take)."""
+    missing = column.isna().to_numpy()
+    cells_: list[tuple[np.ndarray, np.ndarray]] = []
+    if spec.is_numeric:
+        values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
+        lo, hi = spec.bounds if spec.bounds is not None else (np.nan, np.nan)
+        if spec.kind == "integer" and np.isfinite(lo) and hi - lo + 1 <= INTEGER_LEVELS:
+            for level in np.arange(np.ceil(lo), np.floor(hi) + 1):
+                cells_.append((np.rint(values) == level, np.array([level])))
+        else:
+            edges = np.unique(np.nanquantile(values, DECILES))
+            codes = _binned(values, edges)
+            for code in range(len(edges) + 1):
+                inside = codes == code
+                if inside.any():
+                    cells_.append((inside, values[inside]))
+    else:
+        keys = column.astype(object).map(str).to_numpy()
+        declared = list(spec.categories or ())
+        levels = declared + [v for v in pd.unique(column.dropna()) if v not in set(declared)]
+        for level in levels:
+            cells_.append((keys == str(level), np.array([level], dtype=object)))
+    if missing.any() or spec.nullable:
+        cells_.append((missing, np.array([None], dtype=object)))
+    return cells_

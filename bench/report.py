@@ -22,6 +22,7 @@ METHOD_ORDER = [
     "ref_independent",
     "ref_bootstrap",
     "ref_real_train",
+    "ref_dp_marginals",
 ]
 PEERS = ["aim", "mst", "aim_replace", "mst_replace"]
 
@@ -111,6 +112,7 @@ def write_results_md(df: pd.DataFrame, path: Path) -> None:
         "`dup` = share of duplicate synthetic rows. `ref_real_train` / `ref_independent` are non-DP references.",
         "`q 1-/2-/3-way`, `range MAE`, `missing`, `det max`: off-grid metrics against the train split (deciles, every",
         "integer, range queries; bench/offgrid.py), with `ref_bootstrap` (the train split resampled) as their floor.",
+        "`ref_dp_marginals`: the noise floor of `q 1-way` at that ε (all of ε on the scored 1-way tables; real cells).",
         "Neighbouring relations: smartnoise calibrates AIM/MST for add/remove neighbours. "
         "`splice_add_remove` is SPLICE",
         "under that relation (n private, a noisy n released): compare it with `aim` / `mst`. `splice` is the product",

@@ -45,7 +45,7 @@ from bench.common import (
     split_train_test,
     thread_env,
 )  # fmt: skip
-from bench.offgrid import bootstrap, offgrid_metrics
+from bench.offgrid import bootstrap, dp_marginals, offgrid_metrics
 
 METHODS = ("splice", "splice_add_remove", "splice_paper", "aim", "mst")
 #: The peers again at the epsilon that makes them (epsilon, delta)-DP under replace-one neighbours, SPLICE's relation
@@ -290,19 +290,25 @@ def score_file(p: Prepared, path: Path) -> dict:
     return score(p, validate(read_table(path), dataclasses.replace(p.schema, n_min=1)).table)
 
 
-def reference_rows(p: Prepared) -> list[dict]:
-    """Non-DP references scored the same way: the real train split itself, and independent columns."""
+def reference_rows(p: Prepared, epsilons: list[float]) -> list[dict]:
+    """References scored the same way: the real train split itself, independent columns, a bootstrap (non-DP),
+    and per epsilon the noise floor of the 1-way tables (bench/offgrid.py ``dp_marginals``)."""
     from splice_assets.evaluation.metrics import independent_marginals_baseline
 
-    rows = []
-    for method, table, note in (
-        ("ref_real_train", p.train, "non-DP ceiling: the real train split scored as if synthetic"),
-        ("ref_independent", independent_marginals_baseline(p.train, p.schema, len(p.train), EVAL_SEED),
+    references = [
+        ("ref_real_train", float("nan"), p.train, "non-DP ceiling: the real train split scored as if synthetic"),
+        ("ref_independent", float("nan"), independent_marginals_baseline(p.train, p.schema, len(p.train), EVAL_SEED),
          "non-DP: each column resampled independently from the real train split"),
-        ("ref_bootstrap", bootstrap(p.train, EVAL_SEED),
+        ("ref_bootstrap", float("nan"), bootstrap(p.train, EVAL_SEED),
          "non-DP floor of the off-grid metrics: the train split resampled with replacement"),
-    ):  # fmt: skip
-        row = {"dataset": p.name, "method": method, "epsilon": float("nan"), "delta": float("nan"), "seed": 0,
+    ] + [
+        ("ref_dp_marginals", eps, dp_marginals(p.train, p.schema, eps, DELTA, EVAL_SEED),
+         "noise floor of qtvd1: the whole epsilon on the scored 1-way tables (real cells, seeded noise)")
+        for eps in epsilons
+    ]  # fmt: skip
+    rows = []
+    for method, epsilon, table, note in references:
+        row = {"dataset": p.name, "method": method, "epsilon": epsilon, "delta": float("nan"), "seed": 0,
                "status": "ok", "n_train": len(p.train), "n_test": len(p.test), "notes": note}  # fmt: skip
         row.update(score(p, table))
         rows.append(row)
@@ -374,7 +380,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not args.no_references:
         for p in prepared:
-            save_rows(reference_rows(p))
+            save_rows(reference_rows(p, args.epsilons))
 
     jobs = [(p, m, e, s) for p in prepared for e in args.epsilons for s in args.seeds for m in methods]
     main_jobs = [j for j in jobs if not j[1].startswith("aim")]

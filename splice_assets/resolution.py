@@ -42,8 +42,13 @@ MAX_FINE_BINS = 4096
 DEFAULT_FINE_THRESHOLD = 0.0
 #: Shrink each coarse bin's noisy fine cells toward the bin's coarse shape before the projection (``_shrunk``).
 DEFAULT_FINE_SHRINK = True
-#: Numeric pairs at least this rank-correlated in their noisy coarse table share their draws inside the bins.
-DEFAULT_FINE_COUPLING = 0.9
+#: Numeric pairs whose noisy coarse table shows at least this Gaussian-copula correlation couple their draws inside
+#: the bins (``choose_couplings``).
+DEFAULT_FINE_COUPLING = 0.5
+#: ... and whose correlation the noisy table tells to within this standard error (pol: .06-.3, California: < .03).
+COUPLING_MAX_ERROR = 0.04
+#: The largest copula correlation a coupling uses (at 1 a follower's draw inside its bin would be degenerate).
+MAX_COUPLING = 0.9999
 
 
 @dataclass(frozen=True)
@@ -233,9 +238,9 @@ class FineTables:
     fine_bins: int
     threshold: float = DEFAULT_FINE_THRESHOLD
     split: int = 0
-    #: (follower, leader, sign) positions in ``fine_cells`` order: the follower's draw inside its bin is the
-    #: leader's (sign +1) or its mirror (-1); see ``choose_couplings``.
-    couplings: tuple[tuple[int, int, int], ...] = ()
+    #: (follower, leader, correlation) positions in ``fine_cells`` order, leaders first: the follower's draw inside
+    #: its bin is conditioned on its leader's through a Gaussian copula; see ``choose_couplings``.
+    couplings: tuple[tuple[int, int, float], ...] = ()
     shrink: bool = DEFAULT_FINE_SHRINK
 
     def per_column(self, cells: tuple[FineCells, ...]) -> list[np.ndarray]:
@@ -282,17 +287,20 @@ class FineTables:
     ) -> np.ndarray:
         """Rows ``x`` (cube) with every present numeric value redrawn inside its coarse bin from the column's
         consistent fine tables (``consistent``; ``coarse``: each column's noisy coarse table) restricted to that
-        bin, by the inverse of their distribution function at a uniform draw; coupled columns (``couplings``) share
-        their draw, so their values keep their order inside the bins. A bin whose fine cells are all empty keeps
-        its values as drawn."""
+        bin, by the inverse of their distribution function at a uniform draw. A coupled column (``couplings``) draws
+        its uniform given its leader's (``_conditional_uniforms``), so near-identical columns stay near-identical
+        inside the bins too. A bin whose fine cells are all empty keeps its values as drawn."""
         out = x.copy()
         uniforms = rng.uniform(size=(len(x), len(cells)))
-        for follower, leader, sign in self.couplings:
-            uniforms[:, follower] = uniforms[:, leader] if sign > 0 else 1.0 - uniforms[:, leader]
-        for c, (column, table) in enumerate(zip(cells, self.per_column(cells))):
-            weights, finer = self.consistent(column, table, None if coarse is None else coarse[c], numeric_bins)
-            order = column.ordered()
-            parents = np.asarray(column.parents)[order]
+        tables = self.per_column(cells)
+        leader_of = {follower: (leader, r) for follower, leader, r in self.couplings}
+        order = [c for c in range(len(cells)) if c not in leader_of] + [f for f, _, _ in self.couplings]
+        latent: dict[int, np.ndarray] = {}  # normal score of each row's drawn quantile (NaN: not drawn here)
+        for c in order:
+            column = cells[c]
+            weights, finer = self.consistent(column, tables[c], None if coarse is None else coarse[c], numeric_bins)
+            order_c = column.ordered()
+            parents = np.asarray(column.parents)[order_c]
             z = np.clip(out[:, column.coordinate], -1.0, 1.0)
             row_bins = np.minimum(np.floor((z + 1.0) * numeric_bins / 2.0), numeric_bins - 1).astype(np.int64)
             present = np.ones(len(x), dtype=bool) if column.missing is None else out[:, column.missing] <= 0.0
@@ -303,21 +311,72 @@ class FineTables:
                 declared = column.cube(np.asarray(column.declared, dtype=np.float64))
                 out[on_point, column.coordinate] = declared[level[on_point] - 1]
                 present &= level == 0
+            bin_mass = np.array([weights[order_c[parents == bin_]].sum() for bin_ in range(numeric_bins)])
+            below = np.concatenate([[0.0], np.cumsum(bin_mass)]) / max(bin_mass.sum(), 1e-300)
+            u_column = uniforms[:, c]
+            if c in leader_of:
+                leader, r = leader_of[c]
+                u_column = _conditional_uniforms(u_column, latent[leader], row_bins, below, r)
+            latent[c] = np.full(len(x), np.nan)
             for bin_ in np.unique(row_bins[present]):
-                inside = order[parents == bin_]
+                inside = order_c[parents == bin_]
                 mass = weights[inside]
                 if not mass.sum() > 0:
                     continue
                 rows = np.flatnonzero(present & (row_bins == bin_))
                 cdf = np.cumsum(mass) / mass.sum()
-                u = uniforms[rows, c]
+                u = u_column[rows]
                 k = np.minimum(np.searchsorted(cdf, u, side="right"), len(inside) - 1)  # skips empty cells
-                below = np.where(k > 0, cdf[np.maximum(k - 1, 0)], 0.0)
-                position = np.clip((u - below) / np.maximum(cdf[k] - below, 1e-300), 0.0, 1.0 - 1e-12)
+                below_k = np.where(k > 0, cdf[np.maximum(k - 1, 0)], 0.0)
+                position = np.clip((u - below_k) / np.maximum(cdf[k] - below_k, 1e-300), 0.0, 1.0 - 1e-12)
                 if finer.size:
                     position = _inside_interval(inside[k] - len(column.points), position, finer, column.split)
                 out[rows, column.coordinate] = column.at(inside[k], position)
+                latent[c][rows] = _normal_score(below[bin_] + u * (below[bin_ + 1] - below[bin_]))
         return out
+
+
+def _normal_score(quantile: np.ndarray) -> np.ndarray:
+    from scipy.special import ndtri
+
+    return ndtri(np.clip(quantile, 1e-12, 1.0 - 1e-12))
+
+
+def _conditional_uniforms(
+    own: np.ndarray, leader_score: np.ndarray, row_bins: np.ndarray, below: np.ndarray, r: float,
+) -> np.ndarray:
+    """A follower's draws inside its bins, given its leader's normal scores: under a Gaussian copula with
+    correlation r the follower's score is N(r z, 1 - r^2) cut to its bin's quantile range, drawn by inverting that
+    truncated normal at the follower's own uniform; the rows of each bin then take evenly spaced positions in the
+    order of those draws. Rows whose leader was not drawn keep their own uniform."""
+    from scipy.special import ndtr
+    from scipy.stats import truncnorm
+
+    r = float(np.clip(r, -MAX_COUPLING, MAX_COUPLING))  # bundles before 0030 hold a sign: +-1 follows the leader
+    s = math.sqrt(1.0 - r * r)
+    out = own.copy()
+    rows = np.flatnonzero(np.isfinite(leader_score))
+    if not len(rows):
+        return out
+    lo, hi = below[row_bins[rows]], below[row_bins[rows] + 1]
+    width = hi - lo
+    rows, lo, hi, width = rows[width > 0], lo[width > 0], hi[width > 0], width[width > 0]
+    centre = r * leader_score[rows]
+    a, b = (_normal_score(lo) - centre) / s, (_normal_score(hi) - centre) / s
+    score = centre + s * truncnorm.ppf(own[rows], a, b)
+    drawn = np.clip((ndtr(score) - lo) / width, 0.0, 1.0 - 1e-12)
+    drawn = np.where(np.isfinite(drawn), drawn, own[rows])  # a bin too far in a tail to resolve: its own draw
+    # Keep the copula's order but not its within-bin shares: the rows of a bin take evenly spaced positions in
+    # that order, so the follower's values inside the bin still follow its own fine table (the mixture's bins and
+    # the copula disagree where the leader sits far from the follower's bin, which would crowd one edge).
+    bins = row_bins[rows]
+    order = np.lexsort((drawn, bins))
+    start = np.searchsorted(bins[order], bins[order], side="left")
+    count = np.searchsorted(bins[order], bins[order], side="right") - start
+    even = np.empty(len(rows))
+    even[order] = (np.arange(len(rows)) - start + own[rows][order]) / count
+    out[rows] = np.clip(even, 0.0, 1.0 - 1e-12)
+    return out
 
 
 def _shrunk(cells: np.ndarray, target: np.ndarray, noise_std: float, spike: float = 3.0) -> np.ndarray:
@@ -411,45 +470,97 @@ def below_noise(
 
 def choose_couplings(
     noisy_pairs: np.ndarray, pairs: tuple[tuple[int, int], ...], sizes: tuple[int, ...],
-    cells: tuple[FineCells, ...], minimum: float,
-) -> tuple[tuple[int, int, int], ...]:
-    """Numeric column pairs whose noisy coarse 2-way table has a rank correlation of at least ``minimum`` in absolute
-    value (post-processing of mechanism output): each becomes a (follower, leader, sign) coupling, strongest first,
-    a column following at most one leader and a leader following none."""
+    cells: tuple[FineCells, ...], minimum: float, noise_std: float, max_error: float = COUPLING_MAX_ERROR,
+) -> tuple[tuple[int, int, float], ...]:
+    """The numeric columns whose draws inside their bins are coupled (post-processing of mechanism output): the
+    maximum spanning forest of the pairs whose noisy coarse 2-way table (cell noise std ``noise_std``) shows a
+    Gaussian-copula correlation (``latent_correlation``) of at least ``minimum`` in absolute value, known to within
+    ``max_error`` (one standard error), as (follower, leader, correlation) in an order where every leader comes
+    before its followers. A Gaussian tree's joint law does not depend on its root."""
     if not 0.0 < minimum <= 1.0 or not pairs:
         return ()
     position = {column.coordinate: i for i, column in enumerate(cells)}
-    candidates = []
+    edges = []
     starts = np.concatenate([[0], np.cumsum([sizes[a] * sizes[b] for a, b in pairs])])
     for (a, b), start in zip(pairs, starts[:-1]):
         if a in position and b in position:
-            table = np.clip(noisy_pairs[start : start + sizes[a] * sizes[b]].reshape(sizes[a], sizes[b]), 0.0, None)
-            r = _rank_correlation(table)
-            if abs(r) >= minimum:
-                candidates.append((abs(r), position[a], position[b], 1 if r > 0 else -1))
-    leaders: set[int] = set()
-    followers: dict[int, tuple[int, int]] = {}
-    for _, a, b, sign in sorted(candidates, reverse=True):
-        for leader, follower in ((a, b), (b, a)):
-            if follower not in followers and follower not in leaders and leader not in followers:
-                followers[follower] = (leader, sign)
-                leaders.add(leader)
-                break
-    return tuple((f, leader, sign) for f, (leader, sign) in sorted(followers.items()))
+            table = noisy_pairs[start : start + sizes[a] * sizes[b]].reshape(sizes[a], sizes[b])
+            r, error = latent_correlation(table, noise_std)
+            if abs(r) >= minimum and error <= max_error:
+                edges.append((abs(r), position[a], position[b], r))
+    root = list(range(len(cells)))
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            root[i] = root[root[i]]
+            i = root[i]
+        return i
+
+    neighbours: dict[int, list[tuple[int, float]]] = {}
+    for _, a, b, r in sorted(edges, key=lambda e: (-e[0], e[1], e[2])):  # Kruskal, strongest first
+        if find(a) != find(b):
+            root[find(a)] = find(b)
+            neighbours.setdefault(a, []).append((b, r))
+            neighbours.setdefault(b, []).append((a, r))
+    couplings: list[tuple[int, int, float]] = []
+    seen: set[int] = set()
+    for start in sorted(neighbours):  # breadth first from the lowest position of each tree
+        if start in seen:
+            continue
+        seen.add(start)
+        queue = [start]
+        while queue:
+            leader = queue.pop(0)
+            for follower, r in sorted(neighbours[leader]):
+                if follower not in seen:
+                    seen.add(follower)
+                    couplings.append((follower, leader, r))
+                    queue.append(follower)
+    return tuple(couplings)
 
 
-def _rank_correlation(table: np.ndarray) -> float:
-    """Spearman correlation of a 2-way frequency table (mid-ranks of the rows' and columns' cells)."""
-    total = table.sum()
+def latent_correlation(table: np.ndarray, noise_std: float) -> tuple[float, float]:
+    """The correlation of the Gaussian copula whose coarse 2-way table is nearest, in least squares, to a noisy
+    one (post-processing). The cuts are the table's own margins; least squares is the likelihood of the table's
+    Gaussian noise, so the noise of empty cells does not pull the estimate toward 0 the way it pulls a rank
+    correlation of the clipped table, and a skewed column's few occupied bins still tell the correlation.
+    Returns (r, its standard error): ``noise_std`` (a cell's noise std, in frequencies) over the length of the
+    table's derivative in r. Where one value holds most of a column the table barely moves with r (a 2 x 2
+    table with a 90% corner), and the error says so."""
+    from scipy.optimize import minimize_scalar
+    from scipy.special import ndtri
+
+    total = np.clip(table, 0.0, None).sum()
     if not total > 0:
-        return 0.0
-    p = table / total
-    ranks = []
-    for margin in (p.sum(axis=1), p.sum(axis=0)):
-        ranks.append(np.cumsum(margin) - margin / 2.0)
-    ra, rb = ranks
-    pa, pb = p.sum(axis=1), p.sum(axis=0)
-    mean_a, mean_b = ra @ pa, rb @ pb
-    cov = (ra - mean_a) @ p @ (rb - mean_b)
-    var = ((ra - mean_a) ** 2 @ pa) * ((rb - mean_b) ** 2 @ pb)
-    return float(cov / math.sqrt(var)) if var > 0 else 0.0
+        return 0.0, math.inf
+    target = table / total
+    cuts = [ndtri(np.clip(np.concatenate([[0.0], np.cumsum(np.clip(m, 0.0, None))]) / max(m.clip(0).sum(), 1e-300),
+                          1e-15, 1.0 - 1e-15))
+            for m in (table.sum(axis=1), table.sum(axis=0))]
+    if min(np.count_nonzero(np.diff(c) > 0) for c in cuts) < 2:
+        return 0.0, math.inf  # all of one column's mass in one bin: the table says nothing about the dependence
+
+    def cells(r: float) -> np.ndarray:
+        return np.diff(np.diff(_normal_cdf2(cuts[0][:, None], cuts[1][None, :], r), axis=0), axis=1)
+
+    def misfit(r: float) -> float:
+        return float(np.sum((cells(r) - target) ** 2))
+
+    grid = np.linspace(-0.99, 0.99, 67)
+    best = grid[int(np.argmin([misfit(r) for r in grid]))]
+    bounds = (max(best - 0.03, -MAX_COUPLING), min(best + 0.03, MAX_COUPLING))
+    fit = minimize_scalar(misfit, bounds=bounds, method="bounded", options={"xatol": 1e-4})
+    r, step = float(fit.x), 1e-3
+    slope = (cells(min(r + step, 1.0 - 1e-6)) - cells(max(r - step, -1.0 + 1e-6))) / (2 * step)
+    return r, float(noise_std / max(np.sqrt(np.sum(slope**2)), 1e-300))
+
+
+def _normal_cdf2(h: np.ndarray, k: np.ndarray, r: float) -> np.ndarray:
+    """The standard bivariate normal distribution function at correlation r (Owen's T form, exact to rounding)."""
+    from scipy.special import ndtr, owens_t
+
+    h, k = np.broadcast_arrays(np.where(h == 0, 1e-12, h), np.where(k == 0, 1e-12, k))
+    s = math.sqrt(max(1.0 - r * r, 1e-300))
+    beyond = np.where(h * k > 0, 0.0, 0.5)
+    tails = owens_t(h, (k - r * h) / (h * s)) + owens_t(k, (h - r * k) / (k * s))
+    return 0.5 * ndtr(h) + 0.5 * ndtr(k) - tails - beyond

@@ -515,7 +515,7 @@ def load_model(stem: str | Path) -> FittedMixture:
         fine = None if fine_meta is None else FineTables(
             data["fine_frequencies"], float(fine_meta["noise_std"]), int(fine_meta["fine_bins"]),
             float(fine_meta["threshold"]), int(fine_meta["split"]),
-            tuple((int(f), int(l), int(s)) for f, l, s in fine_meta["couplings"]),
+            tuple((int(f), int(l), float(r)) for f, l, r in fine_meta["couplings"]),
             bool(fine_meta.get("shrink", False)),  # models written before the shrinkage sample without it
         )
         field_meta = meta.get("field")

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.offgrid import bootstrap, offgrid_metrics
+from bench.offgrid import bootstrap, dp_marginals, offgrid_metrics
 from splice_assets.schema import parse_schema
 
 SCHEMA = parse_schema({
@@ -60,3 +60,16 @@ def test_skew_is_scored_at_the_real_deciles():
     flat = t.copy()
     flat["length"] = np.random.default_rng(6).uniform(t["length"].min(), t["length"].max(), len(t))
     assert offgrid_metrics(t, flat, SCHEMA)["qtvd1"] > 0.1
+
+
+def test_the_dp_noise_floor_falls_with_epsilon_to_the_bootstrap():
+    t = dependent(4000, 7)
+    floor = {eps: offgrid_metrics(t, dp_marginals(t, SCHEMA, eps, 1e-9, 8), SCHEMA) for eps in (0.3, 1000.0)}
+    boot = offgrid_metrics(t, bootstrap(t, 8), SCHEMA)
+    # At eps = 0.3 a cell's noise sd (~30 rows) is most of an age cell (~55 rows); at eps = 1000 only the draw of
+    # n rows is left, as in the bootstrap.
+    assert floor[0.3]["qtvd1"] > 2 * floor[1000.0]["qtvd1"]
+    assert floor[1000.0]["qtvd1"] == pytest.approx(boot["qtvd1"], abs=0.01)
+    sample = dp_marginals(t, SCHEMA, 1.0, 1e-9, 9)
+    assert list(sample.columns) == list(t.columns) and len(sample) == len(t)
+    assert set(sample["colour"]) <= {"red", "green", "blue"} and sample["age"].between(18, 90).all()

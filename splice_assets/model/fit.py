@@ -164,8 +164,8 @@ class FitConfig:
     #: Fine tables (``resolution``): a fine cell whose noisy frequency is at most this many noise std is read as
     #: empty when values are drawn inside their coarse bin.
     fine_threshold: float = DEFAULT_FINE_THRESHOLD
-    #: Numeric pairs whose noisy coarse 2-way table has |rank correlation| >= this share their draw inside the bins
-    #: (``resolution.choose_couplings``; 0 = none).
+    #: Numeric pairs whose noisy coarse 2-way table shows a Gaussian-copula |correlation| >= this couple their draws
+    #: inside the bins (``resolution.choose_couplings``; 0 = none).
     fine_coupling: float = DEFAULT_FINE_COUPLING
     #: A numeric column's outermost coarse bins are read as empty while their pooled noisy mass stays within this
     #: many noise std of zero (``trimmed_tails``; 0 = never). Without it, the positive noise of the empty bins of

@@ -52,7 +52,7 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     columns = fine_cells(schema, measurement.fine_bins, measurement.numeric_bins, measurement.fine_split)
     couplings = choose_couplings(
         measurement.noisy_pairs, measurement.pairs, marginal_sizes(layout_for(schema), measurement.numeric_bins),
-        columns, config.fine_coupling,
+        columns, config.fine_coupling, measurement.pair_noise_std(),
     )
     fine = FineTables(measurement.noisy_fine, measurement.marginal_noise_std(), measurement.fine_bins,
                       config.fine_threshold, measurement.fine_split, couplings)
