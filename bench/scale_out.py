@@ -184,7 +184,7 @@ def main() -> None:
     print(f"one core, rows in memory: moment kernel {kernel / 1e6:.1f} M n·L/s (L = 256, k = 16); "
           f"all exact statistics (moments, 1-/2-way tables) {exact / 1e6:.1f} M n·L/s\n")
     print("| rows | engine | scan s | measure s | measure n·L/s per worker / moment kernel / exact statistics "
-          "| peak RSS MB | release s |")
+          "| peak RSS MB | release s (fit, sample) |")
     print("|---|---|---|---|---|---|---|")
     for rows in (int(r) for r in args.rows):
         started = time.perf_counter()
@@ -197,7 +197,8 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as out:
                 result = run_child({**task, "out": out})
             per_worker = rows * 256 / result["measure_s"] / max(workers, 1)
-            release = f"{result['total_s']:.1f}" if task["task"] == "release" else ""
+            release = (f"{result['total_s']:.1f} (fit {result['fit_s']:.1f}, sample {result['sample_s']:.1f})"
+                       if task["task"] == "release" else "")
             print(f"| {rows:,} | {engine} | {result['scan_s']:.1f} | {result['measure_s']:.1f} | "
                   f"{per_worker / kernel:.2f} / {per_worker / exact:.2f} | {result['rss_mb']:.0f} | {release} |",
                   flush=True)

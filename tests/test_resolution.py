@@ -115,8 +115,7 @@ def test_refinement_draws_values_inside_their_bins_from_the_fine_table():
     assert (out.ratio.round(3) == out.ratio).all()
 
 
-def test_coupled_columns_keep_their_order_inside_the_bins():
-    schema = parse_schema(yaml.safe_load("""
+PAIR_SCHEMA = parse_schema(yaml.safe_load("""
 name: toy_pair
 version: 1
 n_min: 100
@@ -124,6 +123,10 @@ columns:
   - {name: length, kind: continuous, bounds: [0, 16]}
   - {name: width, kind: continuous, bounds: [0, 16]}
 """))
+
+
+def test_coupled_columns_keep_their_order_inside_the_bins():
+    schema = PAIR_SCHEMA
     rng = np.random.default_rng(3)
     length = rng.uniform(0, 16, 20_000)
     table = pd.DataFrame({"length": length, "width": np.clip(length + rng.normal(0, 0.01, len(length)), 0, 16)})
@@ -146,20 +149,12 @@ columns:
 
 
 def test_a_follower_keeps_its_own_fine_table_where_the_bins_disagree_with_its_leader():
-    """Leader in bin 3, follower in bin 12 (the mixture's choice): the copula alone would crowd the follower at its
+    """Length in bin 3, width in bin 12 (the mixture's choice): the copula alone would crowd the follower at its
     bin's lower edge; spread in the copula's order its positions stay uniform inside the bin (KS test, seed fixed).
     Inside one bin, near-identical columns keep their order."""
     from scipy.stats import kstest
 
-    schema = parse_schema(yaml.safe_load("""
-name: toy_far
-version: 1
-n_min: 100
-columns:
-  - {name: a, kind: continuous, bounds: [0, 16]}
-  - {name: b, kind: continuous, bounds: [0, 16]}
-"""))
-    cells = fine_cells(schema, 256)
+    cells = fine_cells(PAIR_SCHEMA, 256)
     flat = np.full(512, 1.0 / 256)  # both columns uniform over their bounds
     rows = np.tile(-1 + (2 * np.array([3, 12]) + 1) / 16, (4000, 1))  # every row: a in bin 3, b in bin 12
     refined = FineTables(flat, 1e-12, 256, couplings=((1, 0, 0.95),)).refine(rows, cells, np.random.default_rng(7))
@@ -432,3 +427,15 @@ def test_a_bin_shape_follows_its_neighbours_and_keeps_the_bin_mass():
     assert np.allclose(_bin_shape(np.array([0.2, 0.2]), 0, 4), 0.05)
     steep = _bin_shape(np.array([0.0, 0.01, 1.0]), 1, 4)
     assert (steep >= 0).all() and steep.sum() == pytest.approx(0.01)
+
+
+def test_the_truncated_normal_quantile_matches_scipy_in_both_tails():
+    from scipy.stats import truncnorm
+
+    from splice_assets.resolution import _truncated_normal_ppf
+
+    rng = np.random.default_rng(11)
+    a = rng.normal(0.0, 5.0, 20_000)  # cuts far in both tails as well as around 0
+    b = a + rng.exponential(1.0, a.size)
+    u = rng.uniform(size=a.size)
+    assert np.abs(_truncated_normal_ppf(u, a, b) - truncnorm.ppf(u, a, b)).max() < 1e-9
