@@ -545,9 +545,12 @@ def latent_correlation(table: np.ndarray, noise_std: float) -> tuple[float, floa
     if not total > 0:
         return 0.0, math.inf
     target = table / total
-    cuts = [ndtri(np.clip(np.concatenate([[0.0], np.cumsum(np.clip(m, 0.0, None))]) / max(m.clip(0).sum(), 1e-300),
-                          1e-15, 1.0 - 1e-15))
-            for m in (table.sum(axis=1), table.sum(axis=0))]
+
+    def cuts_of(margin: np.ndarray) -> np.ndarray:  # normal scores of the bins' edges
+        mass = np.clip(margin, 0.0, None)
+        return ndtri(np.clip(np.concatenate([[0.0], np.cumsum(mass)]) / max(mass.sum(), 1e-300), 1e-15, 1 - 1e-15))
+
+    cuts = [cuts_of(table.sum(axis=1)), cuts_of(table.sum(axis=0))]
     if min(np.count_nonzero(np.diff(c) > 0) for c in cuts) < 2:
         return 0.0, math.inf  # all of one column's mass in one bin: the table says nothing about the dependence
 
