@@ -295,7 +295,8 @@ class FineTables:
         tables = self.per_column(cells)
         leader_of = {follower: (leader, r) for follower, leader, r in self.couplings}
         order = [c for c in range(len(cells)) if c not in leader_of] + [f for f, _, _ in self.couplings]
-        latent: dict[int, np.ndarray] = {}  # normal score of each row's drawn quantile (NaN: not drawn here)
+        leaders = {leader for _, leader, _ in self.couplings}
+        latent: dict[int, np.ndarray] = {}  # a leader's normal score of each row's drawn quantile (NaN: not drawn)
         for c in order:
             column = cells[c]
             weights, finer = self.consistent(column, tables[c], None if coarse is None else coarse[c], numeric_bins)
@@ -317,7 +318,8 @@ class FineTables:
             if c in leader_of:
                 leader, r = leader_of[c]
                 u_column = _conditional_uniforms(u_column, latent[leader], row_bins, below, r)
-            latent[c] = np.full(len(x), np.nan)
+            if c in leaders:
+                latent[c] = np.full(len(x), np.nan)
             for bin_ in np.unique(row_bins[present]):
                 inside = order_c[parents == bin_]
                 mass = weights[inside]
@@ -332,7 +334,8 @@ class FineTables:
                 if finer.size:
                     position = _inside_interval(inside[k] - len(column.points), position, finer, column.split)
                 out[rows, column.coordinate] = column.at(inside[k], position)
-                latent[c][rows] = _normal_score(below[bin_] + u * (below[bin_ + 1] - below[bin_]))
+                if c in leaders:
+                    latent[c][rows] = _normal_score(below[bin_] + u * (below[bin_ + 1] - below[bin_]))
         return out
 
 

@@ -45,8 +45,6 @@ def spearman_errors(train: pd.DataFrame, synthetic: pd.DataFrame, numeric: list[
 
 def rank_couplings(measurement, schema, cells) -> tuple[tuple[int, int, float], ...]:
     """The rule before 0030: |Spearman| >= 0.9 of the clipped noisy coarse table, a star forest, follow the leader."""
-    from splice_assets.layout import DEFAULT_NUMERIC_BINS  # noqa: F401 (the coarse bins the tables use)
-
     sizes = marginal_sizes(layout_for(schema), measurement.numeric_bins)
     position = {column.coordinate: i for i, column in enumerate(cells)}
     starts = np.concatenate([[0], np.cumsum([sizes[a] * sizes[b] for a, b in measurement.pairs])])
