@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, fields
+import os
+import threading
+from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
+from splice_assets.cell_kernels import alias_tables, assign_by_counts, clip_to_cells, draw_discrete
 from splice_assets.engine import Engine, LocalEngine
 from splice_assets.layout import (
     Coordinate,
@@ -25,6 +29,7 @@ from splice_assets.layout import (
     data_layout,
     decode,
     layout_for,
+    marginal_cells,
 )
 from splice_assets.model.fit import FitConfig, FittedMixture, MarginalTargets
 from splice_assets.model.mixture import MixtureParameters
@@ -38,6 +43,7 @@ from splice_assets.postprocess.field import (
 from splice_assets.postprocess.links import Link, redraw_linked
 from splice_assets.postprocess.tilt import (
     CellTilt,
+    cell_log_weights,
     pool_log_weights,
     systematic_resample,
 )
@@ -59,6 +65,9 @@ READABLE_VERSIONS = (1, 2)
 MATCHED_SPREAD = 1.5
 #: Output rows per resampling chunk of a tilted model (its pool is ``pool_factor`` times larger).
 TILT_CHUNK_ROWS = 25_000
+#: Threads that resample a tilted model's chunks (each chunk draws from its own stream: the output does not
+#: depend on the number).
+SAMPLING_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 # Stream of the public seed that draws values inside their coarse bins (distinct from the rows' stream).
 _TAG_FINE = 0xF1E5_B001
 
@@ -107,22 +116,52 @@ def matched_rows(
     rows, matched onto the 1-way targets at the end. With a pairwise field, the tilt's weights fold into the
     field's potentials (``field.with_tilt``) and the rows are Gibbs draws from that field, values inside their cells
     from the mixture. Without one, ``tilt.pool_factor`` matched mixture draws per output row are resampled by
-    their tilt weights."""
+    their tilt weights: chunk i from its own stream of ``rng`` (``Generator.spawn``), on ``SAMPLING_THREADS``
+    threads (the compiled loops release the GIL), the same rows on any number of them."""
     tilt, layout = model.tilt, data_layout(model.layout)
     if tilt is None or model.marginal_targets is None:
         raise ValueError("matched_rows needs a model with a cell tilt and 1-way targets")
-    tilted_field = None if model.field is None else with_tilt(model.field, layout, tilt.potentials, tilt.pairs)
-    chunks = []
-    for start in range(0, n_rows, TILT_CHUNK_ROWS):
-        rows = min(TILT_CHUNK_ROWS, n_rows - start)
-        if tilted_field is not None:
-            cells = sample_cells(tilted_field, layout, rows, rng)
-            chunks.append(values_in_cells(model.params, model.layout, cells, tilted_field.numeric_bins, rng))
-        else:
+    bins, targets = model.marginal_targets.numeric_bins, model.marginal_targets
+    out = np.empty((n_rows, layout.d), order="F")
+    starts = range(0, n_rows, TILT_CHUNK_ROWS)
+    if model.field is not None:
+        tilted_field = with_tilt(model.field, layout, tilt.potentials, tilt.pairs)
+        for start in starts:
+            cells = sample_cells(tilted_field, layout, min(TILT_CHUNK_ROWS, n_rows - start), rng)
+            out[start : start + len(cells)] = values_in_cells(model.params, model.layout, cells,
+                                                              tilted_field.numeric_bins, rng)
+    elif model.links or tilt.numeric_bins != bins:
+        for start in starts:
+            rows = min(TILT_CHUNK_ROWS, n_rows - start)
             pool = proposal_rows(model, tilt.pool_factor * rows, rng, integer_bounds, spread)
             log_w = pool_log_weights(tilt.potentials, pool, layout, tilt.numeric_bins, tilt.pairs)
-            chunks.append(pool[systematic_resample(log_w, rows, rng)])
-    return match_to_marginals(np.concatenate(chunks), layout, model.marginal_targets, rng, integer_bounds, model.links)
+            out[start : start + rows] = pool[systematic_resample(log_w, rows, rng)]
+    else:
+        buffers = threading.local()  # each thread's pool and its cells, reused by its chunks (a fresh 20 MB pool
+        # per chunk is paged in afresh each time: at 10^6 rows 40% of sampling went to page faults)
+
+        def resampled_chunk(start: int, stream: np.random.Generator) -> None:
+            """The pool as cells; only the rows kept are placed in theirs (the same rows as proposal_rows')."""
+            rows = min(TILT_CHUNK_ROWS, n_rows - start)
+            if not hasattr(buffers, "pool"):
+                buffers.pool = np.empty((tilt.pool_factor * min(TILT_CHUNK_ROWS, n_rows), layout.d))
+                buffers.cells = np.empty(buffers.pool.shape, dtype=np.int64, order="F")
+            pool = buffers.pool[: tilt.pool_factor * rows]
+            unmatched_draws(model, len(pool), stream, spread, out=pool)
+            cells = matched_cells(pool, model.layout, targets, stream, out=buffers.cells[: len(pool)])
+            log_w = cell_log_weights(tilt.potentials, cells, layout, bins, tilt.pairs)
+            kept = systematic_resample(log_w, rows, stream)
+            place_in_cells(pool[kept], cells[kept], model.layout, bins, stream, integer_bounds,
+                           out=out[start : start + rows])
+
+        streams = rng.spawn(len(starts))
+        if len(starts) > 1 and SAMPLING_THREADS > 1:
+            with ThreadPoolExecutor(min(SAMPLING_THREADS, len(starts))) as executor:
+                list(executor.map(resampled_chunk, starts, streams))
+        else:
+            for start, stream in zip(starts, streams):
+                resampled_chunk(start, stream)
+    return match_to_marginals(out, model.layout, targets, rng, integer_bounds, model.links, out=out)
 
 
 def proposal_rows(
@@ -150,40 +189,84 @@ def mixture_draws(
 ) -> np.ndarray:
     """``n_rows`` draws from the mixture itself (no tilt); if ``matched``, the model's links redrawn (``links``)
     and every coordinate matched onto the 1-way targets."""
-    layout, p = model.layout, model.params
-    scale = spread if matched else 1.0
-    counts = rng.multinomial(n_rows, p.weights)
-    out = np.empty((n_rows, layout.d))
-    disc, cont = layout.discrete_index, layout.continuous_index
-    grids = [layout.coordinates[i].grid() for i in disc]
-    joint = {i: (pair, table) for pair, table in zip(p.joint_pairs, p.joint) for i in pair}
-    start = 0
-    for c, n_c in enumerate(counts):
-        block = out[start : start + n_c]
-        levels: dict[int, np.ndarray] = {}
-        for t, i in enumerate(disc):
-            if i in joint and i not in levels:  # a joint part: both coordinates from one draw of its table
-                (a, b), table = joint[i]
-                levels[a], levels[b] = np.divmod(_draw_index(table[c].ravel(), n_c, rng), table.shape[2])
-            elif i not in levels:
-                levels[i] = _draw_index(p.probs[t][c], n_c, rng)
-            block[:, i] = grids[t][levels[i]]
-            if layout.coordinates[i].is_binned:  # uniform inside the bin
-                block[:, i] += rng.uniform(-1.0, 1.0, n_c) / layout.coordinates[i].levels
-        if len(cont):
-            g = rng.standard_normal((n_c, p.R)) if p.R else np.zeros((n_c, 0))
-            deviation = g @ p.factors[c].T + rng.standard_normal((n_c, len(cont))) * np.sqrt(p.diag[c])
-            block[:, cont] = p.means[c] + scale * deviation
-        start += n_c
-    out = out[rng.permutation(n_rows)]
-    np.clip(out, -1.0, 1.0, out=out)
+    out = unmatched_draws(model, n_rows, rng, spread if matched else 1.0)
     if matched and model.marginal_targets is not None and n_rows > 0:
-        targets, cells_layout = model.marginal_targets, data_layout(layout)
-        out = match_to_marginals(out, cells_layout, targets, rng, integer_bounds)
+        layout, targets = model.layout, model.marginal_targets
+        out = match_to_marginals(out, layout, targets, rng, integer_bounds)
         if model.links:  # sources on their matched cells first; matching again moves few rows
-            out = redraw_linked(out, cells_layout, targets.numeric_bins, model.links, rng)
-            out = match_to_marginals(out, cells_layout, targets, rng, integer_bounds, model.links)
+            out = redraw_linked(out, data_layout(layout), targets.numeric_bins, model.links, rng)
+            out = match_to_marginals(out, layout, targets, rng, integer_bounds, model.links)
     return out
+
+
+def unmatched_draws(
+    model: FittedMixture, n_rows: int, rng: np.random.Generator, spread: float = 1.0, out: np.ndarray | None = None,
+) -> np.ndarray:
+    """``n_rows`` draws from the mixture, clipped to the cube, continuous deviations from a component's mean scaled
+    by ``spread``; written to ``out`` (n_rows, d) if given."""
+    layout, p = model.layout, model.params
+    component = _draw_index(p.weights, n_rows, rng)  # independent draws: the rows come in random order
+    out = np.empty((n_rows, layout.d)) if out is None else out
+    if len(layout.discrete_index):
+        tables = _discrete_tables(layout, p)
+        draw_discrete(component, rng, tables.keep, tables.alias, tables.offsets, tables.sizes, tables.first,
+                      tables.second, tables.second_levels, tables.grids, tables.grid_offsets, tables.jitter, out)
+    cont = layout.continuous_index
+    if len(cont):
+        for c in range(p.K):
+            rows = np.flatnonzero(component == c)
+            g = rng.standard_normal((len(rows), p.R)) if p.R else np.zeros((len(rows), 0))
+            deviation = g @ p.factors[c].T + rng.standard_normal((len(rows), len(cont))) * np.sqrt(p.diag[c])
+            out[np.ix_(rows, cont)] = np.clip(p.means[c] + spread * deviation, -1.0, 1.0)
+    return out
+
+
+@dataclass(frozen=True)
+class _DiscreteTables:
+    """A mixture's discrete parts as ``cell_kernels.draw_discrete`` reads them (see there): per draw group (a
+    discrete coordinate, or a joint part's two) the alias tables of its K distributions, flattened, and per
+    coordinate its grid points and, if binned, its bins' half-width."""
+
+    keep: np.ndarray
+    alias: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+    first: np.ndarray
+    second: np.ndarray
+    second_levels: np.ndarray
+    grids: np.ndarray
+    grid_offsets: np.ndarray
+    jitter: np.ndarray
+
+
+def _discrete_tables(layout: EncodingLayout, p: MixtureParameters) -> _DiscreteTables:
+    joint = {i: (pair, table) for pair, table in zip(p.joint_pairs, p.joint) for i in pair}
+    as_int = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    groups: list[tuple[np.ndarray, int, int, int]] = []  # (K, cells) table, first, second, second's levels
+    for t, i in enumerate(layout.discrete_index):
+        if i not in joint:
+            groups.append((p.probs[t], int(i), -1, 1))
+        elif i == joint[i][0][0]:
+            (a, b), table = joint[i]
+            groups.append((table.reshape(p.K, -1), a, b, table.shape[2]))
+    sizes = as_int([table.shape[1] for table, *_ in groups])
+    offsets = as_int(np.cumsum([0] + [table.size for table, *_ in groups])[:-1])
+    probabilities = np.concatenate([np.asarray(table, dtype=np.float64).ravel() for table, *_ in groups])
+    keep, alias = alias_tables(probabilities, offsets, sizes, p.K)
+    grids = [c.grid() if c.is_discrete else np.zeros(0) for c in layout.coordinates]
+    jitter = np.array([1.0 / c.levels if c.is_binned else 0.0 for c in layout.coordinates])
+    return _DiscreteTables(
+        keep=keep,
+        alias=alias,
+        offsets=offsets,
+        sizes=sizes,
+        first=as_int([g[1] for g in groups]),
+        second=as_int([g[2] for g in groups]),
+        second_levels=as_int([g[3] for g in groups]),
+        grids=np.concatenate(grids),
+        grid_offsets=as_int(np.cumsum([0] + [len(grid) for grid in grids])[:-1]),
+        jitter=jitter,
+    )
 
 
 def _draw_index(probabilities: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -208,64 +291,96 @@ def match_to_marginals(
     rng: np.random.Generator,
     integer_bounds: Mapping[int, tuple[float, float]] | None = None,
     links: Sequence[Link] = (),
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Re-map every coordinate onto its noisy 1-way marginal, keeping the order of the rows' values.
+    """Re-map every coordinate onto its noisy 1-way marginal, keeping the order of the rows' values: the cells of
+    ``matched_cells``, the values placed in them by ``place_in_cells`` (in ``out``, which may be ``cube``)."""
+    cells = matched_cells(cube, layout, targets, rng, links)
+    linked = {i for link in links for i in (link.source, link.target)}
+    return place_in_cells(cube, cells, layout, targets.numeric_bins, rng, integer_bounds, linked, out)
+
+
+def matched_cells(
+    cube: np.ndarray,
+    layout: EncodingLayout,
+    targets: MarginalTargets,
+    rng: np.random.Generator,
+    links: Sequence[Link] = (),
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """(n, d) cells that hold every coordinate's noisy 1-way marginal, keeping the order of the rows' values
+    (column-major int64, in ``out`` if given).
 
     Rows are sorted by value (ties broken at random) and cut into consecutive runs of the target cell counts.
-    A discrete coordinate takes its cell's grid level; a continuous value already inside its cell stays, one
-    outside is clipped to the cell (so spikes at the public bounds survive). ``integer_bounds`` (coordinate ->
-    public bounds of an integer column) makes those values land on an integer inside their cell, so rounding at
-    decode time cannot move them to the next cell. Joint structure is kept as far as ranks carry it.
+    Joint structure is kept as far as ranks carry it. A discrete coordinate is sorted by its cell, and a binned one
+    of a model's layout (``layout`` with binned coordinates) by its bin in the model, whose value inside the bin
+    is a uniform draw that carries no order. Both are matched by counts, without sorting
+    (``cell_kernels.assign_by_counts``).
 
     The two coordinates of a link (``links``) are matched with the fewest moves instead (``fewest_moves``), guided
     by the link's table: shifting ranks would move rows to neighbouring cells and break the pair.
     """
-    out = np.array(cube, dtype=np.float64, order="F")  # column-contiguous: the loop works one column at a time
     n = len(cube)
-    integer_bounds = integer_bounds or {}
     frequencies = targets.per_coordinate(layout)
     partners = _link_partners(links, frequencies)
+    cells = marginal_cells(cube, data_layout(layout), targets.numeric_bins, out)
     for i, (coord, freq) in enumerate(zip(layout.coordinates, frequencies)):
         counts = target_counts(freq, n)
         if i in partners:
             partner, affinity = partners[i]
-            current = coordinate_cells(out[:, i], coord, targets.numeric_bins)
-            assigned = fewest_moves(
-                current, counts, rng, affinity,
-                coordinate_cells(out[:, partner], layout.coordinates[partner], targets.numeric_bins),
-            )
-            moved = assigned != current
-            if not coord.is_discrete:  # a moved numeric value: uniform inside its new cell, not at its edge
-                out[moved, i] = -1.0 + (assigned[moved] + rng.random(int(moved.sum()))) * 2.0 / targets.numeric_bins
+            cells[:, i] = fewest_moves(cells[:, i], counts, rng, affinity, cells[:, partner])
+        elif coord.is_binned:  # ordered by the model's finer bins, at random inside them
+            finer = np.minimum(np.floor((np.clip(cube[:, i], -1.0, 1.0) + 1.0) * coord.levels / 2.0), coord.levels - 1)
+            cells[:, i] = assign_by_counts(finer.astype(np.int64), coord.levels, counts, rng)
+        elif coord.is_discrete:
+            cells[:, i] = assign_by_counts(cells[:, i], len(counts), counts, rng)
         else:
             shuffled = rng.permutation(n)
-            order = shuffled[_rank_order(out[shuffled, i], coord)]  # ties broken at random by the shuffle
-            assigned = np.empty(n, dtype=np.int64)
-            assigned[order] = np.repeat(np.arange(len(counts)), counts)
-        if coord.is_discrete:
-            out[:, i] = coord.grid()[assigned]
-        elif i in integer_bounds:
-            out[:, i] = _integers_in_cells(out[:, i], assigned, targets.numeric_bins, *integer_bounds[i])
-        else:
-            width = 2.0 / targets.numeric_bins
-            start = -1.0 + assigned * width
-            # A hair inside the cell so floating-point binning agrees; the outer edges stay exactly at +-1.
-            lo = np.where(assigned == 0, -1.0, start + 1e-9 * width)
-            hi = np.where(assigned == targets.numeric_bins - 1, 1.0, start + (1 - 1e-9) * width)
-            out[:, i] = np.clip(out[:, i], lo, hi)
-    return np.ascontiguousarray(out)
+            order = shuffled[np.argsort(cube[shuffled, i], kind="quicksort")]  # ties broken at random by the shuffle
+            cells[order, i] = np.repeat(np.arange(len(counts)), counts)
+    return cells
 
 
-def _rank_order(values: np.ndarray, coord: Coordinate) -> np.ndarray:
-    """Indices that sort ``values`` (rows already in random order, so whichever way the sort orders tied values,
-    tied rows end in random order).
+def place_in_cells(
+    cube: np.ndarray,
+    cells: np.ndarray,
+    layout: EncodingLayout,
+    numeric_bins: int,
+    rng: np.random.Generator,
+    integer_bounds: Mapping[int, tuple[float, float]] | None = None,
+    relocated: Collection[int] = (),
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """``cube``'s values moved into ``cells`` (``matched_cells``), column-major (in ``out`` if given, which may be
+    ``cube`` itself).
 
-    A coordinate on a grid of few levels is sorted by its cell codes as 16-bit integers (numpy's stable radix sort),
-    other values by numpy's quicksort (vectorised); both are 6-10x faster than a stable sort of floats.
+    A discrete coordinate takes its cell's grid level. A numeric value already inside its cell stays; one outside
+    is clipped to the cell (so spikes at the public bounds survive), or, for a binned coordinate of a model's layout
+    (whose position inside a cell carries no order) and the ``relocated`` ones (a link's, moved to a cell its
+    partner favours, not next door), takes a uniform position inside it. ``integer_bounds``
+    (coordinate -> public bounds of an integer column) makes those values land on an integer inside their cell,
+    so rounding at decode time cannot move them to the next cell.
     """
-    if coord.is_discrete and not coord.is_binned and coord.levels <= np.iinfo(np.int16).max:
-        return np.argsort(coordinate_cells(values, coord).astype(np.int16), kind="stable")
-    return np.argsort(values, kind="quicksort")
+    if out is None:
+        out = np.empty(np.shape(cube), order="F")  # column-contiguous: the loop works one column at a time
+    if out is not cube:
+        out[...] = cube  # (np.array(cube, order="F") is 9x slower at 10^6 rows)
+    integer_bounds = integer_bounds or {}
+    width = 2.0 / numeric_bins
+    for i, coord in enumerate(layout.coordinates):
+        assigned = cells[:, i]
+        if coord.is_discrete and not coord.is_binned:
+            out[:, i] = coord.grid()[assigned]
+            continue
+        if coord.is_binned or i in relocated:  # a moved value: uniform inside its new cell
+            moved = np.flatnonzero(assigned != coordinate_cells(out[:, i], Coordinate(coord.column, "value", 0),
+                                                                numeric_bins))
+            out[moved, i] = -1.0 + (assigned[moved] + rng.random(len(moved))) * width
+        if i in integer_bounds:
+            out[:, i] = _integers_in_cells(out[:, i], assigned, numeric_bins, *integer_bounds[i])
+        else:
+            clip_to_cells(out[:, i], assigned, numeric_bins)
+    return out
 
 
 def _link_partners(

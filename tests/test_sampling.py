@@ -112,3 +112,62 @@ def test_matched_sampling_widens_components_and_still_hits_the_marginals():
     np.testing.assert_array_equal(counts, expected)
     # Widening moves rows between cells before matching, so the joint (not the marginals) changes.
     assert not np.array_equal(x1, x2)
+
+
+def test_the_cells_kernel_matches_the_per_column_reference():
+    """``marginal_cells`` (compiled) against ``coordinate_cells`` column by column on values clipped to [-1, 1] with
+    NaN as 0: equal on NaN, +-inf, values outside the cube and exact grid points, for row- and column-major input."""
+    from splice_assets.layout import Coordinate, EncodingLayout, coordinate_cells, marginal_cells
+
+    layout = EncodingLayout((Coordinate("a", "value", 0), Coordinate("b", "value", 5), Coordinate("c", "value", 1),
+                             Coordinate("d", "binned", 64), Coordinate("e", "value", 2)))
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1.3, 1.3, (20_001, 5))
+    x[::7, 0], x[::11, 1], x[::13, 3], x[::17, 4] = np.nan, np.inf, -np.inf, np.nan
+    x[::5, 1] = np.round(x[::5, 1] * 2) / 2
+    clipped = np.clip(np.nan_to_num(x, nan=0.0), -1.0, 1.0)
+    expected = np.stack([coordinate_cells(clipped[:, i], c, 16) for i, c in enumerate(layout.coordinates)], axis=1)
+    for rows in (x, np.asfortranarray(x)):
+        np.testing.assert_array_equal(marginal_cells(rows, layout, 16), expected)
+
+
+def test_matching_by_counts_is_rank_matching_with_random_ties():
+    """``assign_by_counts``: exactly the target counts, the order of the source cells kept (a row in a lower cell
+    never lands above one in a higher cell), and which rows of a split cell move is random: independent of the
+    rows' positions (first and second half of the rows move at shares within 0.02 of each other, 40,000 rows)."""
+    from splice_assets.cell_kernels import assign_by_counts
+
+    rng = np.random.default_rng(3)
+    cells = rng.integers(0, 6, 40_000)
+    counts = np.array([9_000, 0, 5_000, 11_000, 7_000, 8_000])
+    assigned = assign_by_counts(cells, 6, counts, rng)
+    np.testing.assert_array_equal(np.bincount(assigned, minlength=6), counts)
+    highest_below = np.array([assigned[cells == c].max() for c in range(6)])
+    lowest_above = np.array([assigned[cells == c].min() for c in range(6)])
+    assert np.all(highest_below[:-1] <= lowest_above[1:])
+    moved = assigned != cells
+    split = cells == np.argmax([len(np.unique(assigned[cells == c])) for c in range(6)])
+    half = np.arange(len(cells)) < len(cells) // 2
+    assert abs(moved[split & half].mean() - moved[split & ~half].mean()) < 0.02
+    # Finer order cells nested in the targets (4 per target cell) keep their order too.
+    finer = rng.integers(0, 24, 40_000)
+    coarse = assign_by_counts(finer, 24, counts, rng)
+    assert np.all(np.diff([coarse[finer == f].mean() for f in range(24)]) >= 0)
+
+
+def test_alias_tables_reproduce_their_distributions_exactly():
+    """Walker's tables imply p_j = (keep_j + sum of (1 - keep_i) over the cells i aliased to j) / m: equal to the
+    input (normalised), zeros included; an all-zero table is uniform."""
+    from splice_assets.cell_kernels import alias_tables
+
+    rng = np.random.default_rng(5)
+    tables = [rng.dirichlet(np.ones(7), size=3), np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])]
+    tables[0][1, 2] = 0.0
+    for table in tables:
+        keep, alias = alias_tables(table.ravel(), np.array([0]), np.array([table.shape[1]]), len(table))
+        for t, row in enumerate(table):
+            m = len(row)
+            k, a = keep[t * m:(t + 1) * m], alias[t * m:(t + 1) * m]
+            implied = (k + np.bincount(a, weights=1.0 - k, minlength=m)) / m
+            want = row / row.sum() if row.sum() > 0 else np.full(m, 1.0 / m)
+            np.testing.assert_allclose(implied, want, atol=1e-12)

@@ -152,6 +152,21 @@ def test_the_iteration_cap_is_kept():
     assert iterations == 7 and end < start
 
 
+def test_a_refit_starts_from_none_when_the_holdout_scores_its_initial_potentials_worse():
+    """Initial potentials that let a few rows dominate (large random ones) score far worse on the holdout than
+    none: the refit starts from none (the same start as a fresh fit), while good initial potentials (a finished
+    fit's) are kept (a lower start)."""
+    rng = np.random.default_rng(4)
+    truth = _correlated_rows(rng, 5_000)
+    one_way, two_way = _tables(truth)
+    pool, holdout = (table_cells(_independent_rows(truth, rng), LAYOUT, BINS, PAIRS) for _ in range(2))
+    args = (pool, holdout, one_way, 1e-3, two_way, 1e-3, 1.0, 40)
+    fitted, fresh_start, _, _ = fit_tilt(*args)
+    bad = rng.normal(0.0, 20.0, one_way.size + two_way.size)
+    assert fit_tilt(*args, initial=bad)[1] == fresh_start
+    assert fit_tilt(*args, initial=fitted)[1] < 0.5 * fresh_start
+
+
 def test_the_holdout_stops_the_fit_where_the_pool_would_be_overfitted():
     """A small pool (300 rows) and near-exact targets (std 1e-5): the pool's own chi^2 keeps falling while the
     potentials chase its few rows, a fresh holdout pool's does not. The fit must stop on the holdout's patience
@@ -214,21 +229,23 @@ def test_a_one_component_fit_gains_its_dependence_from_the_tilt():
 
 
 def test_the_tilt_is_refitted_on_wider_pools_only_when_the_holdout_stops_it_short():
-    """K = 1 on correlated rows (n = 4,000): on the narrow pools the holdout stops the tilt at chi^2 4.05 per cell;
-    on pools 4x wider it reaches 1.39 (measured; asserted < half of the narrow value). A tilt that reaches its
-    target, or a wide factor of 0, keeps the narrow pools (sampling pool factor 4 instead of 16 // 2)."""
+    """K = 1 on correlated rows (n = 4,000): on the narrow pools the holdout stops the tilt at chi^2 3-5 per cell;
+    on pools 4x wider it reaches 1.3-2.2. Measured over seeds 0-9 the ratio wide / narrow was .26-.56 (median .40);
+    asserted: its median over seeds 0-2 < .5. A tilt that reaches its target, or a wide factor of 0, keeps the
+    narrow pools (sampling pool factor 4 instead of 16 // 2)."""
     measurement = toy_measurement(_correlated_rows(np.random.default_rng(5), 4_000))
     # The tilt on the mixture's own pools (no pairwise field, whose tilt is fitted on the field's pools).
     config = FitConfig(K=1, max_steps=60, min_steps=10, em_iterations=0, link_lambda=0.0, field_iterations=0)
 
-    def tilt_of(**changes):
-        return chain.fit(measurement, SCHEMA, dataclasses.replace(config, **changes)).tilt
+    def tilt_of(seed=0, **changes):
+        return chain.fit(measurement, SCHEMA, dataclasses.replace(config, seed=seed, **changes)).tilt
 
     reached, narrow, wide = tilt_of(tilt_chi2=1e6), tilt_of(tilt_wide_pool_factor=0), tilt_of()
     assert reached.pool_factor == 4 and reached.iterations == 0
     assert narrow.pool_factor == 4 and narrow.chi2_end > config.tilt_chi2
     assert wide.pool_factor == 8 and wide.summary()["pool_factor"] == 8
-    assert wide.chi2_end < 0.5 * narrow.chi2_end, (wide.chi2_end, narrow.chi2_end)
+    ratios = [tilt_of(seed).chi2_end / tilt_of(seed, tilt_wide_pool_factor=0).chi2_end for seed in range(3)]
+    assert np.median(ratios) < 0.5, ratios
 
 
 def test_tilted_sampling_is_deterministic_and_survives_save_and_load(tmp_path):
