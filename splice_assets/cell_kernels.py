@@ -86,16 +86,16 @@ def alias_tables(probabilities, offsets, sizes, tables):  # pragma: no cover - n
 
 
 @numba.njit(cache=True, nogil=True)
-def draw_discrete(component, rng, keep, alias, offsets, sizes, first, second, second_levels,
-                  grids, grid_offsets, jitter, out):  # pragma: no cover - numba
-    """Every discrete coordinate of each row given its mixture ``component``, written to ``out[r, coordinate]``.
+def draw_levels(component, rng, keep, alias, offsets, sizes, first, second, second_levels,
+                levels):  # pragma: no cover - numba
+    """Every discrete coordinate's level (grid point, or bin of a binned one) of each row given its mixture
+    ``component``, written to ``levels[r, coordinate]``.
 
     Draw group g (a discrete coordinate, or the two of a joint part) draws its cell from the component's alias table
     (``alias_tables``; at ``offsets[g] + c * sizes[g]``) with a uniform from ``rng`` (a numpy Generator, drawn
-    from here: no (rows, groups) array of uniforms). A joint part's flat index splits
-    into ``first[g]``'s level (row of its table) and ``second[g]``'s (column, ``second_levels[g]`` of them); a
-    single coordinate has ``second[g] = -1``. A coordinate i sits on its grid point (``grids[grid_offsets[i] +
-    level]``), a binned one (``jitter[i] > 0``, the half-width of its bins) uniformly inside its bin."""
+    from here: no (rows, groups) array of uniforms). A joint part's flat index splits into ``first[g]``'s level
+    (row of its table) and ``second[g]``'s (column, ``second_levels[g]`` of them); a single coordinate has
+    ``second[g] = -1``."""
     n, groups = component.shape[0], len(sizes)
     for r in range(n):
         c = component[r]
@@ -105,20 +105,24 @@ def draw_discrete(component, rng, keep, alias, offsets, sizes, first, second, se
             x = rng.random() * m
             j = min(np.int64(x), m - 1)
             cell = j if x - j < keep[base + j] else alias[base + j]
-            for k in range(2):
-                i = first[g] if k == 0 else second[g]
-                if i < 0:
-                    break
-                if second[g] < 0:
-                    level = cell
-                elif k == 0:
-                    level = cell // second_levels[g]
-                else:
-                    level = cell % second_levels[g]
-                value = grids[grid_offsets[i] + level]
-                if jitter[i] > 0:
-                    value = min(max(value + (2.0 * rng.random() - 1.0) * jitter[i], -1.0), 1.0)
-                out[r, i] = value
+            if second[g] < 0:
+                levels[r, first[g]] = cell
+            else:
+                levels[r, first[g]] = cell // second_levels[g]
+                levels[r, second[g]] = cell % second_levels[g]
+
+
+@numba.njit(cache=True, nogil=True)
+def level_values(levels, coordinates, grids, grid_offsets, jitter, rng, out):  # pragma: no cover - numba
+    """``out[r, i]`` for the discrete ``coordinates`` i: the grid point of ``levels[r, i]``
+    (``grids[grid_offsets[i] + level]``), a binned coordinate's (``jitter[i] > 0``, the half-width of its bins)
+    uniformly inside its bin."""
+    for r in range(levels.shape[0]):
+        for i in coordinates:
+            value = grids[grid_offsets[i] + levels[r, i]]
+            if jitter[i] > 0:
+                value = min(max(value + (2.0 * rng.random() - 1.0) * jitter[i], -1.0), 1.0)
+            out[r, i] = value
 
 
 @numba.njit(cache=True, nogil=True)

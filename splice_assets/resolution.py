@@ -283,15 +283,15 @@ class FineTables:
 
     def refine(
         self, x: np.ndarray, cells: tuple[FineCells, ...], rng: np.random.Generator,
-        coarse: list[np.ndarray] | None = None, numeric_bins: int = DEFAULT_NUMERIC_BINS,
+        coarse: list[np.ndarray] | None = None, numeric_bins: int = DEFAULT_NUMERIC_BINS, in_place: bool = False,
     ) -> np.ndarray:
         """Rows ``x`` (cube) with every present numeric value redrawn inside its coarse bin from the column's
         consistent fine tables (``consistent``; ``coarse``: each column's noisy coarse table) restricted to that
         bin, by the inverse of their distribution function at a uniform draw. A coupled column (``couplings``) draws
         its uniform given its leader's (``_conditional_uniforms``), so near-identical columns stay near-identical
-        inside the bins too. A bin whose fine cells are all empty keeps its values as drawn."""
-        out = x.copy(order="K")  # column-major rows stay so: a transposing copy of 10^6 rows costs a second
-        uniforms = rng.uniform(size=(len(x), len(cells)))
+        inside the bins too. A bin whose fine cells are all empty keeps its values as drawn.
+        ``in_place``: written into ``x``."""
+        out = x if in_place else x.copy(order="K")  # (column-major rows stay so: a transposing copy is slow)
         tables = self.per_column(cells)
         leader_of = {follower: (leader, r) for follower, leader, r in self.couplings}
         order = [c for c in range(len(cells)) if c not in leader_of] + [f for f, _, _ in self.couplings]
@@ -314,7 +314,7 @@ class FineTables:
                 present &= level == 0
             bin_mass = np.array([weights[order_c[parents == bin_]].sum() for bin_ in range(numeric_bins)])
             below = np.concatenate([[0.0], np.cumsum(bin_mass)]) / max(bin_mass.sum(), 1e-300)
-            u_column = uniforms[:, c]
+            u_column = rng.uniform(size=len(x))
             if c in leader_of:
                 leader, r = leader_of[c]
                 u_column = _conditional_uniforms(u_column, latent[leader], row_bins, below, r)

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -20,7 +20,13 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from splice_assets.cell_kernels import alias_tables, assign_by_counts, clip_to_cells, draw_discrete
+from splice_assets.cell_kernels import (
+    alias_tables,
+    assign_by_counts,
+    clip_to_cells,
+    draw_levels,
+    level_values,
+)
 from splice_assets.engine import Engine, LocalEngine
 from splice_assets.layout import (
     Coordinate,
@@ -29,7 +35,6 @@ from splice_assets.layout import (
     data_layout,
     decode,
     layout_for,
-    marginal_cells,
 )
 from splice_assets.model.fit import FitConfig, FittedMixture, MarginalTargets
 from splice_assets.model.mixture import MixtureParameters
@@ -130,28 +135,35 @@ def matched_rows(
             cells = sample_cells(tilted_field, layout, min(TILT_CHUNK_ROWS, n_rows - start), rng)
             out[start : start + len(cells)] = values_in_cells(model.params, model.layout, cells,
                                                               tilted_field.numeric_bins, rng)
-    elif model.links or tilt.numeric_bins != bins:
+    elif not _cells_suffice(model, tilt.numeric_bins, bins):
         for start in starts:
             rows = min(TILT_CHUNK_ROWS, n_rows - start)
             pool = proposal_rows(model, tilt.pool_factor * rows, rng, integer_bounds, spread)
             log_w = pool_log_weights(tilt.potentials, pool, layout, tilt.numeric_bins, tilt.pairs)
             out[start : start + rows] = pool[systematic_resample(log_w, rows, rng)]
     else:
-        buffers = threading.local()  # each thread's pool and its cells, reused by its chunks (a fresh 20 MB pool
+        frequencies = targets.per_coordinate(model.layout)
+        tables = _discrete_tables(model.layout, model.params)
+        buffers = threading.local()  # each thread's pool levels and cells, reused by its chunks (a fresh 20 MB pool
         # per chunk is paged in afresh each time: at 10^6 rows 40% of sampling went to page faults)
 
         def resampled_chunk(start: int, stream: np.random.Generator) -> None:
-            """The pool as cells; only the rows kept are placed in theirs (the same rows as proposal_rows')."""
+            """The pool as levels and matched cells (the cells ``match_to_marginals`` gives ``proposal_rows``' draws,
+            without their values); only the rows kept get values, placed in their cells."""
             rows = min(TILT_CHUNK_ROWS, n_rows - start)
-            if not hasattr(buffers, "pool"):
-                buffers.pool = np.empty((tilt.pool_factor * min(TILT_CHUNK_ROWS, n_rows), layout.d))
-                buffers.cells = np.empty(buffers.pool.shape, dtype=np.int64, order="F")
-            pool = buffers.pool[: tilt.pool_factor * rows]
-            unmatched_draws(model, len(pool), stream, spread, out=pool)
-            cells = matched_cells(pool, model.layout, targets, stream, out=buffers.cells[: len(pool)])
-            log_w = cell_log_weights(tilt.potentials, cells, layout, bins, tilt.pairs)
-            kept = systematic_resample(log_w, rows, stream)
-            place_in_cells(pool[kept], cells[kept], model.layout, bins, stream, integer_bounds,
+            size = tilt.pool_factor * rows
+            if not hasattr(buffers, "levels"):
+                shape = (tilt.pool_factor * min(TILT_CHUNK_ROWS, n_rows), layout.d)
+                buffers.levels, buffers.cells = (np.empty(shape, np.int64, order="F") for _ in range(2))
+            _, levels = discrete_levels(model, size, stream, buffers.levels[:size])
+            cells = buffers.cells[:size]
+            for i, (coord, freq) in enumerate(zip(model.layout.coordinates, frequencies)):
+                cells[:, i] = assign_by_counts(levels[:, i], coord.levels, target_counts(freq, size), stream)
+            kept = systematic_resample(cell_log_weights(tilt.potentials, cells, layout, bins, tilt.pairs), rows, stream)
+            values = np.empty((rows, layout.d))
+            level_values(levels[kept], model.layout.discrete_index, tables.grids, tables.grid_offsets, tables.jitter,
+                         stream, values)
+            place_in_cells(values, cells[kept], model.layout, bins, stream, integer_bounds,
                            out=out[start : start + rows])
 
         streams = rng.spawn(len(starts))
@@ -162,6 +174,14 @@ def matched_rows(
             for start, stream in zip(starts, streams):
                 resampled_chunk(start, stream)
     return match_to_marginals(out, model.layout, targets, rng, integer_bounds, model.links, out=out)
+
+
+def _cells_suffice(model: FittedMixture, tilt_bins: int, bins: int) -> bool:
+    """Whether a tilted model's pools can be kept as levels and cells (``matched_rows``): no links (they redraw
+    values), every coordinate discrete or binned, each bin inside one of the ``bins`` measured cells, and the tilt
+    on those cells."""
+    return (not model.links and tilt_bins == bins and not len(model.layout.continuous_index)
+            and all(c.levels % bins == 0 for c in model.layout.coordinates if c.is_binned))
 
 
 def proposal_rows(
@@ -205,12 +225,11 @@ def unmatched_draws(
     """``n_rows`` draws from the mixture, clipped to the cube, continuous deviations from a component's mean scaled
     by ``spread``; written to ``out`` (n_rows, d) if given."""
     layout, p = model.layout, model.params
-    component = _draw_index(p.weights, n_rows, rng)  # independent draws: the rows come in random order
+    component, levels = discrete_levels(model, n_rows, rng)
     out = np.empty((n_rows, layout.d)) if out is None else out
     if len(layout.discrete_index):
         tables = _discrete_tables(layout, p)
-        draw_discrete(component, rng, tables.keep, tables.alias, tables.offsets, tables.sizes, tables.first,
-                      tables.second, tables.second_levels, tables.grids, tables.grid_offsets, tables.jitter, out)
+        level_values(levels, layout.discrete_index, tables.grids, tables.grid_offsets, tables.jitter, rng, out)
     cont = layout.continuous_index
     if len(cont):
         for c in range(p.K):
@@ -219,6 +238,19 @@ def unmatched_draws(
             deviation = g @ p.factors[c].T + rng.standard_normal((len(rows), len(cont))) * np.sqrt(p.diag[c])
             out[np.ix_(rows, cont)] = np.clip(p.means[c] + spread * deviation, -1.0, 1.0)
     return out
+
+
+def discrete_levels(
+    model: FittedMixture, n_rows: int, rng: np.random.Generator, out: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's mixture component and the levels of its discrete coordinates (a binned one's: its bin), as
+    (n_rows,) and (n_rows, d) int64 (continuous coordinates' columns unset; ``out`` if given)."""
+    component = _draw_index(model.params.weights, n_rows, rng)  # independent draws: the rows come in random order
+    levels = np.empty((n_rows, model.layout.d), dtype=np.int64) if out is None else out
+    if len(model.layout.discrete_index):
+        t = _discrete_tables(model.layout, model.params)
+        draw_levels(component, rng, t.keep, t.alias, t.offsets, t.sizes, t.first, t.second, t.second_levels, levels)
+    return component, levels
 
 
 @dataclass(frozen=True)
@@ -293,52 +325,42 @@ def match_to_marginals(
     links: Sequence[Link] = (),
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Re-map every coordinate onto its noisy 1-way marginal, keeping the order of the rows' values: the cells of
-    ``matched_cells``, the values placed in them by ``place_in_cells`` (in ``out``, which may be ``cube``)."""
-    cells = matched_cells(cube, layout, targets, rng, links)
-    linked = {i for link in links for i in (link.source, link.target)}
-    return place_in_cells(cube, cells, layout, targets.numeric_bins, rng, integer_bounds, linked, out)
+    """Re-map every coordinate onto its noisy 1-way marginal, keeping the order of the rows' values, one column at a
+    time; column-major, in ``out`` if given (which may be ``cube`` itself).
 
-
-def matched_cells(
-    cube: np.ndarray,
-    layout: EncodingLayout,
-    targets: MarginalTargets,
-    rng: np.random.Generator,
-    links: Sequence[Link] = (),
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """(n, d) cells that hold every coordinate's noisy 1-way marginal, keeping the order of the rows' values
-    (column-major int64, in ``out`` if given).
-
-    Rows are sorted by value (ties broken at random) and cut into consecutive runs of the target cell counts.
-    Joint structure is kept as far as ranks carry it. A discrete coordinate is sorted by its cell, and a binned one
-    of a model's layout (``layout`` with binned coordinates) by its bin in the model, whose value inside the bin
-    is a uniform draw that carries no order. Both are matched by counts, without sorting
-    (``cell_kernels.assign_by_counts``).
+    Rows are sorted by value (ties broken at random) and cut into consecutive runs of the target cell counts, and
+    the values are then placed in those cells (``place_in_cells``). Joint structure is kept as far as ranks carry
+    it. A discrete coordinate is sorted by its cell, and a binned one of a model's layout (``layout`` with binned
+    coordinates) by its bin in the model, whose value inside the bin is a uniform draw that carries no order. Both
+    are matched by counts, without sorting (``cell_kernels.assign_by_counts``).
 
     The two coordinates of a link (``links``) are matched with the fewest moves instead (``fewest_moves``), guided
     by the link's table: shifting ranks would move rows to neighbouring cells and break the pair.
     """
-    n = len(cube)
+    out = _column_major(cube, out)
+    n, bins = len(cube), targets.numeric_bins
     frequencies = targets.per_coordinate(layout)
     partners = _link_partners(links, frequencies)
-    cells = marginal_cells(cube, data_layout(layout), targets.numeric_bins, out)
+    cells_of = lambda i: coordinate_cells(out[:, i], _value_coordinate(layout.coordinates[i]), bins)  # noqa: E731
+    linked = {i: cells_of(i) for i in partners}  # a link's cells, its partner's once matched
     for i, (coord, freq) in enumerate(zip(layout.coordinates, frequencies)):
         counts = target_counts(freq, n)
+        current = linked[i] if i in partners else cells_of(i)
         if i in partners:
             partner, affinity = partners[i]
-            cells[:, i] = fewest_moves(cells[:, i], counts, rng, affinity, cells[:, partner])
+            assigned = linked[i] = fewest_moves(current, counts, rng, affinity, linked[partner])
         elif coord.is_binned:  # ordered by the model's finer bins, at random inside them
-            finer = np.minimum(np.floor((np.clip(cube[:, i], -1.0, 1.0) + 1.0) * coord.levels / 2.0), coord.levels - 1)
-            cells[:, i] = assign_by_counts(finer.astype(np.int64), coord.levels, counts, rng)
+            finer = np.minimum(np.floor((np.clip(out[:, i], -1.0, 1.0) + 1.0) * coord.levels / 2.0), coord.levels - 1)
+            assigned = assign_by_counts(finer.astype(np.int64), coord.levels, counts, rng)
         elif coord.is_discrete:
-            cells[:, i] = assign_by_counts(cells[:, i], len(counts), counts, rng)
+            assigned = assign_by_counts(current, len(counts), counts, rng)
         else:
             shuffled = rng.permutation(n)
-            order = shuffled[np.argsort(cube[shuffled, i], kind="quicksort")]  # ties broken at random by the shuffle
-            cells[order, i] = np.repeat(np.arange(len(counts)), counts)
-    return cells
+            order = shuffled[np.argsort(out[shuffled, i], kind="quicksort")]  # ties broken at random by the shuffle
+            assigned = np.empty(n, dtype=np.int64)
+            assigned[order] = np.repeat(np.arange(len(counts)), counts)
+        _place_column(out, i, coord, assigned, current, bins, rng, integer_bounds or {}, i in partners)
+    return out
 
 
 def place_in_cells(
@@ -348,39 +370,53 @@ def place_in_cells(
     numeric_bins: int,
     rng: np.random.Generator,
     integer_bounds: Mapping[int, tuple[float, float]] | None = None,
-    relocated: Collection[int] = (),
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``cube``'s values moved into ``cells`` (``matched_cells``), column-major (in ``out`` if given, which may be
-    ``cube`` itself).
+    """``cube``'s values moved into ``cells`` (every coordinate's matched cell), column-major (in ``out`` if given,
+    which may be ``cube`` itself); see ``_place_column``."""
+    out = _column_major(cube, out)
+    for i, coord in enumerate(layout.coordinates):
+        current = coordinate_cells(out[:, i], _value_coordinate(coord), numeric_bins)
+        _place_column(out, i, coord, cells[:, i], current, numeric_bins, rng, integer_bounds or {}, False)
+    return out
+
+
+def _column_major(cube: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    if out is None:
+        out = np.empty(np.shape(cube), order="F")  # column-contiguous: the matching works one column at a time
+    if out is not cube:
+        out[...] = cube  # (np.array(cube, order="F") is 9x slower at 10^6 rows)
+    return out
+
+
+def _value_coordinate(coord: Coordinate) -> Coordinate:
+    """The data's view of a model coordinate: a binned one is a continuous value (cells: the measured bins)."""
+    return Coordinate(coord.column, "value", 0) if coord.is_binned else coord
+
+
+def _place_column(
+    out: np.ndarray, i: int, coord: Coordinate, assigned: np.ndarray, current: np.ndarray, numeric_bins: int,
+    rng: np.random.Generator, integer_bounds: Mapping[int, tuple[float, float]], relocate: bool,
+) -> None:
+    """Column i's values moved from their ``current`` cells into the ``assigned`` ones.
 
     A discrete coordinate takes its cell's grid level. A numeric value already inside its cell stays; one outside
     is clipped to the cell (so spikes at the public bounds survive), or, for a binned coordinate of a model's layout
-    (whose position inside a cell carries no order) and the ``relocated`` ones (a link's, moved to a cell its
-    partner favours, not next door), takes a uniform position inside it. ``integer_bounds``
-    (coordinate -> public bounds of an integer column) makes those values land on an integer inside their cell,
-    so rounding at decode time cannot move them to the next cell.
+    (whose position inside a cell carries no order) and with ``relocate`` (a link's, moved to a cell its partner
+    favours, not next door), takes a uniform position inside it. ``integer_bounds`` (coordinate -> public bounds of
+    an integer column) makes those values land on an integer inside their cell, so rounding at decode time cannot
+    move them to the next cell.
     """
-    if out is None:
-        out = np.empty(np.shape(cube), order="F")  # column-contiguous: the loop works one column at a time
-    if out is not cube:
-        out[...] = cube  # (np.array(cube, order="F") is 9x slower at 10^6 rows)
-    integer_bounds = integer_bounds or {}
-    width = 2.0 / numeric_bins
-    for i, coord in enumerate(layout.coordinates):
-        assigned = cells[:, i]
-        if coord.is_discrete and not coord.is_binned:
-            out[:, i] = coord.grid()[assigned]
-            continue
-        if coord.is_binned or i in relocated:  # a moved value: uniform inside its new cell
-            moved = np.flatnonzero(assigned != coordinate_cells(out[:, i], Coordinate(coord.column, "value", 0),
-                                                                numeric_bins))
-            out[moved, i] = -1.0 + (assigned[moved] + rng.random(len(moved))) * width
-        if i in integer_bounds:
-            out[:, i] = _integers_in_cells(out[:, i], assigned, numeric_bins, *integer_bounds[i])
-        else:
-            clip_to_cells(out[:, i], assigned, numeric_bins)
-    return out
+    if coord.is_discrete and not coord.is_binned:
+        out[:, i] = coord.grid()[assigned]
+        return
+    if coord.is_binned or relocate:  # a moved value: uniform inside its new cell
+        moved = np.flatnonzero(assigned != current)
+        out[moved, i] = -1.0 + (assigned[moved] + rng.random(len(moved))) * 2.0 / numeric_bins
+    if i in integer_bounds:
+        out[:, i] = _integers_in_cells(out[:, i], assigned, numeric_bins, *integer_bounds[i])
+    else:
+        clip_to_cells(out[:, i], assigned, numeric_bins)
 
 
 def _link_partners(
@@ -483,7 +519,7 @@ def sample_table(
         if model.marginal_targets is not None:  # the bins' masses the fine tables are made consistent with
             targets = model.marginal_targets.per_coordinate(model.layout)
             coarse = [np.clip(targets[column.coordinate], 0.0, None) for column in cells]
-        x = model.fine.refine(x, cells, rng, coarse)
+        x = model.fine.refine(x, cells, rng, coarse, in_place=True)
     return decode(x, schema)
 
 
