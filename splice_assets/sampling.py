@@ -70,8 +70,8 @@ READABLE_VERSIONS = (1, 2)
 MATCHED_SPREAD = 1.5
 #: Output rows per resampling chunk of a tilted model (its pool is ``pool_factor`` times larger).
 TILT_CHUNK_ROWS = 25_000
-#: Threads that resample a tilted model's chunks (each chunk draws from its own stream: the output does not
-#: depend on the number).
+#: Default threads that resample a tilted model's chunks: every core this process may run on (each chunk draws from
+#: its own stream, so the output does not depend on the number).
 SAMPLING_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 # Stream of the public seed that draws values inside their coarse bins (distinct from the rows' stream).
 _TAG_FINE = 0xF1E5_B001
@@ -84,8 +84,10 @@ def sample_cube(
     match_marginals: bool = True,
     integer_bounds: Mapping[int, tuple[float, float]] | None = None,
     spread: float = MATCHED_SPREAD,
+    threads: int | None = None,
 ) -> np.ndarray:
-    """``n_rows`` rows (n, d) in [-1, 1] from the fitted mixture; deterministic given ``seed``.
+    """``n_rows`` rows (n, d) in [-1, 1] from the fitted mixture; deterministic given ``seed``, whatever the
+    ``threads`` (default ``SAMPLING_THREADS``).
 
     When the rows are matched, continuous deviations from each component's mean are scaled by ``spread``
     (see ``MATCHED_SPREAD``); unmatched samples are draws from the fitted model itself.
@@ -107,7 +109,7 @@ def sample_cube(
     matched = match_marginals and model.marginal_targets is not None and n_rows > 0
     if not matched or model.tilt is None:
         return mixture_draws(model, n_rows, rng, matched, integer_bounds, spread)
-    return matched_rows(model, n_rows, rng, integer_bounds, spread)
+    return matched_rows(model, n_rows, rng, integer_bounds, spread, threads)
 
 
 def matched_rows(
@@ -116,13 +118,17 @@ def matched_rows(
     rng: np.random.Generator,
     integer_bounds: Mapping[int, tuple[float, float]] | None = None,
     spread: float = MATCHED_SPREAD,
+    threads: int | None = None,
 ) -> np.ndarray:
     """The matched rows of a tilted model (``sample_cube`` after its checks), in chunks of ``TILT_CHUNK_ROWS`` output
     rows, matched onto the 1-way targets at the end. With a pairwise field, the tilt's weights fold into the
     field's potentials (``field.with_tilt``) and the rows are Gibbs draws from that field, values inside their cells
     from the mixture. Without one, ``tilt.pool_factor`` matched mixture draws per output row are resampled by
-    their tilt weights: chunk i from its own stream of ``rng`` (``Generator.spawn``), on ``SAMPLING_THREADS``
-    threads (the compiled loops release the GIL), the same rows on any number of them."""
+    their tilt weights: chunk i from its own stream of ``rng`` (``Generator.spawn``), on ``threads`` threads
+    (default ``SAMPLING_THREADS``; the compiled loops release the GIL), the same rows on any number of them."""
+    threads = SAMPLING_THREADS if threads is None else threads
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"sampling threads must be an integer >= 1, got {threads!r}")
     tilt, layout = model.tilt, data_layout(model.layout)
     if tilt is None or model.marginal_targets is None:
         raise ValueError("matched_rows needs a model with a cell tilt and 1-way targets")
@@ -167,8 +173,8 @@ def matched_rows(
                            out=out[start : start + rows])
 
         streams = rng.spawn(len(starts))
-        if len(starts) > 1 and SAMPLING_THREADS > 1:
-            with ThreadPoolExecutor(min(SAMPLING_THREADS, len(starts))) as executor:
+        if len(starts) > 1 and threads > 1:
+            with ThreadPoolExecutor(min(threads, len(starts))) as executor:
                 list(executor.map(resampled_chunk, starts, streams))
         else:
             for start, stream in zip(starts, streams):
@@ -255,7 +261,7 @@ def discrete_levels(
 
 @dataclass(frozen=True)
 class _DiscreteTables:
-    """A mixture's discrete parts as ``cell_kernels.draw_discrete`` reads them (see there): per draw group (a
+    """A mixture's discrete parts as ``cell_kernels.draw_levels`` and ``level_values`` read them: per draw group (a
     discrete coordinate, or a joint part's two) the alias tables of its K distributions, flattened, and per
     coordinate its grid points and, if binned, its bins' half-width."""
 
@@ -505,13 +511,14 @@ def integer_coordinates(schema: TableSchema) -> dict[int, tuple[float, float]]:
 
 
 def sample_table(
-    model: FittedMixture, schema: TableSchema, n_rows: int, seed: int, match_marginals: bool = True
+    model: FittedMixture, schema: TableSchema, n_rows: int, seed: int, match_marginals: bool = True,
+    threads: int | None = None,
 ) -> pd.DataFrame:
     """Sample and decode into the schema's columns, order and dtypes. A model with fine tables then draws every
     numeric value inside its coarse bin from them (``resolution.FineTables.refine``, its own stream of ``seed``)."""
     if layout_for(schema) != data_layout(model.layout):
         raise ValueError(f"the model's layout does not match schema {schema.name!r}")
-    x = sample_cube(model, n_rows, seed, match_marginals, integer_coordinates(schema))
+    x = sample_cube(model, n_rows, seed, match_marginals, integer_coordinates(schema), threads=threads)
     if model.fine is not None:
         rng = np.random.default_rng(np.random.SeedSequence([int(seed), _TAG_FINE]))
         cells = fine_cells(schema, model.fine.fine_bins, split=model.fine.split)
@@ -540,19 +547,22 @@ def write_partitions(model: FittedMixture, schema: TableSchema, n_rows: int, see
                      match_marginals: bool = True) -> list[str]:
     """``n_rows`` synthetic rows as Parquet files ``part-00000.parquet``, ... in ``folder`` (any fsspec URL), written
     in parallel on the ``engine``. Partition i samples from its own stream of the public seed, so each file is the
-    same whatever the engine, the number of workers and the order they run in. Returns the files' URLs."""
+    same whatever the engine, the number of workers and the order they run in. Returns the files' URLs. On Dask
+    each partition samples on one thread (its worker's); locally on every core."""
     sizes = partition_sizes(n_rows, rows_per_partition)
-    return (engine or LocalEngine()).map(_write_partition, list(enumerate(sizes)), model=model, schema=schema,
-                                         seed=seed, folder=folder, match_marginals=match_marginals)
+    engine = engine or LocalEngine()
+    threads = 1 if engine.name == "dask" else None
+    return engine.map(_write_partition, list(enumerate(sizes)), model=model, schema=schema, seed=seed, folder=folder,
+                      match_marginals=match_marginals, threads=threads)
 
 
 def _write_partition(item: tuple[int, int], model: FittedMixture, schema: TableSchema, seed: int, folder: str,
-                     match_marginals: bool) -> str:
+                     match_marginals: bool, threads: int | None) -> str:
     import fsspec
 
     index, rows = item
     stream = int(np.random.SeedSequence([int(seed), _TAG_PARTITION, index]).generate_state(1)[0])
-    table = sample_table(model, schema, rows, stream, match_marginals)
+    table = sample_table(model, schema, rows, stream, match_marginals, threads)
     url = f"{folder.rstrip('/')}/part-{index:05d}.parquet"
     fs, path = fsspec.core.url_to_fs(url)
     fs.makedirs(fs._parent(path), exist_ok=True)

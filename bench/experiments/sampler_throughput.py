@@ -44,11 +44,11 @@ def main() -> None:
     sampling.sample_table(model, synth.schema, 50_000, 1)  # compile and warm up
     default_threads = getattr(sampling, "SAMPLING_THREADS", 1)  # (a checkout before 0031 has one thread)
     for threads in sorted({1, default_threads}):
-        sampling.SAMPLING_THREADS = threads
+        options = {"threads": threads} if hasattr(sampling, "SAMPLING_THREADS") else {}
         seconds = []
         for repeat in range(args.repeats):
             start = time.perf_counter()
-            sampling.sample_table(model, synth.schema, rows, repeat)
+            sampling.sample_table(model, synth.schema, rows, repeat, **options)
             seconds.append(time.perf_counter() - start)
         print(f"{threads} thread(s): {rows / np.median(seconds):,.0f} rows/s (median of {args.repeats}; seconds "
               f"{', '.join(f'{s:.1f}' for s in seconds)})")
