@@ -309,25 +309,18 @@ def marginal_sizes(layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_B
     return tuple(c.levels if c.is_discrete and not c.is_binned else numeric_bins for c in layout.coordinates)
 
 
-def marginal_cells(
-    x: np.ndarray, layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS, out: np.ndarray | None = None,
-) -> np.ndarray:
-    """(n, d) cell index of every coordinate: nearest grid level, or the equal-width bin of [-1, 1] (int64, in
-    ``out`` if given).
+def marginal_cells(x: np.ndarray, layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> np.ndarray:
+    """(n, d) cell index of every coordinate: nearest grid level, or the equal-width bin of [-1, 1] (int64).
 
     Column-major; filled in blocks of rows by a compiled loop (``cell_kernels.cells_into``), the same cells as
     ``coordinate_cells`` column by column with NaN as 0 and values clipped to [-1, 1].
     """
     from splice_assets.cell_kernels import cells_into  # numba: imported when rows are binned, not before
 
-    cells = np.empty(x.shape, dtype=np.int64, order="F") if out is None else out
-    cells_into(np.asarray(x, dtype=np.float64), coordinate_levels(layout), int(numeric_bins), cells)
+    cells = np.empty(x.shape, dtype=np.int64, order="F")
+    levels = np.array([c.levels if c.is_discrete else 0 for c in layout.coordinates], dtype=np.int64)
+    cells_into(np.asarray(x, dtype=np.float64), levels, int(numeric_bins), cells)
     return cells
-
-
-def coordinate_levels(layout: EncodingLayout) -> np.ndarray:
-    """Every coordinate's grid levels as the cell kernels take them: 0 for a numeric (continuous) coordinate."""
-    return np.array([c.levels if c.is_discrete else 0 for c in layout.coordinates], dtype=np.int64)
 
 
 def coordinate_cells(z: np.ndarray, coord: Coordinate, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> np.ndarray:
