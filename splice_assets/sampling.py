@@ -161,7 +161,7 @@ def matched_rows(
             if not hasattr(buffers, "levels"):
                 shape = (tilt.pool_factor * min(TILT_CHUNK_ROWS, n_rows), layout.d)
                 buffers.levels, buffers.cells = (np.empty(shape, np.int64, order="F") for _ in range(2))
-            _, levels = discrete_levels(model, size, stream, buffers.levels[:size])
+            _, levels = discrete_levels(model, size, stream, buffers.levels[:size], tables)
             cells = buffers.cells[:size]
             for i, (coord, freq) in enumerate(zip(model.layout.coordinates, frequencies)):
                 cells[:, i] = assign_by_counts(levels[:, i], coord.levels, target_counts(freq, size), stream)
@@ -231,10 +231,10 @@ def unmatched_draws(
     """``n_rows`` draws from the mixture, clipped to the cube, continuous deviations from a component's mean scaled
     by ``spread``; written to ``out`` (n_rows, d) if given."""
     layout, p = model.layout, model.params
-    component, levels = discrete_levels(model, n_rows, rng)
+    tables = _discrete_tables(layout, p)
+    component, levels = discrete_levels(model, n_rows, rng, tables=tables)
     out = np.empty((n_rows, layout.d)) if out is None else out
     if len(layout.discrete_index):
-        tables = _discrete_tables(layout, p)
         level_values(levels, layout.discrete_index, tables.grids, tables.grid_offsets, tables.jitter, rng, out)
     cont = layout.continuous_index
     if len(cont):
@@ -248,13 +248,15 @@ def unmatched_draws(
 
 def discrete_levels(
     model: FittedMixture, n_rows: int, rng: np.random.Generator, out: np.ndarray | None = None,
+    tables: _DiscreteTables | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's mixture component and the levels of its discrete coordinates (a binned one's: its bin), as
-    (n_rows,) and (n_rows, d) int64 (continuous coordinates' columns unset; ``out`` if given)."""
+    (n_rows,) and (n_rows, d) int64 (continuous coordinates' columns unset; ``out`` if given). ``tables``: the
+    model's ``_discrete_tables``, if the caller has them."""
     component = _draw_index(model.params.weights, n_rows, rng)  # independent draws: the rows come in random order
     levels = np.empty((n_rows, model.layout.d), dtype=np.int64) if out is None else out
     if len(model.layout.discrete_index):
-        t = _discrete_tables(model.layout, model.params)
+        t = _discrete_tables(model.layout, model.params) if tables is None else tables
         draw_levels(component, rng, t.keep, t.alias, t.offsets, t.sizes, t.first, t.second, t.second_levels, levels)
     return component, levels
 
