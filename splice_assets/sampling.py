@@ -349,7 +349,8 @@ def match_to_marginals(
     n, bins = len(cube), targets.numeric_bins
     frequencies = targets.per_coordinate(layout)
     partners = _link_partners(links, frequencies)
-    cells_of = lambda i: coordinate_cells(out[:, i], _value_coordinate(layout.coordinates[i]), bins)  # noqa: E731
+    values_layout = data_layout(layout)  # a binned coordinate's cells are the measured bins of its values
+    cells_of = lambda i: coordinate_cells(out[:, i], values_layout.coordinates[i], bins)  # noqa: E731
     linked = {i: cells_of(i) for i in partners}  # a link's cells, its partner's once matched
     for i, (coord, freq) in enumerate(zip(layout.coordinates, frequencies)):
         counts = target_counts(freq, n)
@@ -383,8 +384,8 @@ def place_in_cells(
     """``cube``'s values moved into ``cells`` (every coordinate's matched cell), column-major (in ``out`` if given,
     which may be ``cube`` itself); see ``_place_column``."""
     out = _column_major(cube, out)
-    for i, coord in enumerate(layout.coordinates):
-        current = coordinate_cells(out[:, i], _value_coordinate(coord), numeric_bins)
+    for i, (coord, value_coord) in enumerate(zip(layout.coordinates, data_layout(layout).coordinates)):
+        current = coordinate_cells(out[:, i], value_coord, numeric_bins)
         _place_column(out, i, coord, cells[:, i], current, numeric_bins, rng, integer_bounds or {}, False)
     return out
 
@@ -395,11 +396,6 @@ def _column_major(cube: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     if out is not cube:
         out[...] = cube  # (np.array(cube, order="F") is 9x slower at 10^6 rows)
     return out
-
-
-def _value_coordinate(coord: Coordinate) -> Coordinate:
-    """The data's view of a model coordinate: a binned one is a continuous value (cells: the measured bins)."""
-    return Coordinate(coord.column, "value", 0) if coord.is_binned else coord
 
 
 def _place_column(
