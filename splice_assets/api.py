@@ -271,7 +271,7 @@ class Synthesizer:
                     scan.bounds_counts, self.schema, bounds_multiplier, self.settings.delta, ledger, release_id,
                     self.settings.relation,
                     lambda resolved, columns: value_counts_source(partitions, resolved, columns, engine),
-                    scan.decimals_counts,
+                    scan.decimals_counts, scan.steps_counts,
                 )
         return SourceScan(source, partitions, scan.rows, n_measured, holdout_fraction)
 
@@ -405,6 +405,7 @@ class Synthesizer:
             bounds["exact_zero"] = tuple(bounds.get("exact_zero", ()))
             bounds["found_values"] = {k: tuple(v) for k, v in bounds.get("found_values", {}).items()}
             bounds["found_decimals"] = dict(bounds.get("found_decimals", {}))
+            bounds["found_steps"] = dict(bounds.get("found_steps", {}))
             synth.bounds = BoundsEstimate(**bounds)
         synth.measurement = Measurement.load(folder / "measurement")
         synth.model = load_model(folder / "model")

@@ -74,6 +74,9 @@ class ColumnSpec:
     sentinels: tuple[float, ...] = ()
     #: Public rounding grid of a numeric column (values are multiples of it); synthetic values are rounded to it.
     step: float | None = None
+    #: ``step: auto`` (integer columns): the grid is not public; a DP estimate (``private.bounds``, charged with the
+    #: DP bounds) sets ``step`` when nearly every nonzero value is a multiple of one (an even-only sensor).
+    step_auto: bool = False
     #: Public scale of a numeric column's encoding: "linear"; "log" (log(1 + v - lo)) for a skewed column whose
     #: mass sits near its lower bound; "symlog" (asinh(v)) for a signed column with heavy tails on both sides of
     #: 0; "logit" for a proportion whose mass may sit next to either bound (a share of rare or of near-universal
@@ -228,7 +231,13 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
         raise _fail(where, declared, "values: auto belongs to numeric columns")
     if values_auto:
         declared = [] if declared == "auto" else [v for v in declared if v != "auto"]
-    values, step = _parse_exact_values(where, {**raw, "values": declared} if "values" in raw else raw, kind, bounds)
+    step_auto = raw.get("step") == "auto"
+    if step_auto and kind != "integer":
+        raise _fail(where, raw["step"], "step: auto belongs to integer columns (declare a continuous column's step)")
+    parsed = {**raw, "values": declared} if "values" in raw else dict(raw)
+    if step_auto:
+        del parsed["step"]
+    values, step = _parse_exact_values(where, parsed, kind, bounds)
     sentinels: tuple[float, ...] = ()
     if "sentinels" in raw:  # parsed by the same rules as values
         sentinels, _ = _parse_exact_values(where, {"values": raw["sentinels"]}, kind, bounds)
@@ -240,7 +249,7 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
     return ColumnSpec(
         name=name, kind=kind, nullable=nullable, bounds=bounds, categories=categories, other=other, bounds_auto=auto,
         decimals=decimals, values=values, sentinels=sentinels, step=step, scale=scale, values_auto=values_auto,
-        known_end=known_end, decimals_auto=decimals_auto,
+        known_end=known_end, decimals_auto=decimals_auto, step_auto=step_auto,
     )
 
 
@@ -267,7 +276,7 @@ def _parse_exact_values(
         raise _fail(where, values_raw, "exact values repeat")
     if step is not None:
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step) or step <= 0:
-            raise _fail(where, step, "step must be a positive number")
+            raise _fail(where, step, "step must be a positive number or 'auto' (integer columns)")
         if kind == "integer" and step != int(step):
             raise _fail(where, step, "an integer column's step must be an integer")
         step = float(step)
@@ -344,7 +353,9 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
                     entry[key] = [int(v) if c.kind == "integer" else v for v in declared]
             if c.values_auto:
                 entry["values"] = [*entry.get("values", []), "auto"] if c.values else "auto"
-            if c.step is not None:
+            if c.step_auto:
+                entry["step"] = "auto"
+            elif c.step is not None:
                 entry["step"] = int(c.step) if c.kind == "integer" else c.step
             if c.scale != "linear":
                 entry["scale"] = c.scale

@@ -187,3 +187,76 @@ def test_the_streamed_decimals_counts_are_the_whole_tables(tmp_path):
     scan = partitions.scan_source(partitions.list_partitions(str(folder)), schema, batch_rows=500)
     whole = bounds.exact_decimals(table, bounds.decimals_auto_columns(schema))
     np.testing.assert_array_equal(scan.decimals_counts, whole)
+
+
+# -- step: auto -------------------------------------------------------------------------------------------------
+
+
+def test_step_auto_parses_round_trips_and_is_refused_off_integer_columns():
+    schema = parse_schema({"name": "steps", "version": 1, "n_min": 10, "columns": [
+        {"name": "sensor", "kind": "integer", "bounds": "auto", "step": "auto"}]})
+    assert schema.column("sensor").step_auto and schema.column("sensor").step is None
+    assert parse_schema(schema_to_dict(schema)) == schema
+    with pytest.raises(ValueError, match=r"'reading'.*step: auto belongs to integer columns.*'auto'"):
+        parse_schema({"name": "steps", "version": 1, "n_min": 10, "columns": [
+            {"name": "reading", "kind": "continuous", "bounds": [0, 1], "step": "auto"}]})
+
+
+def test_a_value_counts_in_the_cell_of_its_divisor_and_zero_counts_nowhere():
+    values = np.array([0.0, 2, -4, 10, 3, np.nan, np.inf, 2.5, 20_000, -188, 436, 1250])
+    cells = bounds.step_cells(values)
+    assert cells[[0, 5, 6]].tolist() == [-1, -1, -1]
+    assert bounds.STEP_DIVISORS[cells[cells >= 0]].tolist() == [2, 4, 10, 1, 1, 10_000, 4, 4, 1250]
+
+
+def test_the_step_is_found_where_nearly_every_value_is_a_multiple_and_refused_where_not():
+    rng = np.random.default_rng(8)
+    cells = len(bounds.STEP_DIVISORS)
+
+    def histogram(values: np.ndarray) -> np.ndarray:
+        found = bounds.step_cells(values)
+        return np.bincount(found[found >= 0], minlength=cells).astype(float)
+
+    even = histogram(rng.integers(-94, 218, 40_000) * 2)
+    tens_of_thousands = histogram(rng.integers(1, 30, 40_000) * 10_000.0)
+    odd_share = rng.integers(-188, 436, 40_000) & ~1
+    odd_share[:2_000] |= 1  # 5% odd: above the 2% a step may round off
+    mixed = histogram(odd_share)
+    sigma = 40.0  # 0.1% of the rows: the noise can neither hide 5% odd nor make an even-only column look mixed
+    for _ in range(20):
+        assert bounds.step_from_noisy(even + rng.normal(0, sigma, cells), sigma) == 2
+        assert bounds.step_from_noisy(tens_of_thousands + rng.normal(0, sigma, cells), sigma) == 10_000
+        assert bounds.step_from_noisy(mixed + rng.normal(0, sigma, cells), sigma) is None
+    # Too few rows for the noise: no step, even for an even-only column (its noise sd would exceed 1% of the rows).
+    assert bounds.step_from_noisy(even / 100, sigma) is None
+
+
+def test_a_release_finds_the_step_and_its_output_keeps_to_it(tmp_path):
+    rng = np.random.default_rng(9)
+    table = pd.DataFrame({"sensor": np.round(rng.normal(60, 40, 6_000) / 2).astype(int) * 2,
+                          "group": rng.choice(["a", "b"], 6_000)})
+    schema = parse_schema({"name": "steps", "version": 1, "n_min": 1000, "columns": [
+        {"name": "sensor", "kind": "integer", "bounds": [-200, 300], "step": "auto"},
+        {"name": "group", "kind": "categorical", "categories": ["a", "b"]}]})
+    # At eps = 20 the estimate's noise sd is about 1 row against an allowance of 60 odd rows: a miss has p < 1e-9.
+    synth = Synthesizer(schema, 20.0, 1e-9, RELATION_ADD_REMOVE).fit(table, ledger=None)
+    assert synth.bounds.found_steps == {"sensor": 2} and synth.schema.column("sensor").step == 2
+    rows = synth.sample(3_000, seed=0)
+    assert (rows["sensor"] % 2 == 0).all()
+    assert rows["sensor"].nunique() > 60  # every even value, not a few of them
+    folder = synth.save(tmp_path / "model")
+    assert Synthesizer.load(folder).bounds.found_steps == {"sensor": 2}
+
+
+def test_the_streamed_step_counts_are_the_whole_tables(tmp_path):
+    schema = parse_schema({"name": "steps", "version": 1, "n_min": 10, "columns": [
+        {"name": "sensor", "kind": "integer", "bounds": "auto", "step": "auto"}]})
+    table = pd.DataFrame({"sensor": np.random.default_rng(10).integers(-50, 500, 3_000) * 5})
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    table.iloc[:1000].to_csv(folder / "a.csv", index=False)
+    table.iloc[1000:].to_parquet(folder / "b.parquet", index=False, row_group_size=700)
+    scan = partitions.scan_source(partitions.list_partitions(str(folder)), schema, batch_rows=500)
+    whole = bounds.exact_steps(table, bounds.steps_auto_columns(schema))
+    np.testing.assert_array_equal(scan.steps_counts, whole)
+    assert whole.sum() == (table["sensor"] != 0).sum()

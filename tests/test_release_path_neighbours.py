@@ -271,20 +271,20 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds(tmp_path
 @pytest.mark.parametrize("relation", [AR, RO])
 def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds_and_values(tmp_path, monkeypatch, relation,
                                                                                   streamed):
-    """With ``decimals: auto`` the first step holds a decimals histogram per such column beside the bounds
-    histograms. With ``values: auto`` the estimate takes a second step, on the bounds the first resolved: each column's
-    candidate counts (a second pass over a streamed input). As in the adaptive-composition argument, the stand-in
-    hands every neighbour the same first-step output (the base table's exact histograms), so both see the same
-    bounds; the two steps' shifts together stay within ``estimate_sensitivity``, and meet it where an added row
-    changes bucket in every histogram and holds a candidate in every column. The run stops after the first step's
-    noise, so its reservation stays counted."""
+    """With ``decimals: auto`` and ``step: auto`` the first step holds a decimals or step histogram per such column
+    beside the bounds histograms. With ``values: auto`` the estimate takes a second step, on the bounds the first
+    resolved: each column's candidate counts (a second pass over a streamed input). As in the adaptive-composition
+    argument, the stand-in hands every neighbour the same first-step output (the base table's exact histograms), so
+    both see the same bounds; the two steps' shifts together stay within ``estimate_sensitivity``, and meet it where
+    an added row changes bucket in every histogram and holds a candidate in every column. The run stops after the
+    first step's noise, so its reservation stays counted."""
     from splice_assets.private import bounds
     from splice_assets.private.bounds import estimate_sensitivity
 
     name = "toy_neighbours_values"
     values_yaml = SCHEMA_YAML.replace("name: toy_neighbours", f"name: {name}").replace(
         "bounds: [0, 1000], sentinels: [0]", "bounds: auto, values: auto, decimals: auto").replace(
-        "bounds: [18, 90]", "bounds: [0, 100000], values: auto")
+        "bounds: [18, 90]", "bounds: [0, 100000], values: auto, step: auto")
     (tmp_path / "schemas").mkdir()
     (tmp_path / "schemas" / f"{name}.yaml").write_text(values_yaml)
     monkeypatch.setenv("SPLICE_SCHEMA_DIR", str(tmp_path / "schemas"))
@@ -323,15 +323,15 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds_and_valu
     base = job_vector(tmp_path, table, relation, "base", monkeypatch, first_inputs, name, streamed)
     base_counts = counts.pop()
     assert sum(len(held) for held, _ in base_counts) > 0
-    # amount: bounds, decimals and values auto; age: values auto
-    bound = estimate_sensitivity(1, 2, relation, decimals_columns=1)
+    # amount: bounds, decimals and values auto; age: values and step auto
+    bound = estimate_sensitivity(1, 2, relation, decimals_columns=1, step_columns=1)
     for index, (label, other) in enumerate(neighbours(rng, table, relation).items()):
         step_one = job_vector(tmp_path, other, relation, f"n{index}", monkeypatch, first_inputs, name, streamed)
         shift = math.sqrt(float(np.sum((step_one - base) ** 2)) + squared_shift(counts.pop(), base_counts))
         assert shift <= bound * (1 + 1e-12), (label, shift, bound)
         if label.startswith("add an extreme row"):
             # Every histogram and age's candidates move by 1; amount's clipped top lands on its 0.01 grid only if
-            # the resolved bound does: 4 or 5 of the 5 unit terms.
-            assert shift >= math.sqrt(4 / 5) * bound * (1 - 1e-12), label
+            # the resolved bound does: 5 or 6 of the 6 unit terms.
+            assert shift >= math.sqrt(5 / 6) * bound * (1 - 1e-12), label
     with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
         assert {e.status for e in book.entries(name)} == {"reserved"}  # noise was drawn: the spend stays counted

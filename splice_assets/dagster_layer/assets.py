@@ -164,9 +164,9 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
             )
         validated, n_measured = ValidatedInput(settings, synth, train, holdout, checked.report, source), len(train)
     if synth.bounds is not None and synth.bounds.spent:
-        context.log.info(f"auto bounds, values and decimals (public DP estimates, noise multiplier "
+        context.log.info(f"auto bounds, values, decimals and steps (public DP estimates, noise multiplier "
                          f"{synth.bounds.noise_multiplier:.4g}): {synth.bounds.columns} {synth.bounds.found_values} "
-                         f"{synth.bounds.found_decimals}")
+                         f"{synth.bounds.found_decimals} {synth.bounds.found_steps}")
     yield dg.AssetCheckResult(
         check_name="structure",
         passed=True,
@@ -179,7 +179,8 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
             "auto bounds (DP estimates)": dg.MetadataValue.json(
                 {} if synth.bounds is None else {"epsilon": synth.bounds.epsilon, "bounds": synth.bounds.columns,
                                                  "values": synth.bounds.found_values,
-                                                 "decimals": synth.bounds.found_decimals}
+                                                 "decimals": synth.bounds.found_decimals,
+                                                 "steps": synth.bounds.found_steps}
             ),
             "measurement epsilon": synth.measurement_epsilon,
             "schema_version": synth.schema.version,

@@ -42,13 +42,16 @@ from splice_assets.private.bounds import (
     COARSE,
     DECIMAL_CELLS,
     FINE,
+    STEP_DIVISORS,
     ValueCounts,
     add_value_counts,
     auto_columns,
     decimals_auto_columns,
     exact_decimals,
     exact_histograms,
+    exact_steps,
     exact_value_counts,
+    steps_auto_columns,
 )
 from splice_assets.private.encoding import encode
 from splice_assets.private.holdout_split import key_threshold, row_keys
@@ -189,23 +192,24 @@ class Scan:
     tallies: dict[str, tuple[int, int]]
     bounds_counts: np.ndarray
     decimals_counts: np.ndarray
+    steps_counts: np.ndarray
 
     def __add__(self, other: Scan) -> Scan:
         tallies = {c: (cells + other.tallies[c][0], bad + other.tallies[c][1])
                    for c, (cells, bad) in self.tallies.items()}
         return Scan(self.rows + other.rows, tallies, self.bounds_counts + other.bounds_counts,
-                    self.decimals_counts + other.decimals_counts)
+                    self.decimals_counts + other.decimals_counts, self.steps_counts + other.steps_counts)
 
 
 def scan_partition(partition: Partition, schema: TableSchema, batch_rows: int = DEFAULT_BATCH_ROWS) -> Scan:
     """Pass 1 over one partition: ``StructuralError`` for a header that does not fit the schema, else the counts."""
-    auto, decimals = auto_columns(schema), decimals_auto_columns(schema)
+    auto, decimals, steps = auto_columns(schema), decimals_auto_columns(schema), steps_auto_columns(schema)
     total = Scan(0, {c.name: (0, 0) for c in schema.columns}, np.zeros((len(auto), COARSE.size + FINE.size)),
-                 np.zeros((len(decimals), DECIMAL_CELLS)))
+                 np.zeros((len(decimals), DECIMAL_CELLS)), np.zeros((len(steps), len(STEP_DIVISORS))))
     for batch in read_batches(partition, batch_rows):
         check_columns(batch.columns, schema, None, require_bounds=False)
         total = total + Scan(len(batch), column_tallies(batch, schema), exact_histograms(batch, auto),
-                             exact_decimals(batch, decimals))
+                             exact_decimals(batch, decimals), exact_steps(batch, steps))
     return total
 
 

@@ -288,7 +288,8 @@ def write_release(
             "count of exact zeros above the threshold too: 0 is an exact value of theirs, measured in a cell of "
             "its own. 'found_values' are the values a 'values: auto' column's noisy candidate counts selected, in "
             "the same charge (the counts themselves are not released); 'found_decimals' the output precision a "
-            "'decimals: auto' column's noisy histogram of decimals gave (null: finer than 6 decimals).",
+            "'decimals: auto' column's noisy histogram of decimals gave (null: finer than 6 decimals); 'found_steps' "
+            "the grid a 'step: auto' column's noisy histogram of divisors gave (null: none above 1).",
             "epsilon_alone": bounds_estimate.epsilon,
             "noise_multiplier": bounds_estimate.noise_multiplier,
             "sigma": bounds_estimate.sigma,
@@ -297,6 +298,7 @@ def write_release(
             "exact_zero": list(bounds_estimate.exact_zero),
             "found_values": {k: list(v) for k, v in bounds_estimate.found_values.items()},
             "found_decimals": dict(bounds_estimate.found_decimals),
+            "found_steps": dict(bounds_estimate.found_steps),
             "ledger_entry_id": bounds_estimate.ledger_entry_id,
         },
         "parameters": public_params,
