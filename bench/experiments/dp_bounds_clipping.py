@@ -1,5 +1,5 @@
 """How often the DP bounds of ``bounds: auto`` columns clip real rows, and how much wider than the data they are
-(docs/decisions/0033). For each shared dataset whose schema has auto columns, ``--draws`` fresh estimates at
+(docs/decisions/0033, rejected). For each shared dataset whose schema has auto columns, ``--draws`` fresh estimates at
 ε = 1 (the default share, ``--relation``) on the bench's train split; per column and draw, the share of rows
 outside the resolved bounds and the resolved range over the real one. Prints the share of column-draws that clip
 more than 2% and 5% of the rows, and the median and 90th percentile of the width ratio. Internal: it reads real

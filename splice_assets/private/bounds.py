@@ -1,18 +1,16 @@
 """DP estimates of numeric bounds the schema leaves as ``auto``: Gaussian histograms on a public log grid.
 
-Every ``auto`` column gets two histograms over public, data-independent buckets of |v| on each side of 0 (which is a
-bucket of its own) from 10^-3 to 10^9 (values beyond count in the outermost bucket): a coarse one, one bucket per
-decade, and a fine one, five per decade, nested in it. All the columns' histograms are one Gaussian measurement,
-charged to the ledger as its own entry before its noise is drawn. The bounds are post-processing of the noisy counts
-(``bounds_from_noisy``): the coarse range is the outermost decades whose noisy count clears ``COARSE_Z`` noise
-standard deviations (an empty decade does that with probability 3e-5), or whose run of k decades beyond those clears
-it times sqrt(k) (mass spread thinly over several decades; an integer column's buckets of 0 < |v| < 1 are left out,
-as no integer falls there); each end then moves inward, in fine buckets, while the noisy mass it would clip, plus a
-noise sd of the buckets passed, stays within ``CLIP_SHARE`` of the noisy row count (``_inward``). Where the noise
-hides the tail, the bounds stay at the decade: wide rather than clipping a tail into a spike at the bound (decision
-0033). Where the two noisy counts of the zero bucket, pooled, clear ``COARSE_Z`` noise standard deviations, 0 is an
-exact value of the column (``zero_is_frequent``): it gets a fine cell of its own in the main measurement, as if
-declared in ``values``.
+Every ``auto`` column gets two histograms over public, data-independent buckets of |v| on each side of 0 (which
+is a bucket of its own) from 10^-3 to 10^9 (values beyond count in the outermost bucket): a coarse one, one bucket
+per decade, and a fine one, five per decade, nested in it. All the columns' histograms are one Gaussian
+measurement, charged to the ledger as its own entry before its noise is drawn. The bounds are post-processing of
+the noisy counts (``bounds_from_noisy``): the coarse range is the outermost decades whose noisy count clears
+``COARSE_Z`` noise standard deviations (an empty decade does that with probability 3e-5); each end then moves
+inward, in fine buckets, while the noisy mass it would clip stays within ``CLIP_SHARE`` of the noisy row count
+(or within the noise of the buckets passed, up to 1.5 times that share: ``_inward``). Where the noise hides the
+tail, the bounds stay at the decade: wide rather than clipping a tail into a spike at the bound. Where the two
+noisy counts of the zero bucket, pooled, clear ``COARSE_Z`` noise standard deviations, 0 is an exact value of the
+column (``zero_is_frequent``): it gets a fine cell of its own in the main measurement, as if declared in ``values``.
 
 A column with ``decimals: auto`` gets a third histogram in the same draw: each row adds 1 to the cell of the number of
 decimals its value needs (0 to ``MAX_DECIMALS``, or more); its precision is the fewest decimals that leave at most
@@ -108,9 +106,6 @@ COARSE, FINE = LogGrid(1), LogGrid(5)
 COARSE_Z = 4.0
 #: An end moves inward only while the noisy mass it clips stays within this share of the noisy row count.
 CLIP_SHARE = 0.01
-#: An end moves inward over a fine bucket only while the noisy mass clipped, plus this many noise std of the
-#: buckets passed, stays within the allowance: a bucket whose noise hides whether it is empty is kept.
-INWARD_Z = 1.0
 DEFAULT_BOUNDS_SHARE = 0.05
 MECHANISM = "gaussian/dp-bounds-histogram"
 #: Histograms per column (coarse and fine): each row adds 1 to one bucket of each.
@@ -425,46 +420,28 @@ def exact_histograms(raw: pd.DataFrame, columns: list[ColumnSpec]) -> np.ndarray
 def _inward(fine: np.ndarray, buckets: np.ndarray, sigma: float, allowed: float) -> int:
     """How many of ``buckets`` (fine, from the outside in) an end passes over, keeping at least the innermost one.
 
-    It stops at the first bucket where the noisy mass passed over, plus ``INWARD_Z`` noise sd of the buckets
-    passed, exceeds ``allowed`` rows: the clipped mass exceeds the allowance by more than z sd with probability
-    Phi(-z) per step. Where the noise of one bucket is above the allowance, the end stays at its decade's edge: a
-    range up to ten times too wide costs resolution, a clipped tail puts its rows on the bound (pol's counts, 5-12%
-    of the rows on a bound of 1, under the earlier rule that passed buckets whose noise hid their mass)."""
+    It stops at the first bucket that takes the noisy mass passed over beyond ``allowed`` rows, or beyond what
+    the noise of that many empty buckets reaches (2 sd) when that is larger, and never beyond 1.5 ``allowed``: where
+    the noise is below the allowance the clipped mass is within it; where it is above, empty buckets are still
+    passed over and at most 1.5 times the allowance is clipped."""
     passed = 0
     for k in range(1, len(buckets)):
-        if fine[buckets[:k]].sum() + INWARD_Z * sigma * math.sqrt(k) > allowed:
+        if fine[buckets[:k]].sum() > min(max(allowed, 2.0 * sigma * math.sqrt(k)), 1.5 * allowed):
             break
         passed = k
     return passed
 
 
-def _outward(coarse: np.ndarray, inside: np.ndarray, end: int, direction: int, sigma: float) -> int:
-    """The coarse end moved outward (``direction`` -1: down, 1: up) to the farthest decade whose run of k decades
-    beyond ``end`` holds a noisy count above ``COARSE_Z`` sigma sqrt(k): mass spread thinly over several decades,
-    none of which clears the threshold alone (pol's counts: 18% of the rows over 1-100, each decade below 4 sigma),
-    is still inside the range. Each run of empty decades passes with probability 3e-5, as a single one does."""
-    reached, total, k = end, 0.0, 0
-    for bucket in range(end + direction, -1 if direction < 0 else len(coarse), direction):
-        if inside[bucket]:
-            total, k = total + float(coarse[bucket]), k + 1
-            if total > COARSE_Z * sigma * math.sqrt(k):
-                reached = bucket
-    return reached
-
-
 def bounds_from_noisy(noisy: np.ndarray, sigma: float, integer: bool,
                       known_end: tuple[float | None, float | None] = (None, None)) -> tuple[float, float]:
     """Post-processing of one column's noisy histograms (coarse then fine): the outermost decades above
-    ``COARSE_Z`` sigma (the largest when none is), moved outward over runs of decades that clear it together
-    (``_outward``), each end then moved inward in fine buckets while the clipped noisy
+    ``COARSE_Z`` sigma (the largest when none is), each end moved inward in fine buckets while the clipped noisy
     mass stays within ``CLIP_SHARE`` of the noisy row count; rounded outward for integer columns, never
     degenerate. A public end (``known_end``, from ``bounds: [0, auto]``) is kept, and only decades on the inner
     side of it count for the other."""
     coarse, fine = noisy[:COARSE.size], noisy[COARSE.size:]
     known_lo, known_hi = known_end
     inside = np.ones(COARSE.size, dtype=bool)
-    if integer:  # the buckets of 0 < |v| < 1 hold no integer: their counts are noise alone
-        inside &= (COARSE.upper >= 1.0) | (COARSE.lower <= -1.0) | (np.arange(COARSE.size) == COARSE.zero)
     if known_lo is not None:
         inside &= COARSE.upper > known_lo
     if known_hi is not None:
@@ -473,8 +450,7 @@ def bounds_from_noisy(noisy: np.ndarray, sigma: float, integer: bool,
     if above.size == 0:
         above = np.array([int(np.argmax(np.where(inside, coarse, -np.inf)))])
     allowed = CLIP_SHARE * max(float(coarse.sum()), 0.0)
-    low_bucket = _outward(coarse, inside, int(above[0]), -1, sigma)
-    high_bucket = _outward(coarse, inside, int(above[-1]), 1, sigma)
+    low_bucket, high_bucket = int(above[0]), int(above[-1])
     low_fine = FINE.inside(COARSE.lower[low_bucket], COARSE.upper[low_bucket])
     high_fine = FINE.inside(COARSE.lower[high_bucket], COARSE.upper[high_bucket])[::-1]
     lo = float(FINE.lower[low_fine[_inward(fine, low_fine, sigma, allowed)]]) if known_lo is None else known_lo
