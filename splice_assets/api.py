@@ -406,6 +406,7 @@ class Synthesizer:
             bounds["found_values"] = {k: tuple(v) for k, v in bounds.get("found_values", {}).items()}
             bounds["found_decimals"] = dict(bounds.get("found_decimals", {}))
             bounds["found_steps"] = dict(bounds.get("found_steps", {}))
+            bounds["clipped"] = dict(bounds.get("clipped", {}))
             synth.bounds = BoundsEstimate(**bounds)
         synth.measurement = Measurement.load(folder / "measurement")
         synth.model = load_model(folder / "model")

@@ -234,6 +234,7 @@ def test_release_job_with_auto_bounds_splits_the_privacy_explicitly(tmp_path, mo
     assert manifest["auto_bounds"]["noise_multiplier"] == pytest.approx(z_bounds)
     lo, hi = manifest["auto_bounds"]["bounds"]["affairs"]
     assert 0 <= lo < hi
+    assert set(manifest["auto_bounds"]["clipped"]) <= {"affairs"}  # the report of probably clipped tails
     bundle_schema = yaml.safe_load((Path(record["public_dir"]) / "schema.yaml").read_text())
     affairs = next(c for c in bundle_schema["columns"] if c["name"] == "affairs")
     assert affairs["bounds"] == [lo, hi]
@@ -275,3 +276,21 @@ def test_a_public_end_is_kept_and_only_the_other_is_estimated():
     mirrored = np.concatenate([np.bincount(grid.bucket_of(-values), minlength=grid.size) for grid in (COARSE, FINE)])
     lo, hi = bounds_from_noisy(mirrored.astype(float), 1.0, True, (None, 0.0))
     assert hi == 0.0 and -400 <= lo <= -300
+
+
+def test_bounds_that_clip_a_thin_tail_are_reported_and_empty_decades_rarely_are():
+    """An integer column: 8,000 zeros, then 1,000 rows in each of (1, 10] and (10, 100]; sigma 300, so neither decade
+    clears 4 sigma (1,200) and the bounds end at 1. The run of the two beyond them clears 3.5 sigma sqrt(2) (1,485):
+    reported, about 20% of the rows. A column whose data end inside its bounds is reported in few of 300 draws."""
+    from splice_assets.private.bounds import clipped_tails
+
+    rng = np.random.default_rng(5)
+    values = np.concatenate([np.zeros(8_000), rng.integers(2, 10, 1_000), rng.integers(11, 100, 1_000)])
+    exact = noisy_of(values.astype(float))
+    bounds = bounds_from_noisy(exact, 300.0, integer=True)
+    assert bounds == (0.0, 1.0)
+    assert clipped_tails(exact, 300.0, bounds) == pytest.approx(0.2, abs=0.01)
+    inside = noisy_of(rng.uniform(20, 90, 10_000))
+    alarms = sum(clipped_tails(inside + rng.normal(0, 30.0, inside.size), 30.0, (10.0, 100.0)) > 0
+                 for _ in range(300))
+    assert alarms <= 4  # about 0.24% per column; 1.3% of 300 draws allowed

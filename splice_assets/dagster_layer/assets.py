@@ -167,6 +167,10 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
         context.log.info(f"auto bounds, values, decimals and steps (public DP estimates, noise multiplier "
                          f"{synth.bounds.noise_multiplier:.4g}): {synth.bounds.columns} {synth.bounds.found_values} "
                          f"{synth.bounds.found_decimals} {synth.bounds.found_steps}")
+        if synth.bounds.clipped:
+            context.log.warning(
+                "the DP bounds of these columns probably clip a tail onto themselves (noisy share of the rows beyond "
+                f"them): {synth.bounds.clipped}; declare their ranges in the schema")
     yield dg.AssetCheckResult(
         check_name="structure",
         passed=True,
