@@ -176,15 +176,20 @@ def test_a_release_sets_the_precision_and_rounds_its_output(tmp_path):
     assert Synthesizer.load(folder).bounds.found_decimals == {"minutes": 1}
 
 
-def test_the_streamed_decimals_counts_are_the_whole_tables(tmp_path):
-    schema = parse_schema({"name": "precision", "version": 1, "n_min": 10, "columns": [
-        {"name": "minutes", "kind": "continuous", "bounds": "auto", "decimals": "auto"}]})
-    table = pd.DataFrame({"minutes": np.round(np.random.default_rng(7).gamma(4.0, 40.0, 3_000), 2)})
+def scanned_in_parts(tmp_path, table: pd.DataFrame, schema) -> partitions.Scan:
+    """The first pass over ``table`` written as a CSV part and a Parquet part of several row groups."""
     folder = tmp_path / "parts"
     folder.mkdir()
     table.iloc[:1000].to_csv(folder / "a.csv", index=False)
     table.iloc[1000:].to_parquet(folder / "b.parquet", index=False, row_group_size=700)
-    scan = partitions.scan_source(partitions.list_partitions(str(folder)), schema, batch_rows=500)
+    return partitions.scan_source(partitions.list_partitions(str(folder)), schema, batch_rows=500)
+
+
+def test_the_streamed_decimals_counts_are_the_whole_tables(tmp_path):
+    schema = parse_schema({"name": "precision", "version": 1, "n_min": 10, "columns": [
+        {"name": "minutes", "kind": "continuous", "bounds": "auto", "decimals": "auto"}]})
+    table = pd.DataFrame({"minutes": np.round(np.random.default_rng(7).gamma(4.0, 40.0, 3_000), 2)})
+    scan = scanned_in_parts(tmp_path, table, schema)
     whole = bounds.exact_decimals(table, bounds.decimals_auto_columns(schema))
     np.testing.assert_array_equal(scan.decimals_counts, whole)
 
@@ -252,11 +257,7 @@ def test_the_streamed_step_counts_are_the_whole_tables(tmp_path):
     schema = parse_schema({"name": "steps", "version": 1, "n_min": 10, "columns": [
         {"name": "sensor", "kind": "integer", "bounds": "auto", "step": "auto"}]})
     table = pd.DataFrame({"sensor": np.random.default_rng(10).integers(-50, 500, 3_000) * 5})
-    folder = tmp_path / "parts"
-    folder.mkdir()
-    table.iloc[:1000].to_csv(folder / "a.csv", index=False)
-    table.iloc[1000:].to_parquet(folder / "b.parquet", index=False, row_group_size=700)
-    scan = partitions.scan_source(partitions.list_partitions(str(folder)), schema, batch_rows=500)
+    scan = scanned_in_parts(tmp_path, table, schema)
     whole = bounds.exact_steps(table, bounds.steps_auto_columns(schema))
     np.testing.assert_array_equal(scan.steps_counts, whole)
     assert whole.sum() == (table["sensor"] != 0).sum()

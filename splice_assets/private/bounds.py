@@ -18,9 +18,9 @@ decimals its value needs (0 to ``MAX_DECIMALS``, or more); its precision is the 
 
 A column with ``step: auto`` (integer columns) gets a fourth: each nonzero value adds 1 to the cell of its greatest
 common divisor with ``STEP_MODULUS`` (10,000: the cells are its 25 divisors); its step is the largest divisor that
-divides all but ``CLIP_SHARE`` of the noisy nonzero rows (or 2 noise sd of the cells it does not divide, where
-that noise is within ``CLIP_SHARE``: ``step_from_noisy``). An even-only sensor gets step 2; a credit
-limit in tens of thousands gets 10,000.
+divides all but ``CLIP_SHARE`` of the noisy nonzero rows (or 2 noise sd of the cells it does not divide, where that
+noise is within ``CLIP_SHARE``: ``step_from_noisy``). An even-only sensor gets step 2; a credit limit in tens of
+thousands gets 10,000.
 
 A column with ``values: auto`` then gets its frequent exact values from the same measurement, in a second step on
 the bounds the first resolved (``select_values``): each row adds 1 to the count of its cleaned value among the
@@ -208,10 +208,10 @@ def estimate_sensitivity(bounds_columns: int, values_columns: int, relation: str
     """l2 sensitivity of the whole estimate: the bounds histograms (``histogram_sensitivity``), one decimals
     histogram per ``decimals: auto`` column, one step histogram per ``step: auto`` column and the value counts of
     ``values_columns`` columns, one count vector each; a row adds 1 to at most one cell of each (its cleaned
-    value's candidate, if it is one; a step cell only for a nonzero value). Replace-one
-    doubles every squared term (one cell left, one entered). The second step's query depends on the first step's
-    noisy output (the bounds clip the values), and both draw noise at the same multiplier: adaptive composition
-    of the two Gaussians is one Gaussian with this sensitivity."""
+    value's candidate, if it is one; a step cell only for a nonzero value). Replace-one doubles every squared term
+    (one cell left, one entered). The second step's query depends on the first step's noisy output (the bounds
+    clip the values), and both draw noise at the same multiplier: adaptive composition of the two Gaussians is one
+    Gaussian with this sensitivity."""
     factor = 2.0 if relation == RELATION_REPLACE_ONE else 1.0
     return math.sqrt(factor * (HISTOGRAMS * bounds_columns + decimals_columns + step_columns + values_columns))
 
@@ -546,11 +546,10 @@ def estimate_bounds_from_counts(
     steps: np.ndarray | None = None,
 ) -> tuple[TableSchema, BoundsEstimate]:
     """``estimate_bounds`` from the exact histograms of the ``auto`` columns (``exact_histograms``), of the
-    ``decimals: auto`` columns (``exact_decimals``) and of the ``step: auto`` columns (``exact_steps``; those of
-    disjoint partitions add up), so a partitioned input pays
-    for one estimate like a whole table. ``count_values`` counts the values of the ``values: auto`` columns on the
-    schema the bounds resolved (a second pass over a partitioned input); it is required when the schema has such
-    columns."""
+    ``decimals: auto`` columns (``exact_decimals``) and of the ``step: auto`` columns (``exact_steps``); those of
+    disjoint partitions add up, so a partitioned input pays for one estimate like a whole table. ``count_values``
+    counts the values of the ``values: auto`` columns on the schema the bounds resolved (a second pass over a
+    partitioned input); it is required when the schema has such columns."""
     from splice_assets.private.ledger import params_hash
     from splice_assets.private.mechanism import epsilon_of, gaussian_noise
 
