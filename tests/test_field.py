@@ -191,3 +191,18 @@ def test_bad_field_settings_are_rejected_before_fitting_quoting_the_value(name, 
     with pytest.raises(ValueError, match=f"{name} must be an integer >= .*{value}"):
         chain.fit(measurement, TOY_SCHEMA, dataclasses.replace(FitConfig(), **{name: value}))
 
+
+
+def test_no_field_is_fitted_where_the_tilted_mixture_stops_above_the_noise_level(monkeypatch):
+    """At epsilon 10^4 the noise is far below what a 2-component mixture's tilted pools can reach, so the tilt stops
+    above the noise level and the field is not even fitted; at epsilon 2 the tilt reaches it and the field is tried."""
+    rows = _correlated_rows(np.random.default_rng(6), 2_000)
+    config = FitConfig(K=2, max_steps=30, min_steps=10, field_chains=5_000, field_iterations=20)
+    tried: list[bool] = []
+    real_fit_field = chain.fit_field
+    monkeypatch.setattr(chain, "fit_field", lambda *a, **k: tried.append(True) or real_fit_field(*a, **k))
+    precise = chain.fit(toy_measurement(rows, epsilon=1e4), TOY_SCHEMA, config)
+    assert precise.tilt is not None and precise.tilt.chi2_end > chain.FIELD_NEEDS_CHI2 * config.tilt_chi2
+    assert precise.field is None and not tried
+    noisy = chain.fit(toy_measurement(rows), TOY_SCHEMA, config)
+    assert noisy.tilt is not None and tried

@@ -3,7 +3,10 @@
 Per dataset and seed: one add-remove release at ε = 1 on the bench's train split with the product defaults ("field"),
 then a refit of the same noisy measurement without the pairwise field ("no field": the tilted mixture), which costs
 no privacy. Prints the mean over seeds of the off-grid metrics and the on-grid 2-/3-way TVD against the train split,
-and TSTR (the best learner's AUC or R², trained on synthetic rows, tested on the real test split).
+and TSTR (the best learner's AUC or R², trained on synthetic rows, tested on the real test split), and ``chi2``: the
+holdout χ² per cell of the model's tilt against the noisy tables ("no field": the tilted mixture's, which decides
+whether the field is tried at all, docs/decisions/0034). Since 0034, "field" is the product's choice; run it from a
+checkout before 0034 for the 0029 rule's.
 
     .venv/bin/python -m bench.experiments.field_on_off --datasets pol house_16h adult --seeds 0 1
 """
@@ -18,7 +21,7 @@ from splice_assets import PostProcessingSettings, Synthesizer
 from splice_assets.evaluation.metrics import tstr
 from splice_assets.sampling import sample_table
 
-KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd2", "tvd3", "tstr")
+KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd2", "tvd3", "tstr", "chi2")
 
 
 def release_scores(prepared, synth: Synthesizer, seed: int) -> dict[str, float]:
@@ -26,7 +29,8 @@ def release_scores(prepared, synth: Synthesizer, seed: int) -> dict[str, float]:
     rows = sample_table(synth.model, synth.schema, len(prepared.train), seed)
     utility = tstr(prepared.train, prepared.test, rows, prepared.schema, 0, trtr=False)
     best = float("nan") if utility is None else float(utility.best_tstr[utility.primary])
-    return {**scores(prepared.train, rows, prepared.schema), "tstr": best}
+    chi2 = float("nan") if synth.model is None or synth.model.tilt is None else synth.model.tilt.chi2_end
+    return {**scores(prepared.train, rows, prepared.schema), "tstr": best, "chi2": chi2}
 
 
 def main() -> None:

@@ -41,6 +41,10 @@ _TAG_FIELD = 0xF1E1_D001
 #: The field replaces the tilted mixture only if, tilted in turn, its holdout chi^2 per cell against the noisy tables
 #: is at most this factor times the mixture's (docs/decisions/0029).
 FIELD_CHI2_TOLERANCE = 1.05
+#: The field is fitted only when the tilted mixture's holdout chi^2 per cell reaches this factor times ``tilt_chi2``
+#: (the noise level): above it the field, fitted to the mixture's sample, cost shuttle's 2-way TVD and TSTR, and at
+#: 10^7 rows it was fitted only to be dropped (docs/decisions/0034).
+FIELD_NEEDS_CHI2 = 1.05
 
 
 def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
@@ -66,10 +70,11 @@ def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig)
     (``links``, ``config.link_lambda > 0``), and with ``config.tilt_chi2 > 0`` a cell tilt toward the noisy tables
     is fitted on a pool drawn from the linked mixture and stopped on a second one (``tilt``); if that holdout stops
     it short of ``tilt_chi2``, it is refitted from there on ``config.tilt_wide_pool_factor`` times wider pools.
-    With ``config.field_iterations > 0`` (and histogram numerics), a pairwise field is then fitted to a sample of
-    the tilted mixture (``field``), and the tilt is fitted again, the same way, on pools drawn from the field. The
-    field is kept only if that tilt ends within ``FIELD_CHI2_TOLERANCE`` of the mixture's holdout chi^2 against the
-    noisy tables: a choice between two post-processings by the noisy statistics alone.
+    With ``config.field_iterations > 0`` (and histogram numerics), and where the tilted mixture reaches the noise
+    level (``FIELD_NEEDS_CHI2``), a pairwise field is then fitted to a sample of the tilted mixture (``field``), and
+    the tilt is fitted again, the same way, on pools drawn from the field. The field is kept only if that tilt ends
+    within ``FIELD_CHI2_TOLERANCE`` of the mixture's holdout chi^2 against the noisy tables: a choice between two
+    post-processings by the noisy statistics alone.
     """
     check_post_processing(config)
     layout = layout_for(schema)
@@ -118,6 +123,9 @@ def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig)
 
     model = tilted(model)
     if config.field_iterations == 0 or len(model.layout.continuous_index):  # the field needs histogram numerics
+        return model
+    assert model.tilt is not None
+    if model.tilt.chi2_end > FIELD_NEEDS_CHI2 * config.tilt_chi2:
         return model
     # The field is fitted to the tilted mixture's own sample (its denoised tables), under the public seed; then it
     # replaces the mixture as the proposal, and the tilt is fitted again on its pools.
