@@ -192,7 +192,6 @@ def test_bad_field_settings_are_rejected_before_fitting_quoting_the_value(name, 
         chain.fit(measurement, TOY_SCHEMA, dataclasses.replace(FitConfig(), **{name: value}))
 
 
-
 def test_no_field_is_fitted_where_the_tilted_mixture_stops_above_the_noise_level(monkeypatch):
     """At epsilon 10^4 the noise is far below what a 2-component mixture's tilted pools can reach, so the tilt stops
     above the noise level and the field is not even fitted; at epsilon 2 the tilt reaches it and the field is tried."""
