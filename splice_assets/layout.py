@@ -170,7 +170,7 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
     layout = layout_for(schema)
     if x.ndim != 2 or x.shape[1] != layout.d:
         raise ValueError(f"expected an (n, {layout.d}) array for schema {schema.name!r}, got shape {x.shape}")
-    x = np.clip(np.nan_to_num(x, nan=0.0), -1.0, 1.0)
+    x = in_cube(x)
     out: dict[str, pd.Series] = {}
     j = 0
     for spec in schema.columns:
@@ -198,6 +198,14 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
             j += 1
         out[spec.name] = _numeric_series(values, missing, spec)
     return pd.DataFrame(out, columns=list(schema.column_names))
+
+
+def in_cube(z: np.ndarray) -> np.ndarray:
+    """``z`` clipped to [-1, 1] with NaN at 0 (a copy). ``np.nan_to_num`` first would cost twice the time: it also
+    tests for infinities, which the clip already sends to the bounds."""
+    out = np.clip(np.asarray(z, dtype=np.float64), -1.0, 1.0)
+    np.copyto(out, 0.0, where=np.isnan(out))
+    return out
 
 
 def _categorical_series(codes: np.ndarray, spec: ColumnSpec) -> pd.Series:

@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from splice_assets.layout import DEFAULT_NUMERIC_BINS, at_point, cube_of, layout_for, step_range, value_of
+from splice_assets.layout import (
+    DEFAULT_NUMERIC_BINS, at_point, cube_of, in_cube, layout_for, step_range, value_of,
+)
 from splice_assets.measurement import Measurement
 from splice_assets.schema import ColumnSpec, TableSchema
 
@@ -90,7 +92,7 @@ class FineCells:
     def finer_of(self, z: np.ndarray) -> np.ndarray:
         """Finer cell (in [0, intervals * split)) of every cube value ``z``, read only for values in an interval."""
         finer = self.intervals * self.split
-        z = np.clip(np.nan_to_num(z, nan=0.0), -1.0, 1.0)
+        z = in_cube(z)
         return np.minimum(np.floor((z + 1.0) * finer / 2.0), finer - 1).astype(np.int64)
 
     def values(self, z: np.ndarray) -> np.ndarray:
@@ -101,7 +103,7 @@ class FineCells:
 
     def cells_of(self, z: np.ndarray) -> np.ndarray:
         """Fine cell of every cube value ``z`` in [-1, 1] (a deterministic public map)."""
-        z = np.clip(np.nan_to_num(z, nan=0.0), -1.0, 1.0)
+        z = in_cube(z)
         values = self.values(z)
         points = np.asarray(self.points, dtype=np.float64)
         if self.intervals == 0:  # a grid: the nearest grid point

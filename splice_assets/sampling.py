@@ -517,6 +517,11 @@ def sample_table(
     if layout_for(schema) != data_layout(model.layout):
         raise ValueError(f"the model's layout does not match schema {schema.name!r}")
     x = sample_cube(model, n_rows, seed, match_marginals, integer_coordinates(schema), threads=threads)
+    return _refined_table(model, schema, x, seed)
+
+
+def _refined_table(model: FittedMixture, schema: TableSchema, x: np.ndarray, seed: int) -> pd.DataFrame:
+    """``sample_table``'s rows ``x`` (cube, overwritten) refined inside their bins and decoded."""
     if model.fine is not None:
         rng = np.random.default_rng(np.random.SeedSequence([int(seed), _TAG_FINE]))
         cells = fine_cells(schema, model.fine.fine_bins, split=model.fine.split)
@@ -546,21 +551,50 @@ def write_partitions(model: FittedMixture, schema: TableSchema, n_rows: int, see
     """``n_rows`` synthetic rows as Parquet files ``part-00000.parquet``, ... in ``folder`` (any fsspec URL), written
     in parallel on the ``engine``. Partition i samples from its own stream of the public seed, so each file is the
     same whatever the engine, the number of workers and the order they run in. Returns the files' URLs. On Dask
-    each partition samples on one thread (its worker's); locally on every core."""
+    each partition samples on one thread (its worker's). Locally a partition's draws run on every core while the
+    previous partition is refined, decoded and written on one (those steps are mostly single-threaded: they were
+    a third of a partition's time), so at most two partitions are in memory."""
     sizes = partition_sizes(n_rows, rows_per_partition)
     engine = engine or LocalEngine()
-    threads = 1 if engine.name == "dask" else None
-    return engine.map(_write_partition, list(enumerate(sizes)), model=model, schema=schema, seed=seed, folder=folder,
-                      match_marginals=match_marginals, threads=threads)
+    if engine.name == "dask":
+        return engine.map(_write_partition, list(enumerate(sizes)), model=model, schema=schema, seed=seed,
+                          folder=folder, match_marginals=match_marginals, threads=1)
+    if layout_for(schema) != data_layout(model.layout):
+        raise ValueError(f"the model's layout does not match schema {schema.name!r}")
+    integer_bounds = integer_coordinates(schema)
+    urls: list[str] = []
+    with ThreadPoolExecutor(1) as finisher:
+        writing = None
+        for index, rows in enumerate(sizes):
+            stream = _partition_stream(seed, index)
+            x = sample_cube(model, rows, stream, match_marginals, integer_bounds)
+            if writing is not None:
+                urls.append(writing.result())
+            writing = finisher.submit(_finish_partition, model, schema, x, stream, folder, index)
+        if writing is not None:
+            urls.append(writing.result())
+    return urls
+
+
+def _partition_stream(seed: int, index: int) -> int:
+    return int(np.random.SeedSequence([int(seed), _TAG_PARTITION, index]).generate_state(1)[0])
 
 
 def _write_partition(item: tuple[int, int], model: FittedMixture, schema: TableSchema, seed: int, folder: str,
                      match_marginals: bool, threads: int | None) -> str:
+    index, rows = item
+    stream = _partition_stream(seed, index)
+    return _write_parquet(sample_table(model, schema, rows, stream, match_marginals, threads), folder, index)
+
+
+def _finish_partition(model: FittedMixture, schema: TableSchema, x: np.ndarray, stream: int, folder: str,
+                      index: int) -> str:
+    return _write_parquet(_refined_table(model, schema, x, stream), folder, index)
+
+
+def _write_parquet(table: pd.DataFrame, folder: str, index: int) -> str:
     import fsspec
 
-    index, rows = item
-    stream = int(np.random.SeedSequence([int(seed), _TAG_PARTITION, index]).generate_state(1)[0])
-    table = sample_table(model, schema, rows, stream, match_marginals, threads)
     url = f"{folder.rstrip('/')}/part-{index:05d}.parquet"
     fs, path = fsspec.core.url_to_fs(url)
     fs.makedirs(fs._parent(path), exist_ok=True)
