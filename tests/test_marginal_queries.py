@@ -431,3 +431,59 @@ def test_a_model_layout_has_the_measured_cells_and_pair_tables_split_in_counting
         expected = np.zeros(table.shape)
         np.add.at(expected, (cells[:, a], cells[:, b]), 1)
         np.testing.assert_array_equal(table, expected)
+
+
+def test_fine_tables_pool_into_the_coarse_targets_and_bins_off_the_grid_stay_empty():
+    """An integer column on [0, 12] has 13 grid values in 16 coarse bins: each value's fine cell is the only one in
+    its bin, so pooling averages two independent noisy counts of the same rows: the squared error halves (over 200
+    seeded draws of 13 cells the ratio pooled / direct has sd about 0.02; measured 0.49, tolerance 0.6), and the 3
+    bins holding no integer are 0 exactly. A nullable column (its missing rows count in a coarse bin but in no fine
+    cell) and a categorical one keep their direct tables. Exact inputs give the exact tables back."""
+    from splice_assets.model.fit import marginal_targets, pooled_marginals
+    from splice_assets.resolution import fine_cells
+
+    schema = parse_schema({"name": "pool", "version": 1, "n_min": 2, "columns": [
+        {"name": "count", "kind": "integer", "bounds": [0, 12]},
+        {"name": "gappy", "kind": "integer", "bounds": [0, 12], "nullable": True},
+        {"name": "kind", "kind": "categorical", "categories": ["a", "b", "c"]},
+    ]})
+    layout = layout_for(schema)
+    rng = np.random.default_rng(4)
+    n = 2_000
+    x = np.column_stack([
+        np.round(rng.uniform(0, 12, n)) / 6.0 - 1.0,
+        np.round(rng.uniform(0, 12, n)) / 6.0 - 1.0,
+        np.where(rng.random(n) < 0.1, 1.0, -1.0),
+        rng.integers(0, 3, n) - 1.0,
+    ])
+    x[x[:, 2] > 0, 1] = 0.0  # a missing value's coordinate, as encoded
+    plan, cal = measuring.make_plan(schema, n, 1.0, 1e-6, 16, 4, marginal_share=0.5, pair_share=0.0)
+    stats = measuring.exact_statistics(x, plan, layout)
+    cells = fine_cells(schema, plan.fine_bins)
+
+    def measurement(h1: np.ndarray, fine: np.ndarray):
+        return measuring.measurement_of(plan, cal, layout.d, stats.moments, h1, stats.pairs, fine=fine)
+
+    sizes = np.cumsum(marginal_sizes(layout, plan.numeric_bins))[:-1]
+    exact = np.split(stats.marginals, sizes)
+    gaps = exact[0] == 0
+    assert gaps.sum() == 3
+    np.testing.assert_allclose(pooled_marginals(measurement(stats.marginals, stats.fine), cells), stats.marginals,
+                               atol=1e-12)
+    std = cal.marginal_noise_std()
+    direct_err = pooled_err = 0.0
+    for _ in range(200):
+        h1 = stats.marginals + rng.standard_normal(stats.marginals.shape) * std
+        fine = stats.fine + rng.standard_normal(stats.fine.shape) * std
+        pooled = np.split(pooled_marginals(measurement(h1, fine), cells), sizes)
+        direct = np.split(h1, sizes)
+        assert np.all(pooled[0][gaps] == 0.0)
+        for i in (1, 2, 3):
+            np.testing.assert_allclose(pooled[i], direct[i], rtol=1e-12)
+        direct_err += float(np.sum((direct[0] - exact[0])[~gaps] ** 2))
+        pooled_err += float(np.sum((pooled[0] - exact[0])[~gaps] ** 2))
+    assert pooled_err < 0.6 * direct_err, pooled_err / direct_err
+    targets = marginal_targets(measurement(h1, fine), layout, 1.0, cells)
+    assert targets is not None
+    first = targets.per_coordinate(layout)[0]
+    assert np.all(first[gaps] == 0.0) and first.sum() == pytest.approx(1.0)

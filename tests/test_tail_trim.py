@@ -39,3 +39,16 @@ def test_a_thin_real_tail_beside_the_data_is_kept():
 def test_at_least_one_bin_is_kept():
     out = trimmed_tails(np.array([0.001, -0.002, 0.0005]), 0.01, 2.0)
     assert out.sum() == pytest.approx(1.0) and (out > 0).sum() >= 1
+
+
+def test_bins_empty_by_the_schema_stay_empty_and_count_as_empty_runs():
+    """A bin of noise std 0 (no value of the column's grid falls in it, ``_pooled``) is 0 after the projection, even
+    where the projection raises every other kept bin; it neither blocks nor lengthens a cut run."""
+    table = np.array([0.004, 0.0, 0.3, 0.0, 0.3, 0.3, 0.0, -0.003])
+    std = np.array([0.01, 0.0, 0.01, 0.0, 0.01, 0.01, 0.0, 0.01])
+    out = trimmed_tails(table, std, 2.0)
+    assert out.sum() == pytest.approx(1.0)
+    assert (out[std == 0] == 0).all() and out[0] == 0 and out[7] == 0
+    assert out[[2, 4, 5]] == pytest.approx([1 / 3] * 3)
+    np.testing.assert_array_equal(trimmed_tails(table, 0.01, 2.0) > 0, [False, False, True, True, True, True,
+                                                                          False, False])

@@ -53,7 +53,7 @@ from splice_assets.model.product_em import (
 from splice_assets.postprocess.field import PairwiseField
 from splice_assets.postprocess.links import Link
 from splice_assets.postprocess.tilt import CellTilt
-from splice_assets.resolution import DEFAULT_FINE_COUPLING, DEFAULT_FINE_THRESHOLD, FineTables
+from splice_assets.resolution import DEFAULT_FINE_COUPLING, DEFAULT_FINE_THRESHOLD, FineCells, FineTables
 
 #: ``FitConfig.marginal_tail_z``: a run of outer coarse bins within this many noise std of zero is read as empty.
 DEFAULT_TAIL_Z = 1.0
@@ -173,6 +173,8 @@ class FitConfig:
     #: 1,000 where the data end at 20). z = 1 kept churn's gain and, unlike z = 2, cost California nothing under
     #: replace-one, whose larger noise let z = 2 cut thin real tails (docs/decisions/0021).
     marginal_tail_z: float = DEFAULT_TAIL_Z
+    #: Pool each numeric column's noisy fine table into its coarse 1-way target (``pooled_marginals``).
+    pool_fine_tables: bool = True
 
     def __post_init__(self) -> None:
         for name in ("K", "bin_refinement", "max_steps", "window", "field_chains", "field_sweeps", "tilt_pool_factor"):
@@ -192,6 +194,8 @@ class FitConfig:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
                 raise ValueError(f"{name} must be a number {'in (0, inf)' if positive else '>= 0'}, got {value!r}")
+        if not isinstance(self.pool_fine_tables, bool):
+            raise ValueError(f"pool_fine_tables must be true or false, got {self.pool_fine_tables!r}")
         if not 0.0 <= self.holdout_direction_fraction < 1.0:
             raise ValueError(f"holdout_direction_fraction must be in [0, 1), got {self.holdout_direction_fraction!r}")
         if self.numeric_model not in NUMERIC_MODELS:
@@ -639,8 +643,12 @@ def fit_mixture(
     )
 
 
-def fit_measurement(measurement: Measurement, layout: EncodingLayout, config: FitConfig = FitConfig()) -> FittedMixture:
-    """``fit_mixture`` on a stored ``Measurement`` (directions and scales recomputed from the public seed)."""
+def fit_measurement(
+    measurement: Measurement, layout: EncodingLayout, config: FitConfig = FitConfig(),
+    fine: Sequence[FineCells] = (),
+) -> FittedMixture:
+    """``fit_mixture`` on a stored ``Measurement`` (directions and scales recomputed from the public seed); ``fine``:
+    the public fine cells of its fine tables (``resolution.fine_cells``), pooled into the 1-way targets."""
     if measurement.d != layout.d:
         raise ValueError(f"measurement has d = {measurement.d} but the layout has d = {layout.d}")
     return fit_mixture(
@@ -650,71 +658,97 @@ def fit_measurement(measurement: Measurement, layout: EncodingLayout, config: Fi
         layout,
         measurement.sigma,
         config,
-        marginal_targets(measurement, layout, config.marginal_tail_z),
+        marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else ()),
         pair_targets(measurement),
     )
 
 
-def pooled_marginals(measurement: Measurement) -> np.ndarray:
+def pooled_marginals(measurement: Measurement, fine: Sequence[FineCells] = ()) -> np.ndarray:
     """Each coordinate's noisy 1-way histogram pooled, by inverse variance, with the margins of its noisy 2-way
-    histograms (post-processing). A margin of pair (a, b) sums s_b independent noisy cells, so each of its cells
-    has noise variance s_b (sigma / w2)^2, against (sigma / w)^2 for the direct histogram."""
-    tables, _ = _pooled(measurement)
+    histograms and, for a numeric column with ``fine`` cells, with its noisy fine table summed over each coarse bin
+    (post-processing). A margin of pair (a, b) sums s_b independent noisy cells, so each of its cells has noise
+    variance s_b (sigma / w2)^2, against (sigma / w)^2 for the direct histogram; a bin's sum of m fine cells has
+    m (sigma / w)^2. A bin holding no fine cell (no value on the column's public grid) is empty by the schema: 0."""
+    tables, _ = _pooled(measurement, fine)
     return np.concatenate(tables) if tables else measurement.noisy_marginals.copy()
 
 
-def _pooled(measurement: Measurement) -> tuple[list[np.ndarray], list[float]]:
-    """``pooled_marginals`` per coordinate, with the noise std of each coordinate's pooled cells."""
+def _pooled(measurement: Measurement, fine: Sequence[FineCells] = ()) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``pooled_marginals`` per coordinate, with the noise std of each pooled cell."""
     direct = measurement.marginals()
     precision1 = measurement.marginal_noise_std() ** -2
-    if not measurement.pairs or not direct:
-        return [h.copy() for h in direct], [precision1**-0.5] * len(direct)
-    sizes = measurement.marginal_sizes
-    precision2 = measurement.pair_noise_std() ** -2
     total = [h * precision1 for h in direct]
-    weight = [precision1] * len(direct)
-    for (a, b), table in zip(measurement.pairs, pair_tables(measurement.noisy_pairs, measurement.pairs, sizes)):
-        for axis, this, other in ((1, a, b), (0, b, a)):
-            total[this] = total[this] + table.sum(axis) * precision2 / sizes[other]
-            weight[this] += precision2 / sizes[other]
-    return [t / w for t, w in zip(total, weight)], [w**-0.5 for w in weight]
+    weight = [np.full(len(h), precision1) for h in direct]
+    sizes = measurement.marginal_sizes
+    if measurement.pairs and direct:
+        precision2 = measurement.pair_noise_std() ** -2
+        for (a, b), table in zip(measurement.pairs, pair_tables(measurement.noisy_pairs, measurement.pairs, sizes)):
+            for axis, this, other in ((1, a, b), (0, b, a)):
+                total[this] = total[this] + table.sum(axis) * precision2 / sizes[other]
+                weight[this] = weight[this] + precision2 / sizes[other]
+    empty: dict[int, np.ndarray] = {}
+    if fine and direct:
+        fine_tables = np.split(measurement.noisy_fine, np.cumsum([c.size for c in fine])[:-1])
+        for column, table in zip(fine, fine_tables):
+            i = column.coordinate
+            if column.missing is not None or sizes[i] != measurement.numeric_bins:
+                continue  # a missing value counts in a coarse bin but in no fine cell
+            parents = np.asarray(column.parents, dtype=np.int64)
+            held = np.bincount(parents, minlength=sizes[i])
+            summed = np.bincount(parents, weights=table[: column.n_cells], minlength=sizes[i])
+            cells = held > 0
+            total[i][cells] += summed[cells] * precision1 / held[cells]
+            weight[i][cells] += precision1 / held[cells]
+            empty[i] = ~cells
+    pooled = [t / w for t, w in zip(total, weight)]
+    stds = [w**-0.5 for w in weight]
+    for i, cells in empty.items():
+        pooled[i][cells], stds[i][cells] = 0.0, 0.0
+    return pooled, stds
 
 
-def trimmed_tails(frequencies: np.ndarray, noise_std: float, z: float = DEFAULT_TAIL_Z) -> np.ndarray:
+def trimmed_tails(frequencies: np.ndarray, noise_std: float | np.ndarray, z: float = DEFAULT_TAIL_Z) -> np.ndarray:
     """A numeric column's noisy coarse table as a distribution over the bins left when its outermost runs of bins
-    that look empty are cut: from each end, the longest run of k bins whose noisy mass is at most
-    z * noise_std * sqrt(k) and whose innermost bin is at most z * noise_std (at least one bin kept); the kept bins
+    that look empty are cut: from each end, the longest run of k bins whose noisy mass is at most z times its
+    noise std (noise_std * sqrt(k) for equal stds) and whose innermost bin is at most z times its own; the kept bins
     are then projected onto the simplex, the cut ones stay 0. Post-processing: the sum of k empty bins' noise has
     std noise_std * sqrt(k), so a run of truly empty bins is kept with probability about Phi(-z), and a run holding
     more than about 2 z noise_std * sqrt(k) of mass is never cut. (Projecting the whole table instead would give
-    every cut bin back a share of the mass the noise left missing.)"""
+    every cut bin back a share of the mass the noise left missing.) A bin of noise std 0 is empty by the schema
+    (``_pooled``): it stays 0."""
     out = np.array(frequencies, dtype=np.float64)
-    if not z > 0 or not noise_std > 0 or len(out) < 2:
+    std = np.broadcast_to(np.asarray(noise_std, dtype=np.float64), out.shape)
+    if not z > 0 or not np.any(std > 0) or len(out) < 2:
         return out
     lo, hi = 0, len(out)  # the kept bins: [lo, hi)
     for from_top in (True, False):
-        view = out[lo:hi][::-1] if from_top else out[lo:hi]
-        k = np.arange(1, len(view))
+        view, view_std = (out[lo:hi][::-1], std[lo:hi][::-1]) if from_top else (out[lo:hi], std[lo:hi])
         runs = np.cumsum(view[:-1])
-        within = np.flatnonzero((runs <= z * noise_std * np.sqrt(k)) & (view[:-1] <= z * noise_std))
+        spread = np.sqrt(np.cumsum(view_std[:-1] ** 2))
+        within = np.flatnonzero((runs <= z * spread) & (view[:-1] <= z * view_std[:-1]))
         cut = int(within[-1]) + 1 if len(within) else 0
         if from_top:
             hi -= cut
         else:
             lo += cut
+    kept = np.zeros(len(out), dtype=bool)
+    kept[lo:hi] = True
+    kept &= std > 0
     trimmed = np.zeros_like(out)
-    trimmed[lo:hi] = simplex_projection(out[lo:hi])
+    trimmed[kept] = simplex_projection(out[kept])
     return trimmed
 
 
 def marginal_targets(
-    measurement: Measurement, layout: EncodingLayout | None = None, tail_z: float = 0.0
+    measurement: Measurement, layout: EncodingLayout | None = None, tail_z: float = 0.0,
+    fine: Sequence[FineCells] = (),
 ) -> MarginalTargets | None:
-    """The measurement's noisy 1-way marginals, pooled with its 2-way margins, as targets (None without them);
-    with ``layout`` and ``tail_z`` > 0, every numeric column's tails trimmed (``trimmed_tails``)."""
+    """The measurement's noisy 1-way marginals, pooled with its 2-way margins and its ``fine`` tables
+    (``pooled_marginals``), as targets (None without them); with ``layout`` and ``tail_z`` > 0, every numeric
+    column's tails trimmed (``trimmed_tails``)."""
     if not measurement.marginal_sizes:
         return None
-    tables, stds = _pooled(measurement)
+    tables, stds = _pooled(measurement, fine)
     if layout is not None and tail_z > 0:
         for i, coordinate in enumerate(layout.coordinates):
             if coordinate.is_binned or not coordinate.is_discrete:

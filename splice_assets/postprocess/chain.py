@@ -23,7 +23,7 @@ from splice_assets.model.fit import FitConfig, FittedMixture, fit_measurement
 from splice_assets.postprocess.field import fit_field
 from splice_assets.postprocess.links import choose_links
 from splice_assets.postprocess.tilt import CellTilt, fit_tilt, table_cells, table_starts
-from splice_assets.resolution import FineTables, choose_couplings, fine_cells
+from splice_assets.resolution import FineCells, FineTables, choose_couplings, fine_cells
 from splice_assets.sampling import (
     TILT_CHUNK_ROWS,
     integer_coordinates,
@@ -53,7 +53,7 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     model = fit_tables(measurement, schema, config)
     if not measurement.fine_sizes:
         return model
-    columns = fine_cells(schema, measurement.fine_bins, measurement.numeric_bins, measurement.fine_split)
+    columns = fine_columns(measurement, schema)
     couplings = choose_couplings(
         measurement.noisy_pairs, measurement.pairs, marginal_sizes(layout_for(schema), measurement.numeric_bins),
         columns, config.fine_coupling, measurement.pair_noise_std(),
@@ -61,6 +61,13 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     fine = FineTables(measurement.noisy_fine, measurement.marginal_noise_std(), measurement.fine_bins,
                       config.fine_threshold, measurement.fine_split, couplings)
     return replace(model, fine=fine)
+
+
+def fine_columns(measurement: Measurement, schema: TableSchema) -> tuple[FineCells, ...]:
+    """The public fine cells of the measurement's fine tables (none if it has none)."""
+    if not measurement.fine_sizes:
+        return ()
+    return fine_cells(schema, measurement.fine_bins, measurement.numeric_bins, measurement.fine_split)
 
 
 def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
@@ -78,7 +85,7 @@ def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig)
     """
     check_post_processing(config)
     layout = layout_for(schema)
-    model = fit_measurement(measurement, layout, config)
+    model = fit_measurement(measurement, layout, config, fine_columns(measurement, schema))
     if not measurement.pairs or not measurement.marginal_sizes:
         return model
     if config.link_lambda > 0:
