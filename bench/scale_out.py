@@ -138,7 +138,7 @@ else:
         fit_start = time.perf_counter()
         synth.fit_model(threads=1)
         out["fit_s"] = time.perf_counter() - fit_start
-        write_partitions(synth.model, synth.schema, scan.n_rows, 0, args["out"], 1_000_000, engine)
+        write_partitions(synth.model, synth.schema, scan.n_rows, 0, args["out"], engine=engine)
         out["sample_s"] = time.perf_counter() - fit_start - out["fit_s"]
     out["total_s"] = time.perf_counter() - start
     out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

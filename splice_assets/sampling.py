@@ -535,7 +535,9 @@ def _refined_table(model: FittedMixture, schema: TableSchema, x: np.ndarray, see
 
 #: Streams of the public seed: partition i of a partitioned sample draws from [seed, _TAG_PARTITION, i].
 _TAG_PARTITION = 0x9A27_0001
-DEFAULT_PARTITION_ROWS = 1_000_000
+#: Rows per Parquet file of a partitioned sample. Locally two files' rows are in memory at once (``write_partitions``):
+#: at 500,000 rows that is what one file of 10^6 rows held before the files were pipelined (docs/decisions/0036).
+DEFAULT_PARTITION_ROWS = 500_000
 
 
 def partition_sizes(n_rows: int, rows_per_partition: int = DEFAULT_PARTITION_ROWS) -> list[int]:

@@ -122,17 +122,28 @@ def cell_log_weights(
     )
 
 
+#: Rows per block of ``_pool_log_weights``: a block's sums stay in the L1 cache while each table is read.
+_WEIGHT_BLOCK = 1024
+
+
 @numba.njit(cache=True, nogil=True)  # no fastmath: the sums keep log_weights' order, so the weights are the same bits
 def _pool_log_weights(potentials, cells, offsets, pairs, sizes, pair_offsets):  # pragma: no cover - numba
-    out = np.zeros(cells.shape[0])
-    for r in range(cells.shape[0]):
-        total = 0.0
+    """Table by table within blocks of rows: each row's sum runs over its tables in the same order as a row-by-row
+    loop (the same bits), while a pair's potentials and the two columns it reads stay in the cache (a row at a
+    time, a column-major pool was read across every column: 2.3x slower)."""
+    rows = cells.shape[0]
+    out = np.zeros(rows)
+    for start in range(0, rows, _WEIGHT_BLOCK):
+        stop = min(start + _WEIGHT_BLOCK, rows)
         for i in range(cells.shape[1]):
-            total -= potentials[cells[r, i] + offsets[i]]
+            offset = offsets[i]
+            for r in range(start, stop):
+                out[r] -= potentials[cells[r, i] + offset]
         for p in range(pairs.shape[0]):
             a, b = pairs[p, 0], pairs[p, 1]
-            total -= potentials[cells[r, a] * sizes[b] + cells[r, b] + pair_offsets[p]]
-        out[r] = total
+            size, offset = sizes[b], pair_offsets[p]
+            for r in range(start, stop):
+                out[r] -= potentials[cells[r, a] * size + cells[r, b] + offset]
     return out
 
 
