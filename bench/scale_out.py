@@ -133,11 +133,13 @@ else:
     out["scan_s"] = time.perf_counter() - start
     synth.measure_source(scan, None, engine=engine, report_rows=10_000)
     out["measure_s"] = time.perf_counter() - start - out["scan_s"]
+    out["rss_measured_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if args["task"] == "release":
         from splice_assets.sampling import write_partitions
         fit_start = time.perf_counter()
         synth.fit_model(threads=1)
         out["fit_s"] = time.perf_counter() - fit_start
+        out["rss_fitted_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         write_partitions(synth.model, synth.schema, scan.n_rows, 0, args["out"], engine=engine)
         out["sample_s"] = time.perf_counter() - fit_start - out["fit_s"]
     out["total_s"] = time.perf_counter() - start
@@ -197,7 +199,8 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as out:
                 result = run_child({**task, "out": out})
             per_worker = rows * 256 / result["measure_s"] / max(workers, 1)
-            release = (f"{result['total_s']:.1f} (fit {result['fit_s']:.1f}, sample {result['sample_s']:.1f})"
+            release = (f"{result['total_s']:.1f} (fit {result['fit_s']:.1f}, sample {result['sample_s']:.1f}; peak MB "
+                       f"after measure {result['rss_measured_mb']:.0f}, fit {result['rss_fitted_mb']:.0f})"
                        if task["task"] == "release" else "")
             print(f"| {rows:,} | {engine} | {result['scan_s']:.1f} | {result['measure_s']:.1f} | "
                   f"{per_worker / kernel:.2f} / {per_worker / exact:.2f} | {result['rss_mb']:.0f} | {release} |",

@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from splice_assets.layout import (
-    DEFAULT_NUMERIC_BINS, at_point, cube_of, in_cube, layout_for, step_range, value_of,
+    DEFAULT_NUMERIC_BINS,
+    at_point,
+    cube_of,
+    in_cube,
+    layout_for,
+    step_range,
+    value_of,
 )
 from splice_assets.measurement import Measurement
 from splice_assets.schema import ColumnSpec, TableSchema

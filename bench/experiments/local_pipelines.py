@@ -1,15 +1,10 @@
-"""The local passes one partition at a time against their two-stage pipelines (docs/decisions/0036).
+"""Local sampling one partition at a time against the two-stage pipeline (docs/decisions/0036).
 
-On the scale-out bench's generated public data (``bench.scale_out.generate``; nothing private), in this process:
-
-- measure: ``partitions.measure_partition`` on each row group in turn (what a Dask worker runs per task) against
-  ``partitions.measure_partitions`` (the local engine: the next batch prepared on a second thread), on the rows of
-  ``--rows``; the sums must be equal;
-- sample: a model fitted on those rows, then ``--sample-rows`` rows written as Parquet partitions of 10⁶ rows one
-  at a time (``sampling._write_partition``, each on every core) against ``sampling.write_partitions`` (the local
-  engine: a partition refined, decoded and written while the next is drawn); the files must be equal.
-
-Prints the median seconds of ``--repeats`` runs of each and their ratio.
+A model is fitted on ``--rows`` of the scale-out bench's generated public data (``bench.scale_out.generate``;
+nothing private), then ``--sample-rows`` rows are written as Parquet partitions one at a time
+(``sampling._write_partition``, each on every core) and by ``sampling.write_partitions`` (the local engine: a
+partition refined, decoded and written while the next is drawn); the files must be equal. Prints the median
+seconds of ``--repeats`` runs of each and their ratio.
 
     .venv/bin/python -m bench.experiments.local_pipelines [--rows 2e6] [--sample-rows 4e6] [--repeats 3]
 """
@@ -26,8 +21,6 @@ import pandas as pd
 
 from bench.scale_out import schema_dict, write_dataset
 from splice_assets import MeasurementSettings, Synthesizer
-from splice_assets.private import measuring
-from splice_assets.private import partitions as streamed
 from splice_assets.sampling import _write_partition, partition_sizes, write_partitions
 from splice_assets.schema import parse_schema
 
@@ -51,18 +44,6 @@ def main() -> None:
     schema = parse_schema(schema_dict())
     work = Path(tempfile.gettempdir()) / "splice-scale-out"
     source = write_dataset(work / f"n{rows}", rows, 1_000_000)
-    parts = streamed.list_partitions(str(source))
-    plan, _ = measuring.make_plan(schema, rows, 1.0, 1e-12, 256, 16, relation="add-remove")
-    rule = streamed.holdout_rule(parts, schema, rows, 0.0, plan.seed, "add-remove", None, streamed.DEFAULT_BATCH_ROWS)
-    rates = streamed.SampleRates(10_000 / rows, 1.0, plan.seed)
-    streamed.measure_partition(parts[0], schema, plan, rule, rates)  # compile
-    one, by_one = median_seconds(lambda: [streamed.measure_partition(p, schema, plan, rule, rates) for p in parts],
-                                 args.repeats)
-    two, piped = median_seconds(lambda: streamed.measure_partitions(parts, schema, plan, rule, rates), args.repeats)
-    assert all(np.array_equal(a.sums.moments, b.sums.moments) and np.array_equal(a.sums.pairs, b.sums.pairs)
-               for a, b in zip(by_one, piped))
-    print(f"measure {rows:,} rows: one at a time {one:.2f} s, pipelined {two:.2f} s ({one / two:.2f}x)", flush=True)
-
     synth = Synthesizer(schema, epsilon=1.0, delta=1e-12, measurement=MeasurementSettings(n_directions=256, k=16))
     synth.measure_source(synth.scan_source(str(source), None), None, report_rows=10_000)
     synth.fit_model()

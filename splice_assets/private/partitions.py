@@ -27,12 +27,10 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import reduce
 from operator import add
 from pathlib import PurePosixPath
-from typing import TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -68,8 +66,6 @@ from splice_assets.private.validation import (
     column_tallies,
 )
 from splice_assets.schema import ColumnSpec, TableSchema
-
-T = TypeVar("T")
 
 #: Rows per batch: pandera's fixed cost per validated batch (about 0.15 s) stays below 5% of the pass.
 DEFAULT_BATCH_ROWS = 2**18
@@ -370,31 +366,9 @@ class SampleRates:
 def measure_partition(partition: Partition, schema: TableSchema, plan: MeasurementPlan, rule: HoldoutRule,
                       rates: SampleRates, batch_rows: int = DEFAULT_BATCH_ROWS) -> PartitionSums:
     """Pass 3 over one partition (``schema`` with every bound resolved)."""
-    return measure_partitions([partition], schema, plan, rule, rates, batch_rows)[0]
-
-
-def measure_partitions(partitions: Sequence[Partition], schema: TableSchema, plan: MeasurementPlan,
-                       rule: HoldoutRule, rates: SampleRates, batch_rows: int = DEFAULT_BATCH_ROWS
-                       ) -> list[PartitionSums]:
-    """Pass 3 over partitions in order, one result per partition. The next batch (of this partition or the next)
-    is read, cleaned, split and encoded on a second thread while this one sums the current batch: each took about
-    half of the pass."""
     layout = layout_for(schema)
     directions = draw_directions(plan.seed, plan.n_directions, layout.d)
-    batches = ((i, batch) for i, partition in enumerate(partitions)
-               for batch in _encoded_batches(partition, schema, rule, rates, batch_rows))
-    totals: list[PartitionSums | None] = [None] * len(partitions)
-    for i, (x, report, train_sample, holdout_sample, held_out) in one_ahead(batches):
-        part = PartitionSums(exact_sums(x, plan, layout, directions), report, train_sample, holdout_sample, held_out)
-        totals[i] = part if totals[i] is None else totals[i] + part
-    assert all(t is not None for t in totals)  # read_batches yields at least one batch per partition
-    return cast("list[PartitionSums]", totals)
-
-
-def _encoded_batches(partition: Partition, schema: TableSchema, rule: HoldoutRule, rates: SampleRates,
-                     batch_rows: int) -> Iterator[tuple[np.ndarray, ValidationReport, pd.DataFrame, pd.DataFrame, int]]:
-    """Each batch of a partition cleaned, split and encoded: (measured rows encoded, repair report, report samples
-    of the measured and held-out rows, held-out count)."""
+    total: PartitionSums | None = None
     seen_at_cut = 0
     for batch in read_batches(partition, batch_rows):
         cleaned = clean_records(batch, schema)[0]
@@ -404,21 +378,11 @@ def _encoded_batches(partition: Partition, schema: TableSchema, rule: HoldoutRul
             train, holdout = cleaned.table, cleaned.table.iloc[:0].copy()
         else:
             train, holdout = cleaned.table[measured], cleaned.table[~measured]
-        yield (encode(train, schema), cleaned.report, rates.keep(train, rates.train),
-               rates.keep(holdout, rates.holdout), len(holdout))
-
-
-_END = object()
-
-
-def one_ahead(items: Iterator[T]) -> Iterator[T]:
-    """``items``, each computed on a second thread while the caller works on the one before (exceptions reach
-    the caller in order)."""
-    with ThreadPoolExecutor(1) as ahead:
-        coming = ahead.submit(next, items, _END)
-        while (item := coming.result()) is not _END:
-            coming = ahead.submit(next, items, _END)
-            yield item
+        part = PartitionSums(exact_sums(encode(train, schema), plan, layout, directions), cleaned.report,
+                             rates.keep(train, rates.train), rates.keep(holdout, rates.holdout), len(holdout))
+        total = part if total is None else total + part
+    assert total is not None  # read_batches yields at least one batch
+    return total
 
 
 @dataclass(frozen=True)
@@ -445,11 +409,8 @@ def measure_source(partitions: Sequence[Partition], schema: TableSchema, plan: M
     n_held = int(round(holdout_fraction * n_rows))
     rates = SampleRates(min(1.0, report_rows / max(n_rows - n_held, 1)), min(1.0, report_rows / max(n_held, 1)),
                         plan.seed)
-    if engine.name == "local":  # one stream of batches, so reading overlaps summing across partitions too
-        parts = measure_partitions(partitions, schema, plan, rule, rates, batch_rows)
-    else:
-        parts = engine.map(measure_partition, partitions, schema=schema, plan=plan, rule=rule, rates=rates,
-                           batch_rows=batch_rows)
+    parts = engine.map(measure_partition, partitions, schema=schema, plan=plan, rule=rule, rates=rates,
+                       batch_rows=batch_rows)
     total = reduce(add, parts)
     report = ValidationReport(total.report.n_rows, _dropped(total.report, parts), total.report.counts)
     return StreamedInput(total.sums, report, total.train_sample, total.holdout_sample, n_rows, total.held_out,

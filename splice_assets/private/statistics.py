@@ -77,7 +77,7 @@ class MomentSums:
         return self.sums / (_FIXED_ONE * n)
 
 
-@numba.njit(cache=True, fastmath=False, nogil=True)
+@numba.njit(cache=True, fastmath=False)
 def _accumulate_chebyshev(proj: np.ndarray, k: int, total: np.ndarray) -> bool:
     """total[j-1, l] += round(2^32 T_j(clamp(proj[i, l]))) over rows i; False if some projection is NaN.
 
