@@ -40,7 +40,7 @@ def encode(table: pd.DataFrame, schema: TableSchema) -> np.ndarray:
             columns.append(_grid_position(exact_levels(values, spec).astype(np.float64), len(spec.sentinels) + 1))
         if spec.nullable:
             columns.append(np.where(missing, 1.0, -1.0))
-    out = np.empty((n, len(columns)), order="F")  # column-major: np.column_stack's strided writes took 4x longer
+    out = np.empty((n, len(columns)), order="F")  # np.column_stack wrote rows: a third of a batch's preparation
     for j, column in enumerate(columns):
         out[:, j] = column
     return out
