@@ -10,7 +10,8 @@ driver's and every worker's peak, summed): the measurement alone (scan + measure
 1-/2-way tables) on the local engine and on 1 and 2 Dask workers, and the measure pass's throughput n·L/s per
 worker against two single-core figures on rows already encoded in memory, measured in the same run: the moment
 kernel (``statistics.moment_sums``) and all the exact statistics (``measuring.exact_sums``: moments, 1-/2-way
-tables). With ``--release``, also a whole release (scan, measure, fit, n synthetic rows written as partitions).
+tables). With ``--release``, also a whole release (scan, measure, fit, n synthetic rows written as partitions),
+with the peak RSS reached by the end of the measure pass and of the fit.
 
     python -m bench.scale_out --rows 1e5 1e6 1e7 5e7 [--data-dir DIR] [--engines local dask1 dask2]
 """

@@ -514,10 +514,14 @@ def sample_table(
 ) -> pd.DataFrame:
     """Sample and decode into the schema's columns, order and dtypes. A model with fine tables then draws every
     numeric value inside its coarse bin from them (``resolution.FineTables.refine``, its own stream of ``seed``)."""
-    if layout_for(schema) != data_layout(model.layout):
-        raise ValueError(f"the model's layout does not match schema {schema.name!r}")
+    _check_layout(model, schema)
     x = sample_cube(model, n_rows, seed, match_marginals, integer_coordinates(schema), threads=threads)
     return _refined_table(model, schema, x, seed)
+
+
+def _check_layout(model: FittedMixture, schema: TableSchema) -> None:
+    if layout_for(schema) != data_layout(model.layout):
+        raise ValueError(f"the model's layout does not match schema {schema.name!r}")
 
 
 def _refined_table(model: FittedMixture, schema: TableSchema, x: np.ndarray, seed: int) -> pd.DataFrame:
@@ -561,8 +565,7 @@ def write_partitions(model: FittedMixture, schema: TableSchema, n_rows: int, see
     if engine.name == "dask":
         return engine.map(_write_partition, list(enumerate(sizes)), model=model, schema=schema, seed=seed,
                           folder=folder, match_marginals=match_marginals, threads=1)
-    if layout_for(schema) != data_layout(model.layout):
-        raise ValueError(f"the model's layout does not match schema {schema.name!r}")
+    _check_layout(model, schema)
     integer_bounds = integer_coordinates(schema)
     urls: list[str] = []
     with ThreadPoolExecutor(1) as finisher:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from bench.experiments.field_on_off import release_scores
+from bench.experiments.pair_selection import print_means
 from bench.run import prepare
 from splice_assets import Synthesizer
 
@@ -43,8 +44,7 @@ def main() -> None:
             direct.fit_model()
             results["direct"].append(release_scores(prepared, direct, seed))
         for variant, rows in results.items():
-            means = {k: sum(r[k] for r in rows) / len(rows) for k in KEYS}
-            print(" | ".join((name, variant, *(f"{means[k]:.4f}" for k in KEYS))), flush=True)
+            print_means(name, variant, rows, KEYS)
 
 
 if __name__ == "__main__":
