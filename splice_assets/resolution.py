@@ -48,7 +48,7 @@ MAX_FINE_BINS = 4096
 #: Fine cells whose noisy frequency is at most this many noise standard deviations are read as empty before the
 #: projection (0 = the projection alone, measured best in docs/decisions/0017).
 DEFAULT_FINE_THRESHOLD = 0.0
-#: Shrink each coarse bin's noisy fine cells toward the bin's coarse shape before the projection (``_shrunk``).
+#: Shrink each coarse bin's noisy fine cells toward the bin's coarse shape before the projection (``shrunk_toward``).
 DEFAULT_FINE_SHRINK = True
 #: Numeric pairs whose noisy coarse table shows at least this Gaussian-copula correlation couple their draws inside
 #: the bins (``choose_couplings``).
@@ -250,6 +250,8 @@ class FineTables:
     #: its bin is conditioned on its leader's through a Gaussian copula; see ``choose_couplings``.
     couplings: tuple[tuple[int, int, float], ...] = ()
     shrink: bool = DEFAULT_FINE_SHRINK
+    #: Smooth each column's intervals across its bins first, where SURE says a kernel lowers the risk (``_smoothed``).
+    smooth: bool = False
 
     def per_column(self, cells: tuple[FineCells, ...]) -> list[np.ndarray]:
         return per_column(self.frequencies, cells)
@@ -269,6 +271,12 @@ class FineTables:
         the noise of many empty cells in a sparse bin and little of a smooth one. A sentinel's cell is left out
         (its rows sit on it through the sentinel coordinate), and so is its mass from the bin's."""
         fine = np.where(column.holds_values(), self.kept(table[: column.n_cells]), 0.0)
+        shrink = self.shrink
+        if self.smooth and column.intervals >= 8:
+            n_points = len(column.points)
+            smoothed = _smoothed(fine[n_points:], column.holds_values()[n_points:], self.noise_std)
+            if smoothed is not None:
+                fine[n_points:], shrink = smoothed, False
         declared = np.isin(np.arange(column.n_cells), [column.points.index(v) for v in column.declared
                                                        if v in column.points])
         parents = np.asarray(column.parents)
@@ -280,8 +288,8 @@ class FineTables:
         for bin_, inside in enumerate(inside_of):
             if len(inside):
                 cells = fine[inside]
-                if self.shrink:
-                    cells = _shrunk(cells, _bin_shape(masses, bin_, len(inside)), self.noise_std)
+                if shrink:
+                    cells = shrunk_toward(cells, _bin_shape(masses, bin_, len(inside)), self.noise_std)
                 weights[inside] = _project(cells[None, :], np.array([masses[bin_]]))[0]
         finer = self.kept(table[column.n_cells :])
         if finer.size:
@@ -405,13 +413,15 @@ def _truncated_normal_ppf(u: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.nda
     return np.where(upper, -x, x)
 
 
-def _shrunk(cells: np.ndarray, target: np.ndarray, noise_std: float, spike: float = 3.0) -> np.ndarray:
-    """A coarse bin's noisy fine cells shrunk toward ``target`` (the bin's mass spread along the slope its
-    neighbours show, ``_bin_shape``) by positive-part James-Stein, which never raises the expected squared error for
-    three or more cells; spikes (cells more than ``spike`` noise std above the target: exact values held by many
-    rows) are left alone, and the others' target holds the bin's mass less theirs. Without it the projection alone
-    zeroes every cell whose count is below the bin's noise level, so a smooth integer column came out with half its
-    values never drawn; with it cells the noise cannot tell apart follow the coarse shape (post-processing)."""
+def shrunk_toward(cells: np.ndarray, target: np.ndarray, noise_std: float, spike: float = 3.0) -> np.ndarray:
+    """Noisy cells of equal noise std shrunk toward ``target`` by positive-part James-Stein, which never raises the
+    expected squared error for three or more cells; spikes (cells more than ``spike`` noise std above the target)
+    are left alone, and the others' target holds the total less theirs. Post-processing. Used on a coarse bin's
+    fine cells, toward the bin's mass spread along the slope its neighbours show (``_bin_shape``): without it the
+    projection alone zeroes every cell whose count is below the bin's noise level, so a smooth integer column came
+    out with half its values never drawn; with it cells the noise cannot tell apart follow the coarse shape. And on
+    a categorical column's 1-way table, toward its mean cell (``model.fit.marginal_targets``): categories the noise
+    hides keep a common share instead of the noise, the frequent ones (spikes) stay as measured."""
     out = cells.astype(np.float64, copy=True)
     rest = out <= target + spike * noise_std
     k = int(rest.sum())
@@ -422,6 +432,35 @@ def _shrunk(cells: np.ndarray, target: np.ndarray, noise_std: float, spike: floa
     spread = float(residual @ residual)
     factor = max(0.0, 1.0 - (k - 2) * noise_std**2 / spread) if spread > 0 else 0.0
     out[rest] = level + factor * residual
+    return out
+
+
+#: Gaussian kernel widths (in fine intervals) ``_smoothed`` chooses among.
+SMOOTHING_WIDTHS = (1.0, 2.0, 4.0, 8.0)
+
+
+def _smoothed(cells: np.ndarray, holds: np.ndarray, noise_std: float) -> np.ndarray | None:
+    """A column's noisy interval cells (in value order) smoothed by the Gaussian kernel (rows normalised, over the
+    cells that can hold a value) whose width has the lowest SURE, ||y - S y||^2 + 2 sigma^2 tr(S), if that is below
+    the unsmoothed table's, 2 n sigma^2; else None. SURE is an unbiased estimate of a linear smoother's risk under
+    Gaussian noise of known sigma (Stein 1981), so the choice reads only the noisy cells: post-processing."""
+    index = np.flatnonzero(holds)
+    if len(index) < 8 or not noise_std > 0:
+        return None
+    y = cells[index]
+    distance = (index[:, None] - index[None, :]).astype(np.float64)
+    best, best_risk = None, 2.0 * len(y) * noise_std**2
+    for width in SMOOTHING_WIDTHS:
+        kernel = np.exp(-0.5 * (distance / width) ** 2)
+        kernel /= kernel.sum(axis=1, keepdims=True)
+        fitted = kernel @ y
+        risk = float(np.sum((y - fitted) ** 2)) + 2.0 * noise_std**2 * float(np.trace(kernel))
+        if risk < best_risk:
+            best, best_risk = fitted, risk
+    if best is None:
+        return None
+    out = np.zeros_like(cells)
+    out[index] = best
     return out
 
 

@@ -14,12 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.experiments.field_on_off import release_scores
-from bench.experiments.pair_selection import print_means
-from bench.run import prepare
-from splice_assets import Synthesizer
-
-KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "tstr")
+from bench.experiments.refit_variants import compare
 
 
 def main() -> None:
@@ -28,23 +23,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--epsilon", type=float, default=1.0)
     args = parser.parse_args()
-    print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
-    for name in args.datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
-        results: dict[str, list[dict[str, float]]] = {"pooled": [], "direct": []}
-        for seed in args.seeds:
-            synth = Synthesizer(prepared.schema, args.epsilon, 1e-9, "add-remove", seed)
-            synth.fit(prepared.train, ledger=None)
-            results["pooled"].append(release_scores(prepared, synth, seed))
-            direct = Synthesizer(synth.schema, args.epsilon, 1e-9, "add-remove", seed,
-                                 expert={"pool_fine_tables": False})
-            direct.measurement, direct.bounds = synth.measurement, synth.bounds
-            direct.fit_model()
-            results["direct"].append(release_scores(prepared, direct, seed))
-        for variant, rows in results.items():
-            print_means(name, variant, rows, KEYS)
+    compare(args.datasets, args.seeds, args.epsilon, {"pooled": {}, "direct": {"pool_fine_tables": False}})
 
 
 if __name__ == "__main__":

@@ -53,7 +53,13 @@ from splice_assets.model.product_em import (
 from splice_assets.postprocess.field import PairwiseField
 from splice_assets.postprocess.links import Link
 from splice_assets.postprocess.tilt import CellTilt
-from splice_assets.resolution import DEFAULT_FINE_COUPLING, DEFAULT_FINE_THRESHOLD, FineCells, FineTables
+from splice_assets.resolution import (
+    DEFAULT_FINE_COUPLING,
+    DEFAULT_FINE_THRESHOLD,
+    FineCells,
+    FineTables,
+    shrunk_toward,
+)
 
 #: ``FitConfig.marginal_tail_z``: a run of outer coarse bins within this many noise std of zero is read as empty.
 DEFAULT_TAIL_Z = 1.0
@@ -175,6 +181,13 @@ class FitConfig:
     marginal_tail_z: float = DEFAULT_TAIL_Z
     #: Pool each numeric column's noisy fine table into its coarse 1-way target (``pooled_marginals``).
     pool_fine_tables: bool = True
+    #: Shrink each categorical column's pooled 1-way target toward its mean cell (``resolution.shrunk_toward``).
+    shrink_categories: bool = True
+    #: Shrink each noisy 2-way table toward the product of its columns' 1-way targets (``shrunk_pairs``) before the
+    #: fit, the links, the tilt and the field read it. Off: it cost adult and California (docs/decisions/0037).
+    shrink_pairs: bool = False
+    #: Smooth each numeric column's fine intervals across its bins where SURE prefers it (``resolution._smoothed``).
+    fine_smoothing: bool = False
 
     def __post_init__(self) -> None:
         for name in ("K", "bin_refinement", "max_steps", "window", "field_chains", "field_sweeps", "tilt_pool_factor"):
@@ -194,8 +207,9 @@ class FitConfig:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
                 raise ValueError(f"{name} must be a number {'in (0, inf)' if positive else '>= 0'}, got {value!r}")
-        if not isinstance(self.pool_fine_tables, bool):
-            raise ValueError(f"pool_fine_tables must be true or false, got {self.pool_fine_tables!r}")
+        for name in ("pool_fine_tables", "shrink_categories", "shrink_pairs", "fine_smoothing"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not 0.0 <= self.holdout_direction_fraction < 1.0:
             raise ValueError(f"holdout_direction_fraction must be in [0, 1), got {self.holdout_direction_fraction!r}")
         if self.numeric_model not in NUMERIC_MODELS:
@@ -645,10 +659,12 @@ def fit_mixture(
 
 def fit_measurement(
     measurement: Measurement, layout: EncodingLayout, config: FitConfig = FitConfig(),
-    fine: Sequence[FineCells] = (),
+    fine: Sequence[FineCells] = (), noisy_pairs: np.ndarray | None = None,
 ) -> FittedMixture:
     """``fit_mixture`` on a stored ``Measurement`` (directions and scales recomputed from the public seed); ``fine``:
-    the public fine cells of its fine tables (``resolution.fine_cells``), pooled into the 1-way targets."""
+    the public fine cells of its fine tables (``resolution.fine_cells``), pooled into the 1-way targets;
+    ``noisy_pairs``: the 2-way tables to fit (default: the measurement's own; the 1-way targets always pool those).
+    """
     if measurement.d != layout.d:
         raise ValueError(f"measurement has d = {measurement.d} but the layout has d = {layout.d}")
     return fit_mixture(
@@ -658,8 +674,9 @@ def fit_measurement(
         layout,
         measurement.sigma,
         config,
-        marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else ()),
-        pair_targets(measurement),
+        marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else (),
+                         config.shrink_categories),
+        pair_targets(measurement if noisy_pairs is None else replace(measurement, noisy_pairs=noisy_pairs)),
     )
 
 
@@ -741,19 +758,43 @@ def trimmed_tails(frequencies: np.ndarray, noise_std: float | np.ndarray, z: flo
 
 def marginal_targets(
     measurement: Measurement, layout: EncodingLayout | None = None, tail_z: float = 0.0,
-    fine: Sequence[FineCells] = (),
+    fine: Sequence[FineCells] = (), shrink_categories: bool = False,
 ) -> MarginalTargets | None:
     """The measurement's noisy 1-way marginals, pooled with its 2-way margins and its ``fine`` tables
     (``pooled_marginals``), as targets (None without them); with ``layout`` and ``tail_z`` > 0, every numeric
-    column's tails trimmed (``trimmed_tails``)."""
+    column's tails trimmed (``trimmed_tails``), and with ``shrink_categories`` every other coordinate's table
+    shrunk toward its mean cell, its frequent cells left alone (``resolution.shrunk_toward``)."""
     if not measurement.marginal_sizes:
         return None
     tables, stds = _pooled(measurement, fine)
-    if layout is not None and tail_z > 0:
+    if layout is not None:
         for i, coordinate in enumerate(layout.coordinates):
             if coordinate.is_binned or not coordinate.is_discrete:
-                tables[i] = trimmed_tails(tables[i], stds[i], tail_z)
+                if tail_z > 0:
+                    tables[i] = trimmed_tails(tables[i], stds[i], tail_z)
+            elif shrink_categories and np.all(stds[i] > 0):
+                tables[i] = shrunk_toward(tables[i], np.full(len(tables[i]), np.mean(tables[i])), float(stds[i][0]))
     return MarginalTargets(np.concatenate(tables), measurement.marginal_weight, measurement.numeric_bins)
+
+
+def shrunk_pairs(measurement: Measurement, margins: Sequence[np.ndarray]) -> np.ndarray:
+    """The measurement's noisy 2-way tables, each shrunk toward the product of its two columns' 1-way targets
+    (``margins``, per coordinate, projected onto the simplex, times the table's own noisy sum) by positive-part
+    James-Stein with the independence test's degrees of freedom, (r - 1)(c - 1). Post-processing. A pair whose
+    dependence stands far above the noise keeps nearly all of it; a pair the noise hides (most of a wide table's
+    pairs, every pair of a small one) moves toward independence instead of handing its noise to the model as
+    dependence. Tables of at most 2 degrees of freedom are left as measured."""
+    std = measurement.pair_noise_std()
+    out = []
+    for (a, b), table in zip(measurement.pairs, pair_tables(measurement.noisy_pairs, measurement.pairs,
+                                                            measurement.marginal_sizes)):
+        product = np.outer(simplex_projection(margins[a]), simplex_projection(margins[b])) * table.sum()
+        residual = table - product
+        freedom = (table.shape[0] - 1) * (table.shape[1] - 1)
+        spread = float(np.sum(residual**2)) / std**2 if std > 0 else math.inf
+        factor = max(0.0, 1.0 - (freedom - 2) / spread) if freedom > 2 and spread > 0 else 1.0
+        out.append((product + factor * residual).ravel())
+    return np.concatenate(out) if out else measurement.noisy_pairs.copy()
 
 
 def pair_targets(measurement: Measurement) -> PairTargets | None:

@@ -19,7 +19,7 @@ from splice_assets.layout import (
 from splice_assets.measurement import (
     Measurement,
 )
-from splice_assets.model.fit import FitConfig, FittedMixture, fit_measurement
+from splice_assets.model.fit import FitConfig, FittedMixture, fit_measurement, marginal_targets, shrunk_pairs
 from splice_assets.postprocess.field import fit_field
 from splice_assets.postprocess.links import choose_links
 from splice_assets.postprocess.tilt import CellTilt, fit_tilt, table_cells, table_starts
@@ -59,7 +59,7 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
         columns, config.fine_coupling, measurement.pair_noise_std(),
     )
     fine = FineTables(measurement.noisy_fine, measurement.marginal_noise_std(), measurement.fine_bins,
-                      config.fine_threshold, measurement.fine_split, couplings)
+                      config.fine_threshold, measurement.fine_split, couplings, smooth=config.fine_smoothing)
     return replace(model, fine=fine)
 
 
@@ -85,9 +85,18 @@ def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig)
     """
     check_post_processing(config)
     layout = layout_for(schema)
-    model = fit_measurement(measurement, layout, config, fine_columns(measurement, schema))
+    fine = fine_columns(measurement, schema)
     if not measurement.pairs or not measurement.marginal_sizes:
-        return model
+        return fit_measurement(measurement, layout, config, fine)
+    if config.shrink_pairs:  # every step below reads the shrunk tables; the 1-way targets pool the measured ones
+        targets = marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else (),
+                                   config.shrink_categories)
+        assert targets is not None
+        shrunk = replace(measurement, noisy_pairs=shrunk_pairs(measurement, targets.per_coordinate(layout)))
+        model = fit_measurement(measurement, layout, config, fine, shrunk.noisy_pairs)
+        measurement = shrunk
+    else:
+        model = fit_measurement(measurement, layout, config, fine)
     if config.link_lambda > 0:
         links = choose_links(
             measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda
