@@ -187,6 +187,7 @@ class FitConfig:
     #: fit, the links, the tilt and the field read it. Off: it cost adult and California (docs/decisions/0037).
     shrink_pairs: bool = False
     #: Smooth each numeric column's fine intervals across its bins where SURE prefers it (``resolution._smoothed``).
+    #: Off: California's qtvd1 fell 13%, adult's rose 4% (docs/decisions/0037).
     fine_smoothing: bool = False
 
     def __post_init__(self) -> None:
@@ -783,7 +784,9 @@ def shrunk_pairs(measurement: Measurement, margins: Sequence[np.ndarray]) -> np.
     James-Stein with the independence test's degrees of freedom, (r - 1)(c - 1). Post-processing. A pair whose
     dependence stands far above the noise keeps nearly all of it; a pair the noise hides (most of a wide table's
     pairs, every pair of a small one) moves toward independence instead of handing its noise to the model as
-    dependence. Tables of at most 2 degrees of freedom are left as measured."""
+    dependence. Tables of at most 2 degrees of freedom are left as measured. An option, off by default
+    (``FitConfig.shrink_pairs``): the model already denoises the tables, and shrinking took real dependence with
+    the noise on adult and California (docs/decisions/0037)."""
     std = measurement.pair_noise_std()
     out = []
     for (a, b), table in zip(measurement.pairs, pair_tables(measurement.noisy_pairs, measurement.pairs,
