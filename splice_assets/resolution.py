@@ -305,7 +305,8 @@ class FineTables:
         consistent fine tables (``consistent``; ``coarse``: each column's noisy coarse table) restricted to that
         bin, by the inverse of their distribution function at a uniform draw. A coupled column (``couplings``) draws
         its uniform given its leader's (``_conditional_uniforms``), so near-identical columns stay near-identical
-        inside the bins too. A bin whose fine cells are all empty keeps its values as drawn.
+        inside the bins too. A row off a column's sentinels in a bin only its sentinels hold moves to another bin
+        first (``_rehome_off_sentinel_rows``); a bin whose fine cells are all empty keeps its values as drawn.
         ``in_place``: written into ``x``."""
         out = x if in_place else x.copy(order="K")  # (column-major rows stay so: a transposing copy is slow)
         tables = self.per_column(cells)
@@ -329,6 +330,8 @@ class FineTables:
                 out[on_point, column.coordinate] = declared[level[on_point] - 1]
                 present &= level == 0
             bin_mass = np.array([weights[order_c[parents == bin_]].sum() for bin_ in range(numeric_bins)])
+            if column.exact is not None:
+                _rehome_off_sentinel_rows(column, bin_mass, self.noise_std, row_bins, present, rng)
             below = np.concatenate([[0.0], np.cumsum(bin_mass)]) / max(bin_mass.sum(), 1e-300)
             u_column = rng.uniform(size=len(x))
             if c in leader_of:
@@ -357,6 +360,28 @@ class FineTables:
                 if c in leaders:
                     latent[c][rows] = _normal_score(below[bin_] + u * (below[bin_ + 1] - below[bin_]))
         return out
+
+
+def _rehome_off_sentinel_rows(
+    column: FineCells, bin_mass: np.ndarray, noise_std: float, row_bins: np.ndarray, present: np.ndarray,
+    rng: np.random.Generator,
+) -> None:
+    """Rows off a column's sentinels (``present``) that sit in a bin holding a sentinel whose other values' fine
+    mass (``bin_mass``) is within the noise of its m cells (at most noise_std * sqrt(m)) take a new bin, drawn by
+    the other values' mass of the bins that hold some (``row_bins``, in place). The sentinel coordinate and the
+    value's bin are matched each to its own target, so the model's rows off the sentinels can land in a bin only
+    the sentinels hold: fars' drug results (sentinels 0 and 1, codes from 100 on) drew 2.9% of the rows as codes
+    2-99, which never occur. The row's sentinel level is kept: its value follows the column's other values.
+    Post-processing of the noisy fine tables and the public seed's stream."""
+    parents = np.asarray(column.parents)
+    sentinel_parents = [int(parents[column.points.index(v)]) for v in column.declared if v in column.points]
+    sentinels = np.bincount(sentinel_parents, minlength=len(bin_mass))
+    other = np.bincount(parents, minlength=len(bin_mass)) - sentinels  # the bin's cells of other values
+    hidden = (sentinels > 0) & (bin_mass <= noise_std * np.sqrt(np.maximum(other, 1)))
+    held = np.where(hidden, 0.0, np.clip(bin_mass, 0.0, None))
+    stray = np.flatnonzero(present & hidden[row_bins])
+    if len(stray) and held.sum() > 0:
+        row_bins[stray] = rng.choice(len(held), size=len(stray), p=held / held.sum())
 
 
 def _normal_score(quantile: np.ndarray) -> np.ndarray:
