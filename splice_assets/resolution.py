@@ -370,12 +370,12 @@ def _rehome_off_sentinel_rows(
     mass (``bin_mass``) is within the noise of its m cells (at most noise_std * sqrt(m)) take a new bin, drawn by
     the other values' mass of the bins that hold some (``row_bins``, in place). The sentinel coordinate and the
     value's bin are matched each to its own target, so the model's rows off the sentinels can land in a bin only
-    the sentinels hold: fars' drug results (sentinels 0 and 1, codes from 100 on) drew 2.9% of the rows as codes
-    2-99, which never occur. The row's sentinel level is kept: its value follows the column's other values.
-    Post-processing of the noisy fine tables and the public seed's stream."""
+    the sentinels hold: fars' drug results (sentinels 0 and 1, codes from 100 on) drew 2.0-2.4% of the rows as
+    codes 2-99, which never occur (docs/decisions/0038). The row's sentinel level is kept: its value follows the
+    column's other values. Post-processing of the noisy fine tables and the public seed's stream."""
     parents = np.asarray(column.parents)
     sentinel_parents = [int(parents[column.points.index(v)]) for v in column.declared if v in column.points]
-    sentinels = np.bincount(sentinel_parents, minlength=len(bin_mass))
+    sentinels = np.bincount(np.asarray(sentinel_parents, dtype=np.int64), minlength=len(bin_mass))
     other = np.bincount(parents, minlength=len(bin_mass)) - sentinels  # the bin's cells of other values
     hidden = (sentinels > 0) & (bin_mass <= noise_std * np.sqrt(np.maximum(other, 1)))
     held = np.where(hidden, 0.0, np.clip(bin_mass, 0.0, None))
