@@ -88,15 +88,15 @@ def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig)
     fine = fine_columns(measurement, schema)
     if not measurement.pairs or not measurement.marginal_sizes:
         return fit_measurement(measurement, layout, config, fine)
+    shrunk = None
     if config.shrink_pairs:  # every step below reads the shrunk tables; the 1-way targets pool the measured ones
         targets = marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else (),
                                    config.shrink_categories)
         assert targets is not None
-        shrunk = replace(measurement, noisy_pairs=shrunk_pairs(measurement, targets.per_coordinate(layout)))
-        model = fit_measurement(measurement, layout, config, fine, shrunk.noisy_pairs)
-        measurement = shrunk
-    else:
-        model = fit_measurement(measurement, layout, config, fine)
+        shrunk = shrunk_pairs(measurement, targets.per_coordinate(layout))
+    model = fit_measurement(measurement, layout, config, fine, shrunk)
+    if shrunk is not None:
+        measurement = replace(measurement, noisy_pairs=shrunk)
     if config.link_lambda > 0:
         links = choose_links(
             measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda
