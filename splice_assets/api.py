@@ -246,7 +246,7 @@ class Synthesizer:
         """``prepare`` for a file, directory or glob of Parquet/CSV files (any fsspec URL), streamed: the first
         pass checks the header, counts rows and unparseable cells and the ``bounds: auto`` histograms on the
         ``engine``'s workers; then the same refusals and pre-flight as ``check``, then the DP bounds (charged)."""
-        from splice_assets.private.bounds import estimate_bounds_from_counts
+        from splice_assets.private.bounds import estimate_bounds_from_counts, exact_knot_counts
         from splice_assets.private.partitions import (
             DEFAULT_BATCH_ROWS,
             DEFAULT_REPORT_ROWS,
@@ -272,6 +272,8 @@ class Synthesizer:
                     self.settings.relation,
                     lambda resolved, columns: value_counts_source(partitions, resolved, columns, engine),
                     scan.decimals_counts, scan.steps_counts,
+                    lambda resolved, columns: value_counts_source(partitions, resolved, columns, engine,
+                                                                  counter=exact_knot_counts),
                 )
         return SourceScan(source, partitions, scan.rows, n_measured, holdout_fraction)
 
@@ -406,6 +408,7 @@ class Synthesizer:
             bounds["found_values"] = {k: tuple(v) for k, v in bounds.get("found_values", {}).items()}
             bounds["found_decimals"] = dict(bounds.get("found_decimals", {}))
             bounds["found_steps"] = dict(bounds.get("found_steps", {}))
+            bounds["found_knots"] = {k: tuple(v) for k, v in bounds.get("found_knots", {}).items()}
             bounds["clipped"] = dict(bounds.get("clipped", {}))
             synth.bounds = BoundsEstimate(**bounds)
         synth.measurement = Measurement.load(folder / "measurement")

@@ -127,23 +127,22 @@ def _nearest_level(x: np.ndarray, levels: int) -> np.ndarray:
 LOGIT_OFFSET = 0.01
 
 
-def cube_of(values: np.ndarray, lo: float, hi: float, scale: str = "linear") -> np.ndarray:
+def cube_of(values: np.ndarray, lo: float, hi: float, scale: str = "linear", knots: tuple[float, ...] = ()
+            ) -> np.ndarray:
     """Values in [lo, hi] -> [-1, 1], affine in v, in log(1 + v - lo) (``log``), in asinh(v) (``symlog``) or in
-    log((u + a) / (1 - u + a)) with u = (v - lo) / (hi - lo) (``logit``): the public encoding of a numeric column
-    (values outside the bounds map outside [-1, 1], under ``logit`` onto its ends; callers clip)."""
-    if scale == "log":
-        return -1.0 + 2.0 * np.log1p(np.maximum(values - lo, 0.0)) / math.log1p(hi - lo)
-    if scale == "symlog":
-        return -1.0 + 2.0 * (np.arcsinh(values) - math.asinh(lo)) / (math.asinh(hi) - math.asinh(lo))
-    if scale == "logit":
-        u = np.clip((np.asarray(values, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
-        a = LOGIT_OFFSET
-        return np.log((u + a) / (1.0 - u + a)) / math.log((1.0 + a) / a)
-    return -1.0 + 2.0 * (values - lo) / (hi - lo)
+    log((u + a) / (1 - u + a)) with u = (v - lo) / (hi - lo) (``logit``): the public encoding of a numeric column.
+    With ``knots`` (values, lo first and hi last) that position is then mapped piecewise linearly so that the knots
+    land at equally spaced points of [-1, 1] (the coarse bins' edges when there are bins + 1 of them). Values
+    outside the bounds map outside [-1, 1], under ``logit`` and with knots onto its ends; callers clip."""
+    z = _scaled(np.asarray(values, dtype=np.float64), lo, hi, scale)
+    return np.interp(z, *_knot_map(knots, lo, hi, scale)) if knots else z
 
 
-def value_of(z: np.ndarray, lo: float, hi: float, scale: str = "linear") -> np.ndarray:
+def value_of(z: np.ndarray, lo: float, hi: float, scale: str = "linear", knots: tuple[float, ...] = ()
+             ) -> np.ndarray:
     """Inverse of ``cube_of``."""
+    if knots:
+        z = np.interp(z, *_knot_map(knots, lo, hi, scale)[::-1])
     if scale == "log":
         return lo + np.expm1((z + 1.0) * math.log1p(hi - lo) / 2.0)
     if scale == "symlog":
@@ -153,6 +152,24 @@ def value_of(z: np.ndarray, lo: float, hi: float, scale: str = "linear") -> np.n
         r = np.exp(np.asarray(z, dtype=np.float64) * math.log((1.0 + a) / a))
         return lo + (hi - lo) * np.clip((r * (1.0 + a) - a) / (1.0 + r), 0.0, 1.0)
     return lo + (z + 1.0) * (hi - lo) / 2.0
+
+
+def _knot_map(knots: tuple[float, ...], lo: float, hi: float, scale: str) -> tuple[np.ndarray, np.ndarray]:
+    """The knots' positions on the scale, and the equally spaced points of [-1, 1] they map to."""
+    return _scaled(np.asarray(knots, dtype=np.float64), lo, hi, scale), np.linspace(-1.0, 1.0, len(knots))
+
+
+def _scaled(values: np.ndarray, lo: float, hi: float, scale: str) -> np.ndarray:
+    """A value's position in [-1, 1] on the column's scale (``cube_of`` without knots)."""
+    if scale == "log":
+        return -1.0 + 2.0 * np.log1p(np.maximum(values - lo, 0.0)) / math.log1p(hi - lo)
+    if scale == "symlog":
+        return -1.0 + 2.0 * (np.arcsinh(values) - math.asinh(lo)) / (math.asinh(hi) - math.asinh(lo))
+    if scale == "logit":
+        u = np.clip((values - lo) / (hi - lo), 0.0, 1.0)
+        a = LOGIT_OFFSET
+        return np.log((u + a) / (1.0 - u + a)) / math.log((1.0 + a) / a)
+    return -1.0 + 2.0 * (values - lo) / (hi - lo)
 
 
 def unit_ball_scale(d: int) -> float:
@@ -185,7 +202,7 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
             continue
         assert spec.bounds is not None
         lo, hi = spec.bounds
-        values = value_of(x[:, j], lo, hi, spec.scale)
+        values = value_of(x[:, j], lo, hi, spec.scale, spec.knots)
         j += 1
         if spec.sentinels:
             level = _nearest_level(x[:, j], len(spec.sentinels) + 1)

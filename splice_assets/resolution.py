@@ -77,6 +77,7 @@ class FineCells:
     parents: tuple[int, ...]
     scale: str = "linear"
     split: int = 0
+    knots: tuple[float, ...] = ()
     #: Index of the column's sentinel coordinate and its ``sentinels``, if it has any: a row at a sentinel keeps it
     #: exactly and is not redrawn.
     exact: int | None = None
@@ -102,10 +103,10 @@ class FineCells:
         return np.minimum(np.floor((z + 1.0) * finer / 2.0), finer - 1).astype(np.int64)
 
     def values(self, z: np.ndarray) -> np.ndarray:
-        return value_of(z, self.lo, self.hi, self.scale)
+        return value_of(z, self.lo, self.hi, self.scale, self.knots)
 
     def cube(self, values: np.ndarray) -> np.ndarray:
-        return cube_of(values, self.lo, self.hi, self.scale)
+        return cube_of(values, self.lo, self.hi, self.scale, self.knots)
 
     def cells_of(self, z: np.ndarray) -> np.ndarray:
         """Fine cell of every cube value ``z`` in [-1, 1] (a deterministic public map)."""
@@ -195,13 +196,13 @@ def column_fine_cells(
         points, intervals = np.unique(np.concatenate([grid, declared])), 0
     else:
         points, intervals = np.unique(np.asarray(declared, dtype=np.float64)), fine_bins
-    cube = cube_of(points, lo, hi, spec.scale)
+    cube = cube_of(points, lo, hi, spec.scale, spec.knots)
     point_parents = np.minimum(np.floor((np.clip(cube, -1.0, 1.0) + 1.0) * numeric_bins / 2.0), numeric_bins - 1)
     interval_parents = np.arange(intervals) * numeric_bins // max(intervals, 1)
     parents = np.concatenate([point_parents, interval_parents]).astype(np.int64)
     return FineCells(spec.name, coordinate, missing, float(lo), float(hi), spec.kind == "integer",
                      tuple(float(p) for p in points), intervals, tuple(int(p) for p in parents), spec.scale,
-                     split if intervals else 0)
+                     split if intervals else 0, knots=spec.knots)
 
 
 def fine_cells(

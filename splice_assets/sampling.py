@@ -496,8 +496,8 @@ def _integers_in_cells(z: np.ndarray, cells: np.ndarray, bins: int, lo: float, h
 
 
 def integer_coordinates(schema: TableSchema) -> dict[int, tuple[float, float]]:
-    """Coordinate index -> public bounds of every linear integer column's value coordinate (a log-scale column's
-    values are rounded when decoded, and placed on integers by its fine table)."""
+    """Coordinate index -> public bounds of every linear integer column's value coordinate (a log-scale or knotted
+    column's values are rounded when decoded, and placed on integers by its fine table)."""
     layout = layout_for(schema)
     specs = {spec.name: spec for spec in schema.columns}
     return {
@@ -505,6 +505,7 @@ def integer_coordinates(schema: TableSchema) -> dict[int, tuple[float, float]]:
         i: tuple(cast("tuple[float, float]", specs[c.column].bounds))  # type: ignore[misc]
         for i, c in enumerate(layout.coordinates)
         if c.role == "value" and specs[c.column].kind == "integer" and specs[c.column].scale == "linear"
+        and not specs[c.column].knots
     }
 
 

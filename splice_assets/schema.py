@@ -82,6 +82,12 @@ class ColumnSpec:
     #: 0; "logit" for a proportion whose mass may sit next to either bound (a share of rare or of near-universal
     #: traits). The equal-width bins of the encoding then resolve where the mass is.
     scale: str = "linear"
+    #: Where the coarse bins' edges lie (values, lo first and hi last, strictly increasing): the encoding on
+    #: ``scale`` is then mapped piecewise linearly so that these values land on the edges (``layout.cube_of``).
+    knots: tuple[float, ...] = ()
+    #: ``knots: auto``: the edges follow a DP estimate of the column's quantiles (``private.bounds``, charged with
+    #: the DP bounds), so that the bins resolve a column whose mass sits anywhere inside wide public bounds.
+    knots_auto: bool = False
 
     @property
     def exact_values(self) -> tuple[float, ...]:
@@ -164,7 +170,7 @@ def _parse_categories(where: str, raw: Any) -> tuple[Category, ...]:
 
 _COLUMN_KEYS = {
     "name", "kind", "nullable", "bounds", "categories", "other", "decimals", "values", "sentinels", "step", "scale",
-    "description", "from_data",
+    "knots", "description", "from_data",
 }
 SCALES: tuple[str, ...] = ("linear", "log", "symlog", "logit")
 
@@ -246,11 +252,34 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
     scale = raw.get("scale", "linear")
     if scale not in SCALES or ("scale" in raw and kind not in NUMERIC_KINDS):
         raise _fail(where, scale, f"scale must be one of {list(SCALES)}, on a numeric column")
+    knots, knots_auto = _parse_knots(where, raw.get("knots"), kind, bounds, auto)
     return ColumnSpec(
         name=name, kind=kind, nullable=nullable, bounds=bounds, categories=categories, other=other, bounds_auto=auto,
         decimals=decimals, values=values, sentinels=sentinels, step=step, scale=scale, values_auto=values_auto,
-        known_end=known_end, decimals_auto=decimals_auto, step_auto=step_auto,
+        known_end=known_end, decimals_auto=decimals_auto, step_auto=step_auto, knots=knots, knots_auto=knots_auto,
     )
+
+
+def _parse_knots(where: str, raw: Any, kind: str, bounds: tuple[float, float] | None, bounds_auto: bool
+                 ) -> tuple[tuple[float, ...], bool]:
+    """A numeric column's ``knots``: ``auto``, or public values from lo to hi (explicit bounds), strictly
+    increasing, at least 3."""
+    if raw is None:
+        return (), False
+    if kind not in NUMERIC_KINDS:
+        raise _fail(where, raw, "knots belong to numeric columns")
+    if raw == "auto":
+        return (), True
+    message = "knots must be 'auto' or at least 3 strictly increasing numbers from the lower to the upper bound"
+    if bounds_auto or bounds is None:
+        raise _fail(where, raw, "declared knots need explicit bounds (use knots: auto with auto bounds)")
+    if (not isinstance(raw, list) or len(raw) < 3
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in raw)):
+        raise _fail(where, raw, message)
+    knots = tuple(float(v) for v in raw)
+    if any(b <= a for a, b in zip(knots, knots[1:])) or knots[0] != bounds[0] or knots[-1] != bounds[1]:
+        raise _fail(where, raw, message)
+    return knots, False
 
 
 def _parse_exact_values(
@@ -359,6 +388,8 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
                 entry["step"] = int(c.step) if c.kind == "integer" else c.step
             if c.scale != "linear":
                 entry["scale"] = c.scale
+            if c.knots_auto or c.knots:
+                entry["knots"] = "auto" if c.knots_auto else list(c.knots)
         elif c.kind != "boolean":
             entry["categories"] = list(c.categories or ())
             if c.other is not None:

@@ -335,3 +335,56 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds_and_valu
             assert shift >= math.sqrt(5 / 6) * bound * (1 - 1e-12), label
     with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
         assert {e.status for e in book.entries(name)} == {"reserved"}  # noise was drawn: the spend stays counted
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("relation", [AR, RO])
+def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_knots(tmp_path, monkeypatch, relation, streamed):
+    """With ``knots: auto`` the estimate's last step counts each such column's knot cells on the schema the first
+    step resolved (a second pass over a streamed input). The stand-in hands every neighbour the base table's first
+    step, so both see the same bounds and exact values; the two steps' shifts together stay within
+    ``estimate_sensitivity`` and meet it when a row is added beyond every bound (each histogram moves by 1)."""
+    from splice_assets.private import bounds
+    from splice_assets.private.bounds import estimate_sensitivity
+
+    name = "toy_neighbours_knots"
+    knots_yaml = SCHEMA_YAML.replace("name: toy_neighbours", f"name: {name}").replace(
+        "bounds: [0, 1000], sentinels: [0]", "bounds: auto, knots: auto").replace(
+        "bounds: [18, 90]", "bounds: [18, 90], knots: auto")
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / f"{name}.yaml").write_text(knots_yaml)
+    monkeypatch.setenv("SPLICE_SCHEMA_DIR", str(tmp_path / "schemas"))
+    with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
+        book.set_budget(name, 10.0, 1e-6, relation)
+    first_inputs: list[np.ndarray] = []
+    fixed: dict[str, np.ndarray] = {}
+    counts: list[list] = []
+
+    def first_step(values: np.ndarray, sigma: float) -> np.ndarray:
+        first_inputs.append(np.array(values, dtype=np.float64, copy=True))
+        fixed.setdefault("output", first_inputs[-1].copy())
+        return fixed["output"].copy()
+
+    def knot_step(knot_counts, columns, sigma):
+        dense = np.zeros((len(columns), bounds.KNOT_CELLS))
+        for row, (held, count) in enumerate(knot_counts):
+            dense[row, held] = count
+        counts.append(dense)
+        raise Captured
+
+    monkeypatch.setattr(privacy, "gaussian_noise", first_step)
+    monkeypatch.setattr(bounds, "select_knots", knot_step)
+    rng = np.random.default_rng(5)
+    table = private_table(rng, 400)
+    base = job_vector(tmp_path, table, relation, "base", monkeypatch, first_inputs, name, streamed)
+    base_counts = counts.pop()
+    assert base_counts.sum(axis=1).min() > 200  # both columns counted (amount without its frequent zeros)
+    bound = estimate_sensitivity(1, 0, relation, knots_columns=2)
+    for index, (label, other) in enumerate(neighbours(rng, table, relation).items()):
+        step_one = job_vector(tmp_path, other, relation, f"n{index}", monkeypatch, first_inputs, name, streamed)
+        shift = math.sqrt(float(np.sum((step_one - base) ** 2)) + float(np.sum((counts.pop() - base_counts) ** 2)))
+        assert shift <= bound * (1 + 1e-12), (label, shift, bound)
+        if label.startswith("add an extreme row"):
+            assert shift == pytest.approx(bound), label
+    with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
+        assert {e.status for e in book.entries(name)} == {"reserved"}  # noise was drawn: the spend stays counted

@@ -4,7 +4,7 @@ add-remove release at ε = 1 on the train split. Every variant gets the same tra
 schema cleans them and the bench's split takes them) and is scored against them, so a variant's own clipping is
 counted as error. Prints the mean over seeds of the off-grid metrics, the on-grid 1-/2-way TVD and ``unseen``: the
 share of an integer column's synthetic values that no real row holds (an even-only sensor's odd values), averaged
-over the integer columns.
+over the integer columns, and TSTR (the best learner's AUC or R^2 on the test split).
 
     git show b23593f:schemas/churn.yaml > churn-before.yaml
     .venv/bin/python -m bench.experiments.schema_variants churn churn-before.yaml schemas/churn.yaml --seeds 0 1 2
@@ -24,8 +24,9 @@ from splice_assets import load_schema
 from splice_assets.datasets import schema_path
 from splice_assets.private.bounds import needs_estimate
 from splice_assets.private.validation import read_table, validate
+from splice_assets.schema import TableSchema
 
-KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "unseen")
+KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "unseen", "tstr")
 
 
 def unseen_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
@@ -35,6 +36,40 @@ def unseen_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
     return float(np.mean(shares)) if shares else float("nan")
 
 
+def tstr(train: pd.DataFrame, test: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
+    """The best learner's TSTR score (AUC or R^2) on the test split, as the bench reports it."""
+    from splice_assets.evaluation.metrics import fidelity_metrics
+
+    m = fidelity_metrics(train, test, synthetic, schema, 0, with_trtr=False)
+    if not m.tstr:
+        return float("nan")
+    value = m.headline().get(f"tstr_{m.tstr.primary}")
+    return float("nan") if value is None else float(value)
+
+
+def compare(dataset: str, variants: dict[str, TableSchema], seeds: list[int], show: list[str] = ()) -> None:
+    """Print one row of mean scores per schema variant (each seed: its own DP estimate and release)."""
+    raw = read_table(DATASETS_DIR / dataset / "data.csv.gz")
+    reference = load_schema(schema_path(dataset))
+    if needs_estimate(reference):  # the reference rows: cleaned with the repository schema's bounds, once
+        reference = dp_estimate(raw, reference)[0]
+    train, test = split_train_test(validate(raw, reference).table)
+    print(" | ".join(("dataset", "schema", *KEYS)), flush=True)
+    for label, variant in variants.items():
+        rows, shown = [], []
+        for seed in seeds:
+            schema = dp_estimate(train, variant)[0] if needs_estimate(variant) else variant
+            synthetic = fitted_sample(schema, train, seed)[1]
+            rows.append({**scores(train, synthetic, reference), "unseen": unseen_share(train, synthetic, reference),
+                         "tstr": tstr(train, test, synthetic, reference)})
+            shown.append([(synthetic[c].nunique(), (~synthetic[c].isin(set(train[c]))).mean()) for c in show])
+        print_means(dataset, label, rows, KEYS)
+        for i, column in enumerate(show):
+            print(f"  {column}: {train[column].nunique()} distinct real values; synthetic "
+                  f"{np.mean([s[i][0] for s in shown]):.0f} distinct, {np.mean([s[i][1] for s in shown]):.1%} unseen",
+                  flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset")
@@ -42,26 +77,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--show", nargs="*", default=[], help="Columns to describe: distinct values, unseen share.")
     args = parser.parse_args()
-    raw = read_table(DATASETS_DIR / args.dataset / "data.csv.gz")
-    reference = load_schema(schema_path(args.dataset))
-    if needs_estimate(reference):  # the reference rows: cleaned with the repository schema's bounds, once
-        reference = dp_estimate(raw, reference)[0]
-    train, _ = split_train_test(validate(raw, reference).table)
-    print(" | ".join(("dataset", "schema", *KEYS)), flush=True)
-    for path in args.schemas:
-        rows, shown = [], []
-        for seed in args.seeds:
-            schema = load_schema(path)
-            if needs_estimate(schema):
-                schema = dp_estimate(train, schema)[0]
-            synthetic = fitted_sample(schema, train, seed)[1]
-            rows.append({**scores(train, synthetic, reference), "unseen": unseen_share(train, synthetic, reference)})
-            shown.append([(synthetic[c].nunique(), (~synthetic[c].isin(set(train[c]))).mean()) for c in args.show])
-        print_means(args.dataset, path, rows, KEYS)
-        for i, column in enumerate(args.show):
-            print(f"  {column}: {train[column].nunique()} distinct real values; synthetic "
-                  f"{np.mean([s[i][0] for s in shown]):.0f} distinct, {np.mean([s[i][1] for s in shown]):.1%} unseen",
-                  flush=True)
+    compare(args.dataset, {path: load_schema(path) for path in args.schemas}, args.seeds, args.show)
 
 
 if __name__ == "__main__":

@@ -164,9 +164,9 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
             )
         validated, n_measured = ValidatedInput(settings, synth, train, holdout, checked.report, source), len(train)
     if synth.bounds is not None and synth.bounds.spent:
-        context.log.info(f"auto bounds, values, decimals and steps (public DP estimates, noise multiplier "
+        context.log.info(f"auto bounds, values, decimals, steps and knots (public DP estimates, noise multiplier "
                          f"{synth.bounds.noise_multiplier:.4g}): {synth.bounds.columns} {synth.bounds.found_values} "
-                         f"{synth.bounds.found_decimals} {synth.bounds.found_steps}")
+                         f"{synth.bounds.found_decimals} {synth.bounds.found_steps} {synth.bounds.found_knots}")
         if synth.bounds.clipped:
             context.log.warning(
                 "the DP bounds of these columns probably clip a tail onto themselves (noisy share of the rows beyond "
@@ -184,7 +184,8 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
                 {} if synth.bounds is None else {"epsilon": synth.bounds.epsilon, "bounds": synth.bounds.columns,
                                                  "values": synth.bounds.found_values,
                                                  "decimals": synth.bounds.found_decimals,
-                                                 "steps": synth.bounds.found_steps}
+                                                 "steps": synth.bounds.found_steps,
+                                                 "knots": synth.bounds.found_knots}
             ),
             "measurement epsilon": synth.measurement_epsilon,
             "schema_version": synth.schema.version,

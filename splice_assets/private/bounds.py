@@ -30,11 +30,18 @@ candidate whose noisy count clears the threshold, set so that about ``FALSE_POSI
 pass per column, becomes an exact value (a fine cell of its own, as if declared). Only the chosen values are
 released; no noisy count is kept.
 
+A column with ``knots: auto`` then gets its coarse bins' edges from the same measurement, in a last step on the
+schema the earlier ones resolved (``select_knots``): each present value that is not one of the column's exact
+values adds 1 to one of ``KNOT_CELLS`` equal-width cells of its encoded bounds. The knots are the quantiles at
+i / bins of the clipped noisy histogram's distribution mixed with ``KNOT_SCALE_SHARE`` of the uniform one on the
+column's scale (``knots_from_noisy``): the bins follow the mass, and a stretch the data leave empty keeps some
+bins, so noise cannot collapse a bin to nothing. Decision record 0039.
+
 The measurement takes ``share`` of the release's Gaussian privacy: with z the noise multiplier that alone spends
 the release's (epsilon, delta), the bounds use z / sqrt(share) and the main measurement z / sqrt(1 - share), so
 the two compose exactly to one Gaussian with multiplier z (``mechanism.split_privacy``). The noise grows with
 sqrt(columns), not with their number as in the pure-DP quantiles this replaced (at 0.1 of epsilon = 1 over 28
-columns they put bounds at 10^6 for data within 200). The two steps share one reservation and one noise
+columns they put bounds at 10^6 for data within 200). The steps share one reservation and one noise
 multiplier, so they compose (adaptively) into one Gaussian whose sensitivity is ``estimate_sensitivity``.
 Decision records 0018 and 0026.
 """
@@ -51,7 +58,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from splice_assets.layout import at_point, step_range
+from splice_assets.layout import DEFAULT_NUMERIC_BINS, at_point, cube_of, step_range, value_of
 from splice_assets.measurement import RELATION_REPLACE_ONE
 from splice_assets.resolution import GRID_LIMIT
 from splice_assets.schema import ColumnSpec, TableSchema
@@ -122,6 +129,11 @@ STEP_DIVISORS = np.array([d for d in range(1, STEP_MODULUS + 1) if STEP_MODULUS 
 FALSE_POSITIVES = 0.05
 #: ``values: auto``: at most this many values found per column (the largest noisy counts).
 MAX_FOUND = 32
+#: ``knots: auto``: cells of the histogram the knots are read from (equal-width cells of the encoded bounds).
+KNOT_CELLS = 64
+#: ``knots: auto``: the share of the encoding that stays uniform on the column's scale; the rest follows the noisy
+#: distribution (decision 0039).
+KNOT_SCALE_SHARE = 0.4
 
 
 class GaussianSpendRecorder(Protocol):
@@ -160,6 +172,8 @@ class BoundsEstimate:
     found_steps: dict[str, int | None] = dataclasses.field(default_factory=dict)
     #: Auto columns whose bounds probably clip a tail: the noisy share of the rows beyond them (``clipped_tails``).
     clipped: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: ``knots: auto`` columns: the coarse bins' edges their noisy histogram placed.
+    found_knots: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def spent(self) -> bool:
@@ -187,10 +201,15 @@ def steps_auto_columns(schema: TableSchema) -> list[ColumnSpec]:
     return [c for c in schema.columns if c.step_auto]
 
 
+def knots_auto_columns(schema: TableSchema) -> list[ColumnSpec]:
+    """Columns whose coarse bins' edges the estimate places (``knots: auto``)."""
+    return [c for c in schema.columns if c.knots_auto]
+
+
 def needs_estimate(schema: TableSchema) -> bool:
-    """Whether a release of this schema spends on the estimate (``auto`` bounds, values, decimals or step)."""
+    """Whether a release of this schema spends on the estimate (``auto`` bounds, values, decimals, step or knots)."""
     return bool(auto_columns(schema) or values_auto_columns(schema) or decimals_auto_columns(schema)
-                or steps_auto_columns(schema))
+                or steps_auto_columns(schema) or knots_auto_columns(schema))
 
 
 def histogram_sensitivity(columns: int, relation: str) -> float:
@@ -204,16 +223,18 @@ def histogram_sensitivity(columns: int, relation: str) -> float:
 
 
 def estimate_sensitivity(bounds_columns: int, values_columns: int, relation: str, decimals_columns: int = 0,
-                         step_columns: int = 0) -> float:
+                         step_columns: int = 0, knots_columns: int = 0) -> float:
     """l2 sensitivity of the whole estimate: the bounds histograms (``histogram_sensitivity``), one decimals
-    histogram per ``decimals: auto`` column, one step histogram per ``step: auto`` column and the value counts of
-    ``values_columns`` columns, one count vector each; a row adds 1 to at most one cell of each (its cleaned
-    value's candidate, if it is one; a step cell only for a nonzero value). Replace-one doubles every squared term
-    (one cell left, one entered). The second step's query depends on the first step's noisy output (the bounds
-    clip the values), and both draw noise at the same multiplier: adaptive composition of the two Gaussians is one
-    Gaussian with this sensitivity."""
+    histogram per ``decimals: auto`` column, one step histogram per ``step: auto`` column, the value counts of
+    ``values_columns`` columns and one knot histogram per ``knots: auto`` column; a row adds 1 to at most one cell
+    of each (its cleaned value's candidate, if it is one; a step cell only for a nonzero value; a knot cell only
+    for a present value off the column's exact values). Replace-one doubles every squared term (one cell left,
+    one entered). The later steps' queries depend on the first step's noisy output (the bounds clip the values,
+    the found values leave the knot histograms), and all draw noise at the same multiplier: adaptive composition
+    of the Gaussians is one Gaussian with this sensitivity."""
     factor = 2.0 if relation == RELATION_REPLACE_ONE else 1.0
-    return math.sqrt(factor * (HISTOGRAMS * bounds_columns + decimals_columns + step_columns + values_columns))
+    return math.sqrt(factor * (HISTOGRAMS * bounds_columns + decimals_columns + step_columns + values_columns
+                               + knots_columns))
 
 
 def decimals_needed(values: np.ndarray) -> np.ndarray:
@@ -365,6 +386,61 @@ def add_value_counts(a: list[ValueCounts], b: list[ValueCounts]) -> list[ValueCo
     return out
 
 
+def knot_cells(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
+    """Knot-histogram cell of each value of a resolved column (-1: missing, or one of its exact values, which have
+    fine cells of their own): ``KNOT_CELLS`` equal-width cells of its bounds encoded on its scale."""
+    assert spec.bounds is not None
+    lo, hi = spec.bounds
+    values = np.asarray(values, dtype=np.float64)
+    z = np.clip(cube_of(np.nan_to_num(values, nan=lo), lo, hi, spec.scale), -1.0, 1.0)
+    cells = np.minimum(np.floor((z + 1.0) * KNOT_CELLS / 2.0), KNOT_CELLS - 1).astype(np.int64)
+    off = ~np.isfinite(values)
+    for point in spec.exact_values:
+        off |= at_point(values, point, lo, hi)
+    return np.where(off, -1, cells)
+
+
+def exact_knot_counts(cleaned: pd.DataFrame, columns: Sequence[ColumnSpec]) -> list[ValueCounts]:
+    """PRIVATE: per ``knots: auto`` column, the exact counts of its knot cells (``knot_cells``) that its cleaned
+    values hold, as value counts (those of disjoint parts add up, ``add_value_counts``)."""
+    out = []
+    for spec in columns:
+        cells = knot_cells(pd.to_numeric(cleaned[spec.name], errors="coerce").to_numpy(dtype=np.float64), spec)
+        held, counts = np.unique(cells[cells >= 0], return_counts=True)
+        out.append((held, counts.astype(np.int64)))
+    return out
+
+
+def knots_from_noisy(noisy: np.ndarray, spec: ColumnSpec, bins: int = DEFAULT_NUMERIC_BINS) -> tuple[float, ...]:
+    """Post-processing of a column's noisy knot histogram: the ``bins`` + 1 values at which the mixture of the
+    clipped noisy distribution (weight 1 - ``KNOT_SCALE_SHARE``) and the uniform one on the column's scale reaches
+    i / bins, lo first and hi last. The mixture's distribution function rises strictly, so the knots do too."""
+    assert spec.bounds is not None
+    lo, hi = spec.bounds
+    mass = np.clip(np.asarray(noisy, dtype=np.float64), 0.0, None)
+    edges = np.linspace(-1.0, 1.0, KNOT_CELLS + 1)
+    uniform = (edges + 1.0) / 2.0
+    data = np.concatenate([[0.0], np.cumsum(mass)]) / mass.sum() if mass.sum() > 0 else uniform
+    mixed = (1.0 - KNOT_SCALE_SHARE) * data + KNOT_SCALE_SHARE * uniform
+    knots = value_of(np.interp(np.linspace(0.0, 1.0, bins + 1), mixed, edges), lo, hi, spec.scale)
+    knots[0], knots[-1] = lo, hi
+    return tuple(float(v) for v in knots)
+
+
+def select_knots(counts: Sequence[ValueCounts], columns: Sequence[ColumnSpec], sigma: float
+                 ) -> dict[str, tuple[float, ...]]:
+    """Every ``knots: auto`` column's knots from its knot histogram plus N(0, sigma^2) in every cell (OpenDP's
+    sampler, OS entropy): ``knots_from_noisy``. Only the knots leave; no noisy count is kept."""
+    from splice_assets.private.mechanism import gaussian_noise
+
+    found: dict[str, tuple[float, ...]] = {}
+    for spec, (held, count) in zip(columns, counts):
+        dense = np.zeros(KNOT_CELLS)
+        dense[held] = count
+        found[spec.name] = knots_from_noisy(gaussian_noise(dense, sigma), spec)
+    return found
+
+
 def selection_z(candidates: int) -> float:
     """Threshold in noise std above which a noisy count selects its candidate: at most ``FALSE_POSITIVES`` of a
     column's ``candidates`` that no row holds pass in expectation, and never below ``COARSE_Z``."""
@@ -514,7 +590,7 @@ def estimate_bounds(
     relation: str,
 ) -> tuple[TableSchema, BoundsEstimate]:
     """Resolve every ``auto`` column of ``schema`` from its two noisy histograms, then select the frequent values of
-    its ``values: auto`` columns; one ledger entry for both.
+    its ``values: auto`` columns, then place the knots of its ``knots: auto`` columns; one ledger entry for all.
 
     Sensitivity: ``estimate_sensitivity`` (Delta); the noise is N(0, (noise_multiplier * Delta)^2) per bucket and
     per candidate (OpenDP's float-safe sampler, OS entropy), drawn after the ledger reservation. Returns the
@@ -523,13 +599,14 @@ def estimate_bounds(
     from splice_assets.private.validation import clean_records
 
     for spec in (auto_columns(schema) + values_auto_columns(schema) + decimals_auto_columns(schema)
-                 + steps_auto_columns(schema)):
+                 + steps_auto_columns(schema) + knots_auto_columns(schema)):
         if spec.name not in raw.columns:
             raise ValueError(f"column {spec.name!r}: required by the schema but missing from the input")
     return estimate_bounds_from_counts(
         exact_histograms(raw, auto_columns(schema)), schema, noise_multiplier, delta, ledger, release_id, relation,
         lambda resolved, columns: exact_value_counts(clean_records(raw, resolved)[0].table, columns),
         exact_decimals(raw, decimals_auto_columns(schema)), exact_steps(raw, steps_auto_columns(schema)),
+        lambda resolved, columns: exact_knot_counts(clean_records(raw, resolved)[0].table, columns),
     )
 
 
@@ -544,18 +621,21 @@ def estimate_bounds_from_counts(
     count_values: ValueCounter | None = None,
     decimals: np.ndarray | None = None,
     steps: np.ndarray | None = None,
+    count_knots: ValueCounter | None = None,
 ) -> tuple[TableSchema, BoundsEstimate]:
     """``estimate_bounds`` from the exact histograms of the ``auto`` columns (``exact_histograms``), of the
     ``decimals: auto`` columns (``exact_decimals``) and of the ``step: auto`` columns (``exact_steps``); those of
     disjoint partitions add up, so a partitioned input pays for one estimate like a whole table. ``count_values``
     counts the values of the ``values: auto`` columns on the schema the bounds resolved (a second pass over a
-    partitioned input); it is required when the schema has such columns."""
+    partitioned input); it is required when the schema has such columns, and ``count_knots`` (``exact_knot_counts``
+    on the schema the earlier steps resolved) when it has ``knots: auto`` columns."""
     from splice_assets.private.ledger import params_hash
     from splice_assets.private.mechanism import epsilon_of, gaussian_noise
 
     columns, value_columns = auto_columns(schema), values_auto_columns(schema)
     decimal_columns, step_columns = decimals_auto_columns(schema), steps_auto_columns(schema)
-    if not columns and not value_columns and not decimal_columns and not step_columns:
+    knot_columns = knots_auto_columns(schema)
+    if not columns and not value_columns and not decimal_columns and not step_columns and not knot_columns:
         return schema, BoundsEstimate(0.0, {}, None)
     decimals = np.zeros((0, DECIMAL_CELLS)) if decimals is None else decimals
     if decimals.shape != (len(decimal_columns), DECIMAL_CELLS):
@@ -567,14 +647,17 @@ def estimate_bounds_from_counts(
                          "step: auto columns")
     if value_columns and count_values is None:
         raise ValueError(f"columns {[c.name for c in value_columns]} have values: auto but no value counter was given")
+    if knot_columns and count_knots is None:
+        raise ValueError(f"columns {[c.name for c in knot_columns]} have knots: auto but no knot counter was given")
     if not (math.isfinite(noise_multiplier) and noise_multiplier > 0):
         raise ValueError(f"bounds estimation needs a noise multiplier > 0 for columns "
-                         f"{[c.name for c in columns + value_columns + decimal_columns + step_columns]}, got "
+                         f"{[c.name for c in columns + value_columns + decimal_columns + step_columns + knot_columns]}"
+                         ", got "
                          f"{noise_multiplier!r}")
     if exact.shape != (len(columns), COARSE.size + FINE.size):
         raise ValueError(f"exact histograms of shape {exact.shape} do not match {len(columns)} auto columns")
     sensitivity = estimate_sensitivity(len(columns), len(value_columns), relation, len(decimal_columns),
-                                       len(step_columns))
+                                       len(step_columns), len(knot_columns))
     sigma = noise_multiplier * sensitivity
     epsilon = epsilon_of(noise_multiplier, delta)
     entry_id = None
@@ -588,6 +671,9 @@ def estimate_bounds_from_counts(
             described.update({"decimals_columns": [c.name for c in decimal_columns], "max_decimals": MAX_DECIMALS})
         if step_columns:
             described.update({"step_columns": [c.name for c in step_columns], "step_modulus": STEP_MODULUS})
+        if knot_columns:
+            described.update({"knots_columns": [c.name for c in knot_columns], "knot_cells": KNOT_CELLS,
+                              "knot_scale_share": KNOT_SCALE_SHARE})
         entry_id = ledger.reserve(
             dataset=schema.name, release_id=release_id, mechanism=MECHANISM, noise_multiplier=noise_multiplier,
             sigma=sigma, sensitivity=sensitivity, epsilon=epsilon, delta=delta, relation=relation,
@@ -635,9 +721,18 @@ def estimate_bounds_from_counts(
             dataclasses.replace(c, values_auto=False,
                                 values=tuple(sorted({*c.values, *found.get(c.name, ())} - set(c.sentinels))))
             if c.values_auto else c for c in schema.columns))
+    knots: dict[str, tuple[float, ...]] = {}
+    if knot_columns:  # the last step, on the schema the others resolved (bounds, exact values)
+        assert count_knots is not None
+        knot_columns = knots_auto_columns(schema)
+        knots = select_knots(count_knots(schema, knot_columns), knot_columns, sigma)
+        schema = dataclasses.replace(schema, columns=tuple(
+            dataclasses.replace(c, knots_auto=False, knots=knots[c.name]) if c.knots_auto else c
+            for c in schema.columns))
     if ledger is not None and entry_id is not None:
         ledger.commit(entry_id)
     return schema, BoundsEstimate(
         epsilon, resolved, entry_id, noise_multiplier, sigma, sensitivity, COARSE_Z * sigma, exact_zero=exact_zero,
         found_values=found, found_decimals=found_decimals, found_steps=found_steps, clipped=clipped,
+        found_knots=knots,
     )

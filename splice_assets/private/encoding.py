@@ -34,7 +34,8 @@ def encode(table: pd.DataFrame, schema: TableSchema) -> np.ndarray:
         assert spec.bounds is not None, f"column {spec.name!r} has no bounds (resolve 'auto' bounds first)"
         lo, hi = spec.bounds
         values = series.to_numpy(dtype=np.float64, na_value=np.nan)
-        scaled = np.clip(cube_of(np.nan_to_num(values, nan=(lo + hi) / 2.0), lo, hi, spec.scale), -1.0, 1.0)
+        scaled = np.clip(cube_of(np.nan_to_num(values, nan=(lo + hi) / 2.0), lo, hi, spec.scale, spec.knots), -1.0,
+                         1.0)
         columns.append(np.where(missing, 0.0, scaled))
         if spec.sentinels:
             columns.append(_grid_position(exact_levels(values, spec).astype(np.float64), len(spec.sentinels) + 1))

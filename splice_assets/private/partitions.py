@@ -9,8 +9,9 @@ and order, and equal to the whole-table path's (tests/test_partitions.py):
 
 1. ``scan``: the header against the schema, the row count, the unparseable-cell tallies and the exact histograms
    of ``bounds: auto`` columns. The driver then refuses bad input and runs the pre-flight before anything is
-   charged, and charges the DP bounds (``bounds.estimate_bounds_from_counts``); with ``values: auto`` columns a
-   second pass (``value_counts_partition``) counts their candidates on the resolved bounds inside that charge;
+   charged, and charges the DP bounds (``bounds.estimate_bounds_from_counts``); with ``values: auto`` (``knots:
+   auto``) columns a second pass (``value_counts_partition``) counts their candidates (knot cells) on the resolved
+   bounds inside that charge;
 2. replace-one with a holdout only: ``key_histogram`` and ``boundary_keys`` find the rank cut of the holdout's
    row keys (``holdout_split``: the measured rows are the n - round(f n) smallest keys), with a per-partition
    quota for identical rows at the cut, so the measured multiset is the whole-table path's;
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from operator import add
@@ -66,6 +67,9 @@ from splice_assets.private.validation import (
     column_tallies,
 )
 from splice_assets.schema import ColumnSpec, TableSchema
+
+#: PRIVATE: per column, exact counts of a cleaned batch (``bounds.exact_value_counts``, ``bounds.exact_knot_counts``).
+CountsOf = Callable[[pd.DataFrame, Sequence[ColumnSpec]], list[ValueCounts]]
 
 #: Rows per batch: pandera's fixed cost per validated batch (about 0.15 s) stays below 5% of the pass.
 DEFAULT_BATCH_ROWS = 2**18
@@ -220,19 +224,22 @@ def scan_source(partitions: Sequence[Partition], schema: TableSchema, engine: En
 
 
 def value_counts_partition(partition: Partition, schema: TableSchema, columns: list[ColumnSpec],
-                           batch_rows: int = DEFAULT_BATCH_ROWS) -> list[ValueCounts]:
-    """Pass 1b (``values: auto`` columns, on the schema the DP bounds resolved): the exact counts of the candidates
-    the cleaned values hold (``bounds.exact_value_counts``)."""
-    total = exact_value_counts(pd.DataFrame({c.name: pd.Series([], dtype=float) for c in columns}), columns)
+                           batch_rows: int = DEFAULT_BATCH_ROWS, counter: CountsOf = exact_value_counts
+                           ) -> list[ValueCounts]:
+    """Pass 1b (``values: auto`` or ``knots: auto`` columns, on the schema the DP bounds resolved): the exact counts
+    of the candidates the cleaned values hold (``bounds.exact_value_counts``), or of their knot cells
+    (``counter=bounds.exact_knot_counts``)."""
+    total = counter(pd.DataFrame({c.name: pd.Series([], dtype=float) for c in columns}), columns)
     for batch in read_batches(partition, batch_rows):
-        total = add_value_counts(total, exact_value_counts(clean_records(batch, schema)[0].table, columns))
+        total = add_value_counts(total, counter(clean_records(batch, schema)[0].table, columns))
     return total
 
 
 def value_counts_source(partitions: Sequence[Partition], schema: TableSchema, columns: list[ColumnSpec],
-                        engine: Engine | None = None, batch_rows: int = DEFAULT_BATCH_ROWS) -> list[ValueCounts]:
+                        engine: Engine | None = None, batch_rows: int = DEFAULT_BATCH_ROWS,
+                        counter: CountsOf = exact_value_counts) -> list[ValueCounts]:
     results = (engine or LocalEngine()).map(value_counts_partition, partitions, schema=schema, columns=columns,
-                                            batch_rows=batch_rows)
+                                            batch_rows=batch_rows, counter=counter)
     return reduce(add_value_counts, results)
 
 

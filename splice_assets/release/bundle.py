@@ -289,7 +289,8 @@ def write_release(
             "its own. 'found_values' are the values a 'values: auto' column's noisy candidate counts selected, in "
             "the same charge (the counts themselves are not released); 'found_decimals' the output precision a "
             "'decimals: auto' column's noisy histogram of decimals gave (null: finer than 6 decimals); 'found_steps' "
-            "the grid a 'step: auto' column's noisy histogram of divisors gave (null: none above 1). 'clipped' lists "
+            "the grid a 'step: auto' column's noisy histogram of divisors gave (null: none above 1); 'found_knots' the "
+            "coarse bins' edges a 'knots: auto' column's noisy histogram placed. 'clipped' lists "
             "the columns whose noisy counts beyond their bounds clear 3.5 noise std, with the noisy share of the "
             "rows there: their bounds probably clip a tail onto themselves, so declare those columns' ranges.",
             "epsilon_alone": bounds_estimate.epsilon,
@@ -301,6 +302,7 @@ def write_release(
             "found_values": {k: list(v) for k, v in bounds_estimate.found_values.items()},
             "found_decimals": dict(bounds_estimate.found_decimals),
             "found_steps": dict(bounds_estimate.found_steps),
+            "found_knots": {k: list(v) for k, v in bounds_estimate.found_knots.items()},
             "clipped": {k: round(v, 4) for k, v in bounds_estimate.clipped.items()},
             "ledger_entry_id": bounds_estimate.ledger_entry_id,
         },
