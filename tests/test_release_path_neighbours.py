@@ -267,6 +267,29 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds(tmp_path
         assert {e.status for e in book.entries("toy_neighbours_auto")} == {"aborted"}
 
 
+def fixed_first_step(tmp_path, monkeypatch, relation: str, name: str, amount: str, age: str) -> list[np.ndarray]:
+    """A toy schema ``name`` whose amount and age columns take the given entries, a budget for it, and a stand-in
+    for the estimate's first-step sampler that records its input and hands every run the first run's (so all
+    neighbours see the same resolved bounds). Returns the recorded inputs."""
+    yaml_text = SCHEMA_YAML.replace("name: toy_neighbours", f"name: {name}").replace(
+        "bounds: [0, 1000], sentinels: [0]", amount).replace("bounds: [18, 90]", age)
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / f"{name}.yaml").write_text(yaml_text)
+    monkeypatch.setenv("SPLICE_SCHEMA_DIR", str(tmp_path / "schemas"))
+    with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
+        book.set_budget(name, 10.0, 1e-6, relation)
+    inputs: list[np.ndarray] = []
+    fixed: dict[str, np.ndarray] = {}
+
+    def first_step(values: np.ndarray, sigma: float) -> np.ndarray:
+        inputs.append(np.array(values, dtype=np.float64, copy=True))
+        fixed.setdefault("output", inputs[-1].copy())
+        return fixed["output"].copy()
+
+    monkeypatch.setattr(privacy, "gaussian_noise", first_step)
+    return inputs
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 @pytest.mark.parametrize("relation", [AR, RO])
 def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds_and_values(tmp_path, monkeypatch, relation,
@@ -282,28 +305,14 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds_and_valu
     from splice_assets.private.bounds import estimate_sensitivity
 
     name = "toy_neighbours_values"
-    values_yaml = SCHEMA_YAML.replace("name: toy_neighbours", f"name: {name}").replace(
-        "bounds: [0, 1000], sentinels: [0]", "bounds: auto, values: auto, decimals: auto").replace(
-        "bounds: [18, 90]", "bounds: [0, 100000], values: auto, step: auto")
-    (tmp_path / "schemas").mkdir()
-    (tmp_path / "schemas" / f"{name}.yaml").write_text(values_yaml)
-    monkeypatch.setenv("SPLICE_SCHEMA_DIR", str(tmp_path / "schemas"))
-    with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
-        book.set_budget(name, 10.0, 1e-6, relation)
-    first_inputs: list[np.ndarray] = []
-    fixed: dict[str, np.ndarray] = {}
+    first_inputs = fixed_first_step(tmp_path, monkeypatch, relation, name, "bounds: auto, values: auto, decimals: auto",
+                                    "bounds: [0, 100000], values: auto, step: auto")
     counts: list[list] = []
-
-    def first_step(values: np.ndarray, sigma: float) -> np.ndarray:
-        first_inputs.append(np.array(values, dtype=np.float64, copy=True))
-        fixed.setdefault("output", first_inputs[-1].copy())
-        return fixed["output"].copy()
 
     def second_step(value_counts, columns, sigma, entropy):
         counts.append([(held.copy(), count.copy()) for held, count in value_counts])
         raise Captured
 
-    monkeypatch.setattr(privacy, "gaussian_noise", first_step)
     monkeypatch.setattr(bounds, "select_values", second_step)
 
     def squared_shift(a: list, b: list) -> float:
@@ -348,22 +357,9 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_knots(tmp_path,
     from splice_assets.private.bounds import estimate_sensitivity
 
     name = "toy_neighbours_knots"
-    knots_yaml = SCHEMA_YAML.replace("name: toy_neighbours", f"name: {name}").replace(
-        "bounds: [0, 1000], sentinels: [0]", "bounds: auto, knots: auto").replace(
-        "bounds: [18, 90]", "bounds: [18, 90], knots: auto")
-    (tmp_path / "schemas").mkdir()
-    (tmp_path / "schemas" / f"{name}.yaml").write_text(knots_yaml)
-    monkeypatch.setenv("SPLICE_SCHEMA_DIR", str(tmp_path / "schemas"))
-    with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
-        book.set_budget(name, 10.0, 1e-6, relation)
-    first_inputs: list[np.ndarray] = []
-    fixed: dict[str, np.ndarray] = {}
-    counts: list[list] = []
-
-    def first_step(values: np.ndarray, sigma: float) -> np.ndarray:
-        first_inputs.append(np.array(values, dtype=np.float64, copy=True))
-        fixed.setdefault("output", first_inputs[-1].copy())
-        return fixed["output"].copy()
+    first_inputs = fixed_first_step(tmp_path, monkeypatch, relation, name, "bounds: auto, knots: auto",
+                                    "bounds: [18, 90], knots: auto")
+    counts: list[np.ndarray] = []
 
     def knot_step(knot_counts, columns, sigma):
         dense = np.zeros((len(columns), bounds.KNOT_CELLS))
@@ -372,7 +368,6 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_knots(tmp_path,
         counts.append(dense)
         raise Captured
 
-    monkeypatch.setattr(privacy, "gaussian_noise", first_step)
     monkeypatch.setattr(bounds, "select_knots", knot_step)
     rng = np.random.default_rng(5)
     table = private_table(rng, 400)
