@@ -4,7 +4,9 @@ add-remove release at ε = 1 on the train split. Every variant gets the same tra
 schema cleans them and the bench's split takes them) and is scored against them, so a variant's own clipping is
 counted as error. Prints the mean over seeds of the off-grid metrics, the on-grid 1-/2-way TVD and ``unseen``: the
 share of an integer column's synthetic values that no real row holds (an even-only sensor's odd values), averaged
-over the integer columns, and TSTR (the best learner's AUC or R^2 on the test split).
+over the integer columns; ``tails``: the share of synthetic values below the real 0.1% quantile or above the 99.9%
+one (0.002 for a faithful tail), averaged over the numeric columns; and TSTR (the best learner's AUC or R^2 on the
+test split).
 
     git show b23593f:schemas/churn.yaml > churn-before.yaml
     .venv/bin/python -m bench.experiments.schema_variants churn churn-before.yaml schemas/churn.yaml --seeds 0 1 2
@@ -26,13 +28,25 @@ from splice_assets.private.bounds import needs_estimate
 from splice_assets.private.validation import read_table, validate
 from splice_assets.schema import TableSchema
 
-KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "unseen", "tstr")
+KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "unseen", "tails", "tstr")
 
 
 def unseen_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
     """Mean over the integer columns of the share of synthetic values that no real row holds."""
     shares = [float((~synthetic[c.name].dropna().isin(set(train[c.name].dropna()))).mean())
               for c in schema.columns if c.kind == "integer"]
+    return float(np.mean(shares)) if shares else float("nan")
+
+
+def tail_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
+    """Mean over the numeric columns of the share of synthetic values beyond the real 0.1% and 99.9% quantiles."""
+    shares = []
+    for c in schema.columns:
+        if c.is_numeric:
+            real = pd.to_numeric(train[c.name], errors="coerce").dropna().to_numpy(dtype=float)
+            drawn = pd.to_numeric(synthetic[c.name], errors="coerce").dropna().to_numpy(dtype=float)
+            low, high = np.quantile(real, [0.001, 0.999])
+            shares.append(float(np.mean((drawn < low) | (drawn > high))))
     return float(np.mean(shares)) if shares else float("nan")
 
 
@@ -61,6 +75,7 @@ def compare(dataset: str, variants: dict[str, TableSchema], seeds: list[int], sh
             schema = dp_estimate(train, variant)[0] if needs_estimate(variant) else variant
             synthetic = fitted_sample(schema, train, seed)[1]
             rows.append({**scores(train, synthetic, reference), "unseen": unseen_share(train, synthetic, reference),
+                         "tails": tail_share(train, synthetic, reference),
                          "tstr": tstr(train, test, synthetic, reference)})
             shown.append([(synthetic[c].nunique(), (~synthetic[c].isin(set(train[c]))).mean()) for c in show])
         print_means(dataset, label, rows, KEYS)
