@@ -24,6 +24,7 @@ from bench.experiments.pair_selection import fitted_sample, print_means, scores
 from bench.run import dp_estimate
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
+from splice_assets.evaluation.metrics import tstr
 from splice_assets.private.bounds import needs_estimate
 from splice_assets.private.validation import read_table, validate
 from splice_assets.schema import TableSchema
@@ -50,15 +51,10 @@ def tail_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
     return float(np.mean(shares)) if shares else float("nan")
 
 
-def tstr(train: pd.DataFrame, test: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
+def best_tstr(train: pd.DataFrame, test: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
     """The best learner's TSTR score (AUC or R^2) on the test split, as the bench reports it."""
-    from splice_assets.evaluation.metrics import fidelity_metrics
-
-    m = fidelity_metrics(train, test, synthetic, schema, 0, with_trtr=False)
-    if not m.tstr:
-        return float("nan")
-    value = m.headline().get(f"tstr_{m.tstr.primary}")
-    return float("nan") if value is None else float(value)
+    learned = tstr(train, test, synthetic, schema, 0, trtr=False)
+    return float(learned.best_tstr[learned.primary]) if learned else float("nan")
 
 
 def compare(dataset: str, variants: dict[str, TableSchema], seeds: list[int], show: list[str] = ()) -> None:
@@ -76,7 +72,7 @@ def compare(dataset: str, variants: dict[str, TableSchema], seeds: list[int], sh
             synthetic = fitted_sample(schema, train, seed)[1]
             rows.append({**scores(train, synthetic, reference), "unseen": unseen_share(train, synthetic, reference),
                          "tails": tail_share(train, synthetic, reference),
-                         "tstr": tstr(train, test, synthetic, reference)})
+                         "tstr": best_tstr(train, test, synthetic, reference)})
             shown.append([(synthetic[c].nunique(), (~synthetic[c].isin(set(train[c]))).mean()) for c in show])
         print_means(dataset, label, rows, KEYS)
         for i, column in enumerate(show):
