@@ -4,7 +4,8 @@ differences are the post-processing's alone and cost no privacy.
 Per dataset and seed: one add-remove release at ε = 1 on the bench's train split with the product defaults, then
 a refit of its measurement per variant, each a set of ``FitConfig`` overrides (``key=value``, comma-separated;
 ``defaults`` for none). Prints the mean over seeds of the off-grid metrics (``missing_values``: frequent integer
-values and categories never drawn), the on-grid 1-/2-way TVD against the train split and TSTR (the best learner's
+values and categories never drawn), the on-grid 1-/2-way TVD against the train split, ``tails`` (the share of
+synthetic values beyond the real 0.1%/99.9% quantiles, ``schema_variants.tail_share``) and TSTR (the best learner's
 AUC or R² on the real test split).
 
     .venv/bin/python -m bench.experiments.refit_variants --datasets churn nursery \\
@@ -24,7 +25,7 @@ from bench.experiments.pair_selection import print_means
 from bench.run import prepare
 from splice_assets import Synthesizer
 
-KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "tstr")
+KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "tails", "tstr")
 
 
 def overrides(variant: str) -> dict[str, Any]:
