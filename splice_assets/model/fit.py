@@ -177,7 +177,8 @@ class FitConfig:
     #: many noise std of zero (``trimmed_tails``; 0 = never). Without it, the positive noise of the empty bins of
     #: wide public bounds became rows far outside the data (churn at eps = 1: 1% of international minutes above
     #: 1,000 where the data end at 20). z = 1 kept churn's gain and, unlike z = 2, cost California nothing under
-    #: replace-one, whose larger noise let z = 2 cut thin real tails (docs/decisions/0021).
+    #: replace-one, whose larger noise let z = 2 cut thin real tails (docs/decisions/0021); z = 0.5 left more values
+    #: beyond the real extremes on eight of nine tables (0040).
     marginal_tail_z: float = DEFAULT_TAIL_Z
     #: Pool each numeric column's noisy fine table into its coarse 1-way target (``pooled_marginals``).
     pool_fine_tables: bool = True
