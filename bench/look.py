@@ -58,8 +58,10 @@ def look(name: str, epsilon: float, seed: int, top: int) -> None:
                     synth_text += ", lost " + ", ".join(f"{v:g} ({s:.1%})" for v, s in lost.items())
         else:
             shares = train[spec.name].value_counts(normalize=True, dropna=False)
+            shares = shares[shares > 0]
             synth_shares = synthetic[spec.name].value_counts(normalize=True, dropna=False)
-            lost = [str(k) for k in shares.index if k not in synth_shares.index]
+            synth_shares = synth_shares[synth_shares > 0]  # a categorical dtype counts its absent categories as 0
+            lost = [k for k in shares.index if k not in synth_shares.index]
             real_text = f"{len(shares):>6} categories, top {shares.index[0]} {shares.iloc[0]:.1%}"
             synth_text = f"{len(synth_shares):>6} categories, top {synth_shares.index[0]} {synth_shares.iloc[0]:.1%}"
             if lost:

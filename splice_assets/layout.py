@@ -15,6 +15,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from splice_assets.derived import DerivedColumn
 from splice_assets.schema import ColumnSpec, TableSchema
 
 Role = Literal["value", "exact", "missing", "binned"]
@@ -182,7 +183,7 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
 
     Coordinates are clipped to [-1, 1]; discrete coordinates snap to the nearest grid point; integers are
     rounded; a sentinel level decodes to that sentinel; a missing level or a positive missing indicator
-    decodes to NA.
+    decodes to NA. The schema's derived columns are then computed from the decoded row.
     """
     layout = layout_for(schema)
     if x.ndim != 2 or x.shape[1] != layout.d:
@@ -214,7 +215,19 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
             missing = x[:, j] > 0.0
             j += 1
         out[spec.name] = _numeric_series(values, missing, spec)
-    return pd.DataFrame(out, columns=list(schema.column_names))
+    for derived in schema.derived:
+        inputs = {name: out[name].to_numpy(dtype=np.float64, na_value=np.nan) for name in derived.inputs}
+        out[derived.name] = _derived_series(derived.values(inputs), derived)
+    return pd.DataFrame(out, columns=list(schema.output_names))
+
+
+def _derived_series(values: np.ndarray, derived: DerivedColumn) -> pd.Series:
+    """A derived column's values (NaN: missing) in the dtype a modelled column of its kind and nullability has."""
+    if derived.kind != "integer":
+        return pd.Series(values, dtype=np.float64)
+    missing = np.isnan(values)
+    series = pd.Series(pd.array(np.where(missing, 0, values).astype(np.int64), dtype="Int64"))
+    return series.mask(missing) if derived.nullable else series.astype(np.int64)
 
 
 def in_cube(z: np.ndarray) -> np.ndarray:

@@ -8,13 +8,17 @@ It is parsed into small frozen dataclasses; any malformed entry raises ``SchemaE
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import unicodedata
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from splice_assets.derived import DerivedColumn, ExpressionError, parse_expression
 
 ColumnKind = Literal["continuous", "integer", "ordinal", "categorical", "boolean"]
 NUMERIC_KINDS: frozenset[str] = frozenset({"continuous", "integer"})
@@ -119,10 +123,21 @@ class TableSchema:
     target: str | None = None
     task: str | None = None
     description: str = ""
+    #: Columns computed from the others in every synthetic row (``derived``): neither measured nor modelled.
+    derived: tuple[DerivedColumn, ...] = ()
 
     @property
     def column_names(self) -> tuple[str, ...]:
+        """The modelled columns (what is measured, and what a validated input holds)."""
         return tuple(c.name for c in self.columns)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """Every column of a synthetic table, derived ones included, in the declared order."""
+        names = list(self.column_names)
+        for column in sorted(self.derived, key=lambda d: d.position):
+            names.insert(column.position, column.name)
+        return tuple(names)
 
     def column(self, name: str) -> ColumnSpec:
         for spec in self.columns:
@@ -334,14 +349,19 @@ def parse_schema(raw: Any) -> TableSchema:
     columns_raw = raw.get("columns")
     if not isinstance(columns_raw, list) or not columns_raw:
         raise _fail("schema", columns_raw, "columns must be a non-empty list")
-    columns = tuple(parse_column(c, i) for i, c in enumerate(columns_raw))
-    names = [c.name for c in columns]
+    is_derived = [isinstance(c, dict) and "derived" in c for c in columns_raw]
+    columns = tuple(parse_column(c, i) for i, c in enumerate(columns_raw) if not is_derived[i])
+    derived_names = {c.get("name") for c, flag in zip(columns_raw, is_derived) if flag}
+    derived = tuple(parse_derived(c, i, columns, derived_names) for i, c in enumerate(columns_raw) if is_derived[i])
+    names = [c.name for c in columns] + [d.name for d in derived]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise _fail("schema", repeated, "column names repeat")
     target, task = raw.get("target"), raw.get("task")
     if target is not None and target not in names:
         raise _fail("schema", target, "target is not one of the columns")
+    if target is not None and any(d.name == target for d in derived):
+        raise _fail("schema", target, "the target must be a modelled column, not a derived one")
     if task is not None and task not in TASKS:
         raise _fail("schema", task, f"task must be one of {sorted(TASKS)}")
     return TableSchema(
@@ -352,7 +372,48 @@ def parse_schema(raw: Any) -> TableSchema:
         target=target,
         task=task,
         description=str(raw.get("description", "")),
+        derived=derived,
     )
+
+
+_DERIVED_KEYS = {"name", "kind", "derived", "decimals"}
+
+
+def parse_derived(
+    raw: dict[str, Any], position: int, columns: tuple[ColumnSpec, ...], derived_names: Collection[Any] = (),
+) -> DerivedColumn:
+    """A derived column (``{name, kind, derived: expression, decimals}``) whose expression reads only modelled
+    numeric ``columns``."""
+    where = f"columns[{position}]"
+    unknown = set(raw) - _DERIVED_KEYS
+    if unknown:
+        raise _fail(where, raw, f"unknown keys {sorted(unknown)} (a derived column takes {sorted(_DERIVED_KEYS)})")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise _fail(where, raw, "name must be a non-empty string")
+    where = f"column {name!r}"
+    kind = raw.get("kind")
+    if kind not in NUMERIC_KINDS:
+        raise _fail(where, kind, f"a derived column's kind must be one of {sorted(NUMERIC_KINDS)}")
+    expression = raw["derived"]
+    try:
+        _, inputs = parse_expression(expression)
+    except ExpressionError as exc:
+        raise _fail(where, expression, f"derived: {exc}") from None
+    numeric = {c.name for c in columns if c.is_numeric}
+    for column in inputs:
+        if column not in numeric:
+            problem = ("is derived itself" if column in derived_names else "is not numeric"
+                       if column in {c.name for c in columns} else "is not a column of the schema")
+            raise _fail(where, expression, f"derived: {column!r} {problem}; an expression reads modelled numeric "
+                        "columns only")
+    decimals = raw.get("decimals")
+    if decimals is not None and (kind != "continuous" or isinstance(decimals, bool) or not isinstance(decimals, int)
+                                 or not 0 <= decimals <= 12):
+        raise _fail(where, decimals, "decimals must be an integer in [0, 12], on a continuous column")
+    derived = DerivedColumn(name, kind, expression.strip(), position, decimals, inputs)
+    nullable = derived.divides or any(c.nullable for c in columns if c.name in inputs)
+    return dataclasses.replace(derived, nullable=nullable)
 
 
 def load_schema(path: str | Path) -> TableSchema:
@@ -395,6 +456,11 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
             if c.other is not None:
                 entry["other"] = c.other
         columns.append(entry)
+    for d in sorted(schema.derived, key=lambda d: d.position):
+        entry = {"name": d.name, "kind": d.kind, "derived": d.expression}
+        if d.decimals is not None:
+            entry["decimals"] = d.decimals
+        columns.insert(d.position, entry)
     out: dict[str, Any] = {"name": schema.name, "version": schema.version, "n_min": schema.n_min, "columns": columns}
     if schema.description:
         out["description"] = schema.description

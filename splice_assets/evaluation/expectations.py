@@ -139,7 +139,10 @@ def build_suite(
     if unknown:
         raise ValueError(f"null_rate_bounds names columns not in schema {schema.name!r}: {unknown}")
     suite = gx.ExpectationSuite(name=name or f"{schema.name}_v{schema.version}_synthetic")
-    suite.add_expectation(gxe.ExpectTableColumnsToMatchOrderedList(column_list=list(schema.column_names)))
+    suite.add_expectation(gxe.ExpectTableColumnsToMatchOrderedList(column_list=list(schema.output_names)))
+    for derived in schema.derived:
+        dtype = "float64" if derived.kind == "continuous" else "Int64Dtype" if derived.nullable else "int64"
+        suite.add_expectation(gxe.ExpectColumnValuesToBeInTypeList(column=derived.name, type_list=[dtype]))
     for spec in schema.columns:
         column = spec.name
         suite.add_expectation(_type_expectation(spec))
