@@ -57,15 +57,9 @@ class DerivedColumn:
             return np.rint(out)
         return out if self.decimals is None else np.round(out, self.decimals)
 
-    @property
-    def divides(self) -> bool:
-        """Whether the expression divides (a zero divisor leaves the value missing)."""
-        return any(isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
-                   for node in ast.walk(parse_expression(self.expression)[0]))
-
 
 def parse_expression(text: str) -> tuple[ast.expr, tuple[str, ...]]:
-    """The expression's syntax tree (backticked names replaced by placeholders) and the column names it reads."""
+    """The expression's syntax tree (its names are the column names, backticks removed) and the columns it reads."""
     if not isinstance(text, str) or not text.strip():
         raise ExpressionError("the expression must be a non-empty string")
     quoted: list[str] = []
@@ -98,6 +92,11 @@ def parse_expression(text: str) -> tuple[ast.expr, tuple[str, ...]]:
     if not names:
         raise ExpressionError("it reads no column")
     return _with_names(tree, quoted), tuple(names)
+
+
+def divides(tree: ast.expr) -> bool:
+    """Whether an expression divides (a zero divisor leaves the value missing)."""
+    return any(isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) for node in ast.walk(tree))
 
 
 def _column_name(identifier: str, quoted: list[str]) -> str:

@@ -8,7 +8,6 @@ It is parsed into small frozen dataclasses; any malformed entry raises ``SchemaE
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import unicodedata
 from collections.abc import Collection
@@ -18,7 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
-from splice_assets.derived import DerivedColumn, ExpressionError, parse_expression
+from splice_assets.derived import DerivedColumn, ExpressionError, divides, parse_expression
 
 ColumnKind = Literal["continuous", "integer", "ordinal", "categorical", "boolean"]
 NUMERIC_KINDS: frozenset[str] = frozenset({"continuous", "integer"})
@@ -190,17 +189,22 @@ _COLUMN_KEYS = {
 SCALES: tuple[str, ...] = ("linear", "log", "symlog", "logit")
 
 
-def parse_column(raw: Any, position: int) -> ColumnSpec:
+def _column_entry(raw: Any, position: int, keys: set[str], hint: str = "") -> tuple[str, str]:
+    """(name, where) of a column entry: a mapping of known ``keys`` with a non-empty name."""
     where = f"columns[{position}]"
     if not isinstance(raw, dict):
         raise _fail(where, raw, "a column must be a mapping")
-    unknown = set(raw) - _COLUMN_KEYS
+    unknown = set(raw) - keys
     if unknown:
-        raise _fail(where, raw, f"unknown keys {sorted(unknown)}")
+        raise _fail(where, raw, f"unknown keys {sorted(unknown)}{hint}")
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         raise _fail(where, raw, "name must be a non-empty string")
-    where = f"column {name!r}"
+    return name, f"column {name!r}"
+
+
+def parse_column(raw: Any, position: int) -> ColumnSpec:
+    name, where = _column_entry(raw, position, _COLUMN_KEYS)
     if raw.get("from_data", False) is not False:
         # `splice schema init --from-data` copied observed values (categories, min/max) from the private rows: they
         # may shape a release only once the operator has confirmed they are public knowledge.
@@ -384,20 +388,13 @@ def parse_derived(
 ) -> DerivedColumn:
     """A derived column (``{name, kind, derived: expression, decimals}``) whose expression reads only modelled
     numeric ``columns``."""
-    where = f"columns[{position}]"
-    unknown = set(raw) - _DERIVED_KEYS
-    if unknown:
-        raise _fail(where, raw, f"unknown keys {sorted(unknown)} (a derived column takes {sorted(_DERIVED_KEYS)})")
-    name = raw.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise _fail(where, raw, "name must be a non-empty string")
-    where = f"column {name!r}"
+    name, where = _column_entry(raw, position, _DERIVED_KEYS, f" (a derived column takes {sorted(_DERIVED_KEYS)})")
     kind = raw.get("kind")
     if kind not in NUMERIC_KINDS:
         raise _fail(where, kind, f"a derived column's kind must be one of {sorted(NUMERIC_KINDS)}")
     expression = raw["derived"]
     try:
-        _, inputs = parse_expression(expression)
+        tree, inputs = parse_expression(expression)
     except ExpressionError as exc:
         raise _fail(where, expression, f"derived: {exc}") from None
     numeric = {c.name for c in columns if c.is_numeric}
@@ -411,9 +408,8 @@ def parse_derived(
     if decimals is not None and (kind != "continuous" or isinstance(decimals, bool) or not isinstance(decimals, int)
                                  or not 0 <= decimals <= 12):
         raise _fail(where, decimals, "decimals must be an integer in [0, 12], on a continuous column")
-    derived = DerivedColumn(name, kind, expression.strip(), position, decimals, inputs)
-    nullable = derived.divides or any(c.nullable for c in columns if c.name in inputs)
-    return dataclasses.replace(derived, nullable=nullable)
+    nullable = divides(tree) or any(c.nullable for c in columns if c.name in inputs)
+    return DerivedColumn(name, kind, expression.strip(), position, decimals, inputs, nullable)
 
 
 def load_schema(path: str | Path) -> TableSchema:
