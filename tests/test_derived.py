@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
+from helpers import ok
+from test_cli import FAST, environment, run_process
 
 from splice_assets import Synthesizer
 from splice_assets.evaluation.expectations import check_synthetic
@@ -94,3 +99,26 @@ def test_a_release_computes_derived_columns_and_measures_none_of_them():
     assert np.array_equal(synthetic["charge"], np.round(synthetic["minutes"] * 0.17, 2))
     assert check_synthetic(synthetic, schema).success
     assert not check_synthetic(synthetic.drop(columns="charge"), schema).success
+
+
+def test_a_cli_release_and_its_resample_keep_the_identity(tmp_path, monkeypatch):
+    """Through the real release path (Dagster job, bundle, MLflow) and `splice sample` from the saved bundle."""
+    for key, value in environment(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    rng = np.random.default_rng(2)
+    minutes = np.round(rng.gamma(4.0, 40.0, 3_000).clip(0, 500), 1)
+    pd.DataFrame({"minutes": minutes, "charge": np.round(minutes * 0.17, 2), "calls": rng.integers(1, 100, 3_000),
+                  "plan": rng.choice(["a", "b"], 3_000)}).to_csv(tmp_path / "rows.csv", index=False)
+    (tmp_path / "tariffs.yaml").write_text(yaml.safe_dump(schema_to_dict(schema_of(COLUMNS[:5]))))
+    ok("budget", "set", "tariffs", "--epsilon", "10", "--delta", "1e-6")
+    proc = run_process("release", "--schema", tmp_path / "tariffs.yaml", "--input", tmp_path / "rows.csv",
+                       "--epsilon", "1", "--delta", "1e-9", *FAST, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(proc.stdout)
+    released = pd.read_parquet(f"{record['public_dir']}/synthetic.parquet")
+    assert list(released.columns) == ["minutes", "charge", "calls", "per call", "plan"]
+    assert np.array_equal(released["charge"], np.round(released["minutes"] * 0.17, 2))
+    ok("sample", record["release_id"], "-n", "300", "--seed", "5", "--out", tmp_path / "again.csv")
+    again = pd.read_csv(tmp_path / "again.csv")
+    assert list(again.columns) == list(released.columns)
+    assert np.allclose(again["charge"], np.round(again["minutes"] * 0.17, 2), rtol=0, atol=1e-9)
