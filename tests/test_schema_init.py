@@ -77,3 +77,24 @@ def test_init_prints_without_out_and_never_overwrites(tmp_path, people):
     assert result.exit_code == 1 and "exists" in result.output and existing.read_text() == "keep me"
     missing = run("schema", "init", "--input", tmp_path / "nope.csv")
     assert missing.exit_code == 1 and "does not exist" in missing.output
+
+
+def test_from_data_names_the_columns_the_rows_show_to_be_derived(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    minutes = np.round(rng.uniform(0, 300, 500), 1)
+    parts = rng.integers(0, 50, (500, 2))
+    pd.DataFrame({
+        "minutes": minutes, "charge": np.round(minutes * 0.17, 2),  # a tariff, rounded to cents
+        "a": parts[:, 0], "b": parts[:, 1], "total": parts.sum(axis=1),
+        "near_total": parts.sum(axis=1) + (rng.uniform(size=500) < 0.05),  # off by one in 5% of rows: no identity
+        "flag": (rng.uniform(size=500) < 0.01).astype(int),  # nearly constant: every identity would hold
+    }).to_csv(tmp_path / "usage.csv", index=False)
+    out = tmp_path / "usage.yaml"
+    assert run("schema", "init", "--input", tmp_path / "usage.csv", "--out", out, "--from-data").exit_code == 0
+    hints = [line[4:] for line in out.read_text().splitlines() if line.startswith("#   ") and " = " in line]
+    assert hints == ["charge = minutes * 0.17", "total = a + b"]
+    assert run("schema", "init", "--input", tmp_path / "usage.csv", "--out", tmp_path / "plain.yaml").exit_code == 0
+    assert "look derived" not in (tmp_path / "plain.yaml").read_text()  # without --from-data nothing of the rows
