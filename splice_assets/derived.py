@@ -7,12 +7,14 @@ nor modelled: the input's copy is dropped like any column outside the schema, an
 from the synthetic row (post-processing), so the identity holds in every released row.
 
 The expression language is deliberately small: numbers, column names (in backticks when a name is not a Python
-identifier), ``+ - * /`` and parentheses. It is parsed once, when the schema is read, and evaluated on whole columns.
+identifier), ``+ - * /`` and parentheses. It is checked when the schema is read, parsed once per process
+(cached), and evaluated on whole columns.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -58,6 +60,7 @@ class DerivedColumn:
         return out if self.decimals is None else np.round(out, self.decimals)
 
 
+@functools.lru_cache(maxsize=256)
 def parse_expression(text: str) -> tuple[ast.expr, tuple[str, ...]]:
     """The expression's syntax tree (its names are the column names, backticks removed) and the columns it reads."""
     if not isinstance(text, str) or not text.strip():

@@ -393,6 +393,8 @@ def parse_derived(
     if kind not in NUMERIC_KINDS:
         raise _fail(where, kind, f"a derived column's kind must be one of {sorted(NUMERIC_KINDS)}")
     expression = raw["derived"]
+    if not isinstance(expression, str):
+        raise _fail(where, expression, "derived must be an arithmetic expression, written as text")
     try:
         tree, inputs = parse_expression(expression)
     except ExpressionError as exc:

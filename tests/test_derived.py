@@ -48,6 +48,7 @@ def test_derived_columns_keep_their_place_and_round_trip():
     ("price * minutes", "'price' is not a column"),
     ("3", "reads no column"),
     ("minutes * 'x'", "'x' is not a number"),
+    (["minutes", 2], "written as text"),
 ])
 def test_bad_expressions_are_refused_quoting_them(expression, words):
     with pytest.raises(SchemaError, match="column 'z'") as caught:
