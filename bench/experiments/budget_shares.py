@@ -1,9 +1,10 @@
 """The 1-way tables' share of the measurement (docs/decisions/0022): off-grid and on-grid metrics and TSTR of the
 product at add-remove, eps = 1, with ``marginal_share`` raised at the moments' expense (pairs fixed at 0.5).
 
-Each variant is its own measurement (fresh noise), so compare means over several seeds. Prints per dataset and
-variant the mean over seeds of qtvd1, qtvd2, range_mae, missing values, the on-grid 2-way TVD against the test
-split and TSTR (the best learner's AUC or R^2), then the non-DP independent-marginals reference.
+Each variant is its own measurement (fresh noise), so compare means over several seeds. Prints per dataset the
+TVD a median pair table's noise alone amounts to at the default shares (``pair_table_noise``), then per variant the
+mean over seeds of qtvd1, qtvd2, range_mae, missing values, the on-grid 2-way TVD against the test split and TSTR
+(the best learner's AUC or R^2), then the non-DP independent-marginals reference.
 
     .venv/bin/python -m bench.experiments.budget_shares --datasets churn california_housing --seeds 0 1
     .venv/bin/python -m bench.experiments.budget_shares --variants 0.15:0.5 0.3:0.35 --datasets adult
@@ -12,12 +13,14 @@ split and TSTR (the best learner's AUC or R^2), then the non-DP independent-marg
 from __future__ import annotations
 
 import argparse
+import math
 
 import numpy as np
 
 from bench.run import prepare, score
 from splice_assets import MeasurementSettings, Synthesizer
 from splice_assets.evaluation.metrics import independent_marginals_baseline
+from splice_assets.private.measuring import make_plan
 
 KEYS = ("qtvd1", "qtvd2", "range_mae", "missing_values", "tvd2", "tstr")
 #: (marginal_share, pair_share): the default first.
@@ -26,6 +29,14 @@ VARIANTS = ((0.15, 0.5), (0.3, 0.5), (0.45, 0.5))
 
 def row(metrics: dict) -> list[float]:
     return [float("nan") if metrics.get(k) is None else float(metrics[k]) for k in KEYS]
+
+
+def pair_table_noise(schema, epsilon: float) -> float:
+    """The TVD a median 2-way table's noise alone amounts to at the default shares (add-remove, delta = 1e-9,
+    over the schema's public n_min): 0.5 x cells x the cells' noise std x sqrt(2/pi)."""
+    plan, calibration = make_plan(schema, None, epsilon, 1e-9, relation="add-remove")
+    cell_std = calibration.sigma / plan.pair_weight / schema.n_min
+    return 0.5 * float(np.median(plan.pair_sizes)) * cell_std * math.sqrt(2 / math.pi)
 
 
 def main() -> None:
@@ -42,6 +53,8 @@ def main() -> None:
         prepared = prepare(name)
         if prepared is None:
             continue
+        print(f"{name}: a median pair table's noise at the default shares is a TVD of "
+              f"{pair_table_noise(prepared.schema, args.epsilon):.2f}", flush=True)
         for marginal, pair in variants:
             values = []
             for seed in args.seeds:
