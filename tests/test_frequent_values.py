@@ -232,8 +232,17 @@ def test_the_step_is_found_where_nearly_every_value_is_a_multiple_and_refused_wh
         assert bounds.step_from_noisy(even + rng.normal(0, sigma, cells), sigma) == 2
         assert bounds.step_from_noisy(tens_of_thousands + rng.normal(0, sigma, cells), sigma) == 10_000
         assert bounds.step_from_noisy(mixed + rng.normal(0, sigma, cells), sigma) is None
-    # Too few rows for the noise: no step, even for an even-only column (its noise sd would exceed 1% of the rows).
+    # Too few rows for the noise: no step, even for an even-only column (its noise sd would exceed 2% of the rows).
     assert bounds.step_from_noisy(even / 100, sigma) is None
+    # Off-grid noise sd at 1.5% of the rows (shuttle's a9 at eps = 1): an even-only column gets its step in nearly
+    # every draw (.98 each), one with 20% odd values in none (its off-grid count stands 10 sd above the threshold).
+    sigma = 0.015 * 40_000 / np.sqrt(6)  # six odd divisors of 10,000 are off the grid of 2
+    fifth_odd = rng.integers(-188, 436, 40_000) & ~1
+    fifth_odd[:8_000] |= 1
+    found = [bounds.step_from_noisy(even + rng.normal(0, sigma, cells), sigma) for _ in range(50)]
+    assert found.count(2) >= 45
+    assert all(bounds.step_from_noisy(histogram(fifth_odd) + rng.normal(0, sigma, cells), sigma) is None
+               for _ in range(50))
 
 
 def test_a_release_finds_the_step_and_its_output_keeps_to_it(tmp_path):

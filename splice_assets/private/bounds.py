@@ -19,7 +19,7 @@ decimals its value needs (0 to ``MAX_DECIMALS``, or more); its precision is the 
 A column with ``step: auto`` (integer columns) gets a fourth: each nonzero value adds 1 to the cell of its greatest
 common divisor with ``STEP_MODULUS`` (10,000: the cells are its 25 divisors); its step is the largest divisor that
 divides all but ``CLIP_SHARE`` of the noisy nonzero rows (or 2 noise sd of the cells it does not divide, where that
-noise is within ``CLIP_SHARE``: ``step_from_noisy``). An even-only sensor gets step 2; a credit limit in tens of
+noise is within ``STEP_NOISE_SHARE``: ``step_from_noisy``). An even-only sensor gets step 2; a credit limit in tens of
 thousands gets 10,000.
 
 A column with ``values: auto`` then gets its frequent exact values from the same measurement, in a second step on
@@ -113,6 +113,9 @@ COARSE, FINE = LogGrid(1), LogGrid(5)
 COARSE_Z = 4.0
 #: An end moves inward only while the noisy mass it clips stays within this share of the noisy row count.
 CLIP_SHARE = 0.01
+#: ``step: auto`` is decided only where the noise sd of a step's off-grid cells is within this share of the noisy
+#: nonzero rows (docs/decisions/0032: at 0.01 shuttle's even-only a9, 30,000 nonzero rows, never got its step).
+STEP_NOISE_SHARE = 0.02
 #: A run of decades beyond the resolved bounds whose noisy count clears this many noise sd is reported as clipped.
 CLIPPED_Z = 3.5
 DEFAULT_BOUNDS_SHARE = 0.05
@@ -296,14 +299,14 @@ def step_from_noisy(noisy: np.ndarray, sigma: float) -> int | None:
     """Post-processing of one column's noisy step histogram: the largest step s (a divisor of ``STEP_MODULUS``
     above 1) whose noisy count of the nonzero rows it does not divide stays within ``CLIP_SHARE`` of the noisy
     nonzero rows, or within 2 noise sd of those cells (a column whose values all are multiples of s passes with
-    probability .98). A step is tried only where that noise sd is itself within ``CLIP_SHARE`` of the rows, so the
-    threshold is at most 2% of them, and a column with more than 7% of its nonzero rows off the step gets it with
-    probability below 3e-7 (5 sd). None: no step."""
+    probability .98). A step is tried only where that noise sd is itself within ``STEP_NOISE_SHARE`` of the rows, so
+    the threshold is at most 4% of them, and a column with more than 14% of its nonzero rows off the step gets it
+    with probability below 3e-7 (5 sd). None: no step."""
     total = max(float(noisy.sum()), 0.0)
     for index in range(len(STEP_DIVISORS) - 1, 0, -1):
         off = STEP_DIVISORS % STEP_DIVISORS[index] != 0
         noise = sigma * math.sqrt(int(off.sum()))
-        if noise <= CLIP_SHARE * total and noisy[off].sum() <= max(CLIP_SHARE * total, 2.0 * noise):
+        if noise <= STEP_NOISE_SHARE * total and noisy[off].sum() <= max(CLIP_SHARE * total, 2.0 * noise):
             return int(STEP_DIVISORS[index])
     return None
 
