@@ -138,13 +138,13 @@ class _Identity:
     def holds(self, estimate: np.ndarray) -> bool:
         """``estimate`` on every row."""
         return bool(self.on_screen(estimate[self.screen][:, None])[0]) and bool(
-            self._shares(estimate[:, None], self.y, self.varying)[0])
+            self._hold(estimate[:, None], self.y, self.varying)[0])
 
     def on_screen(self, estimates: np.ndarray) -> np.ndarray:
         """Which columns of ``estimates`` (screen rows x candidates) hold on the screen rows."""
-        return self._shares(estimates, self.y[self.screen], self.varying[self.screen])
+        return self._hold(estimates, self.y[self.screen], self.varying[self.screen])
 
-    def _shares(self, estimates: np.ndarray, y: np.ndarray, varying: np.ndarray) -> np.ndarray:
+    def _hold(self, estimates: np.ndarray, y: np.ndarray, varying: np.ndarray) -> np.ndarray:
         close = np.abs(estimates - y[:, None]) <= self.unit  # False where either is missing
         present = ~np.isnan(estimates) & ~np.isnan(y)[:, None]
         off_mode = present & varying[:, None]
