@@ -44,10 +44,13 @@ class DerivedColumn:
     position: int
     #: Decimals the value is rounded to (continuous columns); integer columns are rounded to integers.
     decimals: int | None = None
-    #: The columns the expression reads, in order of first use.
-    inputs: tuple[str, ...] = field(default=(), compare=False)
     #: Whether a value can be missing: an input is nullable, or the expression divides (by zero, say).
     nullable: bool = field(default=False, compare=False)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The columns the expression reads, in order of first use."""
+        return parse_expression(self.expression)[1]
 
     def values(self, columns: Mapping[str, np.ndarray]) -> np.ndarray:
         """The column on whole input columns (float arrays, NaN for missing): NaN where an input is missing or a

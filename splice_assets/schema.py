@@ -411,7 +411,7 @@ def parse_derived(
                                  or not 0 <= decimals <= 12):
         raise _fail(where, decimals, "decimals must be an integer in [0, 12], on a continuous column")
     nullable = divides(tree) or any(c.nullable for c in columns if c.name in inputs)
-    return DerivedColumn(name, kind, expression.strip(), position, decimals, inputs, nullable)
+    return DerivedColumn(name, kind, expression.strip(), position, decimals, nullable)
 
 
 def load_schema(path: str | Path) -> TableSchema:

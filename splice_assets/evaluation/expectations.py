@@ -140,8 +140,8 @@ def build_suite(
         raise ValueError(f"null_rate_bounds names columns not in schema {schema.name!r}: {unknown}")
     suite = gx.ExpectationSuite(name=name or f"{schema.name}_v{schema.version}_synthetic")
     suite.add_expectation(gxe.ExpectTableColumnsToMatchOrderedList(column_list=list(schema.output_names)))
-    for derived in schema.derived:
-        dtype = "float64" if derived.kind == "continuous" else "Int64Dtype" if derived.nullable else "int64"
+    for derived in schema.derived:  # the dtype of a modelled column of the same kind and nullability
+        dtype = expected_type(ColumnSpec(derived.name, derived.kind, derived.nullable))
         suite.add_expectation(gxe.ExpectColumnValuesToBeInTypeList(column=derived.name, type_list=[dtype]))
     for spec in schema.columns:
         column = spec.name

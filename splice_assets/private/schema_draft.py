@@ -10,6 +10,7 @@ public and removed the mark.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -87,18 +88,19 @@ def derived_candidates(table: pd.DataFrame, kinds: Mapping[str, str] | None = No
     difference of two (``_Identity``). Nearly constant columns (``MIN_VARYING``) are left out: any identity holds on
     them. A fact about the private rows, offered with ``from_data`` only; each line names the later column.
     ``kinds``: each column's kind when already inferred (``infer_kind``)."""
-    values = {}
+    values, modes = {}, {}
     for column in table.columns:
         if (kinds[column] if kinds else infer_kind(table[column])) in ("integer", "continuous"):
             x = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=np.float64)
             present = x[~np.isnan(x)]
-            if len(present) and np.mean(present != pd.Series(present).mode().iloc[0]) >= MIN_VARYING:
-                values[column] = x
+            mode = float(pd.Series(present).mode().iloc[0]) if len(present) else math.nan
+            if len(present) and np.mean(present != mode) >= MIN_VARYING:
+                values[column], modes[column] = x, mode
     numeric = list(values)
     screen = np.random.default_rng(0).permutation(len(table))[:SCREEN_ROWS]
     found: list[str] = []
     for i, target in enumerate(numeric):
-        identity = _Identity(values[target], screen)
+        identity = _Identity(values[target], modes[target], screen)
         multiples = []
         for source in numeric[:i]:
             x = values[source]
@@ -127,11 +129,11 @@ def derived_candidates(table: pd.DataFrame, kinds: Mapping[str, str] | None = No
 class _Identity:
     """Whether a column ``y`` equals an estimate of it: an integer exactly once rounded, other values to within one
     unit of their last decimal (a charge computed from unrounded minutes), in ``IDENTITY_SHARE`` of the rows where
-    both are present and of those off ``y``'s most common value; on the ``screen`` rows first, then on all."""
+    both are present and of those off ``y``'s most common value ``mode``; on the ``screen`` rows first, then on all."""
 
-    def __init__(self, y: np.ndarray, screen: np.ndarray) -> None:
+    def __init__(self, y: np.ndarray, mode: float, screen: np.ndarray) -> None:
         self.y, self.screen = y, screen
-        self.varying = y != pd.Series(y).mode().iloc[0]
+        self.varying = y != mode
         places = int(decimals_needed(y[~np.isnan(y)]).max(initial=0))
         self.unit = 10.0 ** -min(places, MAX_DECIMALS) * (0.5 if places == 0 else 1 + 1e-9)
 
