@@ -262,6 +262,27 @@ def test_a_release_finds_the_step_and_its_output_keeps_to_it(tmp_path):
     assert Synthesizer.load(folder).bounds.found_steps == {"sensor": 2}
 
 
+def test_a_declared_top_code_off_the_grid_does_not_hide_the_grid():
+    rng = np.random.default_rng(11)
+    prices = rng.integers(150, 5_000, 6_000) * 100
+    prices[:600] = 500_001  # 10% at the top code, as California's house values
+    table = pd.DataFrame({"price": prices})
+
+    def found(values: list) -> dict:
+        schema = parse_schema({"name": "prices", "version": 1, "n_min": 1000, "columns": [
+            {"name": "price", "kind": "integer", "bounds": [0, 500_001], "step": "auto", "values": values}]})
+        # At eps = 20 the estimate's noise sd is about 1 row against an allowance of 60 rows off the grid.
+        synth = Synthesizer(schema, 20.0, 1e-9, RELATION_ADD_REMOVE).fit(table, ledger=None)
+        return synth, synth.bounds.found_steps
+
+    assert found([])[1] == {"price": None}  # the top code is 10% of the rows off every grid
+    synth, steps = found([500_001])
+    assert steps == {"price": 100}
+    rows = synth.sample(3_000, seed=0)["price"]
+    assert ((rows % 100 == 0) | (rows == 500_001)).all()
+    assert 0.07 < (rows == 500_001).mean() < 0.13
+
+
 def test_the_streamed_step_counts_are_the_whole_tables(tmp_path):
     schema = parse_schema({"name": "steps", "version": 1, "n_min": 10, "columns": [
         {"name": "sensor", "kind": "integer", "bounds": "auto", "step": "auto"}]})

@@ -8,8 +8,14 @@ over the integer columns; ``tails``: the share of synthetic values below the rea
 one (0.002 for a faithful tail), averaged over the numeric columns; and TSTR (the best learner's AUC or R^2 on the
 test split).
 
+``--charged`` runs each variant as the product does instead: the release draws its own DP estimate (at its relation
+and ε) and pays for it, the estimate's share (``bounds_share``) coming out of the measurement's privacy, so a variant
+that adds the first ``auto`` entry to a schema is charged for it. ``--epsilon`` sets the release's ε.
+
     git show b23593f:schemas/churn.yaml > churn-before.yaml
     .venv/bin/python -m bench.experiments.schema_variants churn churn-before.yaml schemas/churn.yaml --seeds 0 1 2
+    .venv/bin/python -m bench.experiments.schema_variants california_housing before.yaml \
+        schemas/california_housing.yaml --seeds 0 1 2 3 --charged --epsilon 0.5
 """
 
 from __future__ import annotations
@@ -57,8 +63,10 @@ def best_tstr(train: pd.DataFrame, test: pd.DataFrame, synthetic: pd.DataFrame, 
     return float(learned.best_tstr[learned.primary]) if learned else float("nan")
 
 
-def compare(dataset: str, variants: dict[str, TableSchema], seeds: list[int], show: list[str] = ()) -> None:
-    """Print one row of mean scores per schema variant (each seed: its own DP estimate and release)."""
+def compare(dataset: str, variants: dict[str, TableSchema], seeds: list[int], show: list[str] = (),
+            charged: bool = False, epsilon: float = 1.0) -> None:
+    """Print one row of mean scores per schema variant (each seed: its own DP estimate and release; ``charged``: the
+    release's own estimate, paid from its ε)."""
     raw = read_table(DATASETS_DIR / dataset / "data.csv.gz")
     reference = load_schema(schema_path(dataset))
     if needs_estimate(reference):  # the reference rows: cleaned with the repository schema's bounds, once
@@ -68,8 +76,8 @@ def compare(dataset: str, variants: dict[str, TableSchema], seeds: list[int], sh
     for label, variant in variants.items():
         rows, shown = [], []
         for seed in seeds:
-            schema = dp_estimate(train, variant)[0] if needs_estimate(variant) else variant
-            synthetic = fitted_sample(schema, train, seed)[1]
+            schema = variant if charged or not needs_estimate(variant) else dp_estimate(train, variant)[0]
+            synthetic = fitted_sample(schema, train, seed, epsilon=epsilon)[1]
             rows.append({**scores(train, synthetic, reference), "unseen": unseen_share(train, synthetic, reference),
                          "tails": tail_share(train, synthetic, reference),
                          "tstr": best_tstr(train, test, synthetic, reference)})
@@ -87,8 +95,12 @@ def main() -> None:
     parser.add_argument("schemas", nargs="+", help="Schema files, one per variant.")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--show", nargs="*", default=[], help="Columns to describe: distinct values, unseen share.")
+    parser.add_argument("--charged", action="store_true",
+                        help="Each release draws its own DP estimate and pays for it from its epsilon.")
+    parser.add_argument("--epsilon", type=float, default=1.0, help="The release's epsilon.")
     args = parser.parse_args()
-    compare(args.dataset, {path: load_schema(path) for path in args.schemas}, args.seeds, args.show)
+    compare(args.dataset, {path: load_schema(path) for path in args.schemas}, args.seeds, args.show, args.charged,
+            args.epsilon)
 
 
 if __name__ == "__main__":

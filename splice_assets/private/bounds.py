@@ -17,7 +17,8 @@ decimals its value needs (0 to ``MAX_DECIMALS``, or more); its precision is the 
 ``CLIP_SHARE`` of the noisy rows (or the noise of the cells passed) with more (``decimals_from_noisy``).
 
 A column with ``step: auto`` (integer columns) gets a fourth: each nonzero value adds 1 to the cell of its greatest
-common divisor with ``STEP_MODULUS`` (10,000: the cells are its 25 divisors); its step is the largest divisor that
+common divisor with ``STEP_MODULUS`` (10,000: the cells are its 25 divisors; a declared exact value such as a top
+code counts nowhere); its step is the largest divisor that
 divides all but ``CLIP_SHARE`` of the noisy nonzero rows (or 2 noise sd of the cells it does not divide, where that
 noise is within ``STEP_NOISE_SHARE``: ``step_from_noisy``). An even-only sensor gets step 2; a credit limit in tens of
 thousands gets 10,000.
@@ -285,12 +286,15 @@ def step_cells(values: np.ndarray) -> np.ndarray:
 
 
 def exact_steps(raw: pd.DataFrame, columns: list[ColumnSpec]) -> np.ndarray:
-    """PRIVATE: (columns, len(STEP_DIVISORS)) exact counts of the step cells of each parsed value."""
+    """PRIVATE: (columns, len(STEP_DIVISORS)) exact counts of the step cells of each parsed value. A value the
+    schema declares exact (a top code such as 500,001) counts nowhere: it is reproduced exactly, off the grid or
+    not, so it must not hide the grid of the other values. Each row still adds at most 1 per column."""
     from splice_assets.private.validation import parse_numbers
 
     counts = np.zeros((len(columns), len(STEP_DIVISORS)), dtype=np.float64)
     for row, spec in enumerate(columns):
-        cells = step_cells(parse_numbers(raw[spec.name].reset_index(drop=True)))
+        values = parse_numbers(raw[spec.name].reset_index(drop=True))
+        cells = np.where(np.isin(values, spec.exact_values), -1, step_cells(values))
         counts[row] = np.bincount(cells[cells >= 0], minlength=len(STEP_DIVISORS))
     return counts
 
