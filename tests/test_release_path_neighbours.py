@@ -306,7 +306,7 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds_and_valu
 
     name = "toy_neighbours_values"
     first_inputs = fixed_first_step(tmp_path, monkeypatch, relation, name, "bounds: auto, values: auto, decimals: auto",
-                                    "bounds: [0, 100000], values: auto, step: auto")
+                                    "bounds: [0, 100000], values: [5, auto], step: auto")
     counts: list[list] = []
 
     def second_step(value_counts, columns, sigma, entropy):
@@ -332,7 +332,7 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds_and_valu
     base = job_vector(tmp_path, table, relation, "base", monkeypatch, first_inputs, name, streamed)
     base_counts = counts.pop()
     assert sum(len(held) for held, _ in base_counts) > 0
-    # amount: bounds, decimals and values auto; age: values and step auto
+    # amount: bounds, decimals and values auto; age: values and step auto, its declared 5 counted in no step cell
     bound = estimate_sensitivity(1, 2, relation, decimals_columns=1, step_columns=1)
     for index, (label, other) in enumerate(neighbours(rng, table, relation).items()):
         step_one = job_vector(tmp_path, other, relation, f"n{index}", monkeypatch, first_inputs, name, streamed)
