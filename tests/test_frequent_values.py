@@ -208,15 +208,23 @@ def test_step_auto_parses_round_trips_and_is_refused_off_integer_columns():
 
 
 def test_a_value_counts_in_the_cell_of_its_divisor_and_zero_counts_nowhere():
-    values = np.array([0.0, 2, -4, 10, 3, np.nan, np.inf, 2.5, 20_000, -188, 436, 1250])
+    values = np.array([0.0, 2, -4, 10, 3, np.nan, np.inf, 2.5, 20_000, -188, 436, 1250, 2500, -300, 15])
     cells = bounds.step_cells(values)
     assert cells[[0, 5, 6]].tolist() == [-1, -1, -1]
-    assert bounds.STEP_DIVISORS[cells[cells >= 0]].tolist() == [2, 4, 10, 1, 1, 10_000, 4, 4, 1250]
+    # The largest listed step that divides each value (1250 and 2500: 50 and 500, as 250 and 2500 are not listed).
+    assert bounds.STEP_CELLS[cells[cells >= 0]].tolist() == [2, 2, 10, 1, 1, 10_000, 2, 2, 50, 500, 100, 5]
+
+
+def test_the_step_cells_are_closed_under_lcm():
+    """So the largest listed step that divides a value is a multiple of every listed step that does."""
+    steps = bounds.STEP_CELLS.tolist()
+    assert all(np.lcm(a, b) in steps for a in steps for b in steps)
+    assert all(steps[-1] % s == 0 for s in steps)
 
 
 def test_the_step_is_found_where_nearly_every_value_is_a_multiple_and_refused_where_not():
     rng = np.random.default_rng(8)
-    cells = len(bounds.STEP_DIVISORS)
+    cells = len(bounds.STEP_CELLS)
 
     def histogram(values: np.ndarray) -> np.ndarray:
         found = bounds.step_cells(values)
@@ -236,7 +244,7 @@ def test_the_step_is_found_where_nearly_every_value_is_a_multiple_and_refused_wh
     assert bounds.step_from_noisy(even / 100, sigma) is None
     # Off-grid noise sd at 1.5% of the rows (shuttle's a9 at eps = 1): an even-only column gets its step in nearly
     # every draw (.98 each), one with 20% odd values in none (its off-grid count stands 10 sd above the threshold).
-    sigma = 0.015 * 40_000 / np.sqrt(6)  # six odd divisors of 10,000 are off the grid of 2
+    sigma = 0.015 * 40_000 / np.sqrt(2)  # two odd cells (1 and 5) are off the grid of 2
     fifth_odd = rng.integers(-188, 436, 40_000) & ~1
     fifth_odd[:8_000] |= 1
     found = [bounds.step_from_noisy(even + rng.normal(0, sigma, cells), sigma) for _ in range(50)]

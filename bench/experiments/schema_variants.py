@@ -74,15 +74,22 @@ def compare(dataset: str, variants: dict[str, TableSchema], seeds: list[int], sh
     train, test = split_train_test(validate(raw, reference).table)
     print(" | ".join(("dataset", "schema", *KEYS)), flush=True)
     for label, variant in variants.items():
-        rows, shown = [], []
+        rows, shown, steps = [], [], []
         for seed in seeds:
-            schema = variant if charged or not needs_estimate(variant) else dp_estimate(train, variant)[0]
-            synthetic = fitted_sample(schema, train, seed, epsilon=epsilon)[1]
+            schema = variant
+            if needs_estimate(variant) and not charged:
+                schema, estimate = dp_estimate(train, variant)
+                steps.append(estimate.found_steps)
+            synth, synthetic = fitted_sample(schema, train, seed, epsilon=epsilon)
+            if charged and synth.bounds is not None:
+                steps.append(synth.bounds.found_steps)
             rows.append({**scores(train, synthetic, reference), "unseen": unseen_share(train, synthetic, reference),
                          "tails": tail_share(train, synthetic, reference),
                          "tstr": best_tstr(train, test, synthetic, reference)})
             shown.append([(synthetic[c].nunique(), (~synthetic[c].isin(set(train[c]))).mean()) for c in show])
         print_means(dataset, label, rows, KEYS)
+        if any(steps):
+            print(f"  found steps, per seed: {steps}", flush=True)
         for i, column in enumerate(show):
             print(f"  {column}: {train[column].nunique()} distinct real values; synthetic "
                   f"{np.mean([s[i][0] for s in shown]):.0f} distinct, {np.mean([s[i][1] for s in shown]):.1%} unseen",

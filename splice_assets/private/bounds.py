@@ -16,11 +16,10 @@ A column with ``decimals: auto`` gets a third histogram in the same draw: each r
 decimals its value needs (0 to ``MAX_DECIMALS``, or more); its precision is the fewest decimals that leave at most
 ``CLIP_SHARE`` of the noisy rows (or the noise of the cells passed) with more (``decimals_from_noisy``).
 
-A column with ``step: auto`` (integer columns) gets a fourth: each nonzero value adds 1 to the cell of its greatest
-common divisor with ``STEP_MODULUS`` (10,000: the cells are its 25 divisors; a declared exact value such as a top
-code counts nowhere); its step is the largest divisor that
-divides all but ``CLIP_SHARE`` of the noisy nonzero rows (or 2 noise sd of the cells it does not divide, where that
-noise is within ``STEP_NOISE_SHARE``: ``step_from_noisy``). An even-only sensor gets step 2; a credit limit in tens of
+A column with ``step: auto`` (integer columns) gets a fourth: each nonzero value adds 1 to the cell of the largest of
+the ``STEP_CELLS`` (1, 2, 5, 10, 50, ..., 10,000) that divides it (a declared exact value such as a top code counts
+nowhere); its step is the largest of them that divides all but ``CLIP_SHARE`` of the noisy nonzero rows (or 2 noise
+sd of the cells it does not divide, where that noise is within ``STEP_NOISE_SHARE``: ``step_from_noisy``). An even-only sensor gets step 2; a credit limit in tens of
 thousands gets 10,000.
 
 A column with ``values: auto`` then gets its frequent exact values from the same measurement, in a second step on
@@ -115,8 +114,9 @@ COARSE_Z = 4.0
 #: An end moves inward only while the noisy mass it clips stays within this share of the noisy row count.
 CLIP_SHARE = 0.01
 #: ``step: auto`` is decided only where the noise sd of a step's off-grid cells is within this share of the noisy
-#: nonzero rows (docs/decisions/0032: at 0.01 shuttle's even-only a9, 30,000 nonzero rows, never got its step).
-STEP_NOISE_SHARE = 0.02
+#: nonzero rows (docs/decisions/0032: at 0.01 shuttle's even-only a9, 30,000 nonzero rows, never got its step; at
+#: 0.02 house_16h's prices, 19,600 rows off the two codes, got 5 instead of 100 under replace-one).
+STEP_NOISE_SHARE = 0.03
 #: A run of decades beyond the resolved bounds whose noisy count clears this many noise sd is reported as clipped.
 CLIPPED_Z = 3.5
 DEFAULT_BOUNDS_SHARE = 0.05
@@ -126,9 +126,11 @@ HISTOGRAMS = 2
 #: ``decimals: auto``: cells 0..MAX_DECIMALS decimals, then one for values that need more.
 MAX_DECIMALS = 6
 DECIMAL_CELLS = MAX_DECIMALS + 2
-#: ``step: auto``: the cells are the divisors of this modulus (1, 2, 4, 5, ..., 5000, 10000).
-STEP_MODULUS = 10_000
-STEP_DIVISORS = np.array([d for d in range(1, STEP_MODULUS + 1) if STEP_MODULUS % d == 0], dtype=np.int64)
+#: ``step: auto``: the steps it can find, one histogram cell each. The lcm of any two is in the list, so the largest
+#: that divides a value is a multiple of every other that does: a value is off a step's grid exactly when its cell
+#: is. Fewer cells than the 25 divisors of 10,000 (4, 20, 25, 250, ... are left out) mean less noise on the cells off
+#: a grid: five for the grid of 100 instead of sixteen (docs/decisions/0032).
+STEP_CELLS = np.array([1, 2, 5, 10, 50, 100, 500, 1_000, 5_000, 10_000], dtype=np.int64)
 #: ``values: auto``: expected candidates per column that no row holds and still pass the threshold.
 FALSE_POSITIVES = 0.05
 #: ``values: auto``: at most this many values found per column (the largest noisy counts).
@@ -275,43 +277,47 @@ def decimals_from_noisy(noisy: np.ndarray, sigma: float) -> int | None:
 
 
 def step_cells(values: np.ndarray) -> np.ndarray:
-    """Step cell of each value: the index in ``STEP_DIVISORS`` of gcd(|v|, ``STEP_MODULUS``) for a nonzero integral
-    value, 0 (no step divides it) for a fractional one, -1 (counted nowhere) for 0 and missing or infinite values."""
+    """Step cell of each value: the index in ``STEP_CELLS`` of the largest that divides a nonzero integral value, 0
+    (no step divides it) for a fractional one, -1 (counted nowhere) for 0 and missing or infinite values."""
     values = np.asarray(values, dtype=np.float64)
     counted = np.isfinite(values) & (values != 0.0)
     magnitude = np.abs(np.where(counted, values, 1.0))
     integral = magnitude == np.floor(magnitude)
-    divisor = np.gcd(np.fmod(np.where(integral, magnitude, 1.0), STEP_MODULUS).astype(np.int64), STEP_MODULUS)
-    return np.where(counted, np.searchsorted(STEP_DIVISORS, divisor), -1)
+    largest = int(STEP_CELLS[-1])  # every cell divides it, so v mod it keeps v's divisibility by each
+    residue = np.fmod(np.where(integral, magnitude, 1.0), largest).astype(np.int64)
+    cell = np.zeros(len(values), dtype=np.int64)
+    for index, step in enumerate(STEP_CELLS[1:], start=1):
+        cell[residue % step == 0] = index
+    return np.where(counted, cell, -1)
 
 
 def exact_steps(raw: pd.DataFrame, columns: list[ColumnSpec]) -> np.ndarray:
-    """PRIVATE: (columns, len(STEP_DIVISORS)) exact counts of the step cells of each parsed value. A value the
+    """PRIVATE: (columns, len(STEP_CELLS)) exact counts of the step cells of each parsed value. A value the
     schema declares exact (a top code such as 500,001) counts nowhere: it is reproduced exactly, off the grid or
     not, so it must not hide the grid of the other values. Each row still adds at most 1 per column."""
     from splice_assets.private.validation import parse_numbers
 
-    counts = np.zeros((len(columns), len(STEP_DIVISORS)), dtype=np.float64)
+    counts = np.zeros((len(columns), len(STEP_CELLS)), dtype=np.float64)
     for row, spec in enumerate(columns):
         values = parse_numbers(raw[spec.name].reset_index(drop=True))
         cells = np.where(np.isin(values, spec.exact_values), -1, step_cells(values))
-        counts[row] = np.bincount(cells[cells >= 0], minlength=len(STEP_DIVISORS))
+        counts[row] = np.bincount(cells[cells >= 0], minlength=len(STEP_CELLS))
     return counts
 
 
 def step_from_noisy(noisy: np.ndarray, sigma: float) -> int | None:
-    """Post-processing of one column's noisy step histogram: the largest step s (a divisor of ``STEP_MODULUS``
-    above 1) whose noisy count of the nonzero rows it does not divide stays within ``CLIP_SHARE`` of the noisy
-    nonzero rows, or within 2 noise sd of those cells (a column whose values all are multiples of s passes with
-    probability .98). A step is tried only where that noise sd is itself within ``STEP_NOISE_SHARE`` of the rows, so
-    the threshold is at most 4% of them, and a column with more than 14% of its nonzero rows off the step gets it
-    with probability below 3e-7 (5 sd). None: no step."""
+    """Post-processing of one column's noisy step histogram: the largest step s (of ``STEP_CELLS``, above 1) whose
+    noisy count of the nonzero rows it does not divide stays within ``CLIP_SHARE`` of the noisy nonzero rows, or
+    within 2 noise sd of those cells (a column whose values all are multiples of s passes with probability .98). A
+    step is tried only where that noise sd is itself within ``STEP_NOISE_SHARE`` of the rows, so the threshold is at
+    most 6% of them, and a column with more than 21% of its nonzero rows off the step gets it with probability below
+    3e-7 (5 sd). None: no step."""
     total = max(float(noisy.sum()), 0.0)
-    for index in range(len(STEP_DIVISORS) - 1, 0, -1):
-        off = STEP_DIVISORS % STEP_DIVISORS[index] != 0
+    for index in range(len(STEP_CELLS) - 1, 0, -1):
+        off = STEP_CELLS % STEP_CELLS[index] != 0
         noise = sigma * math.sqrt(int(off.sum()))
         if noise <= STEP_NOISE_SHARE * total and noisy[off].sum() <= max(CLIP_SHARE * total, 2.0 * noise):
-            return int(STEP_DIVISORS[index])
+            return int(STEP_CELLS[index])
     return None
 
 
@@ -648,8 +654,8 @@ def estimate_bounds_from_counts(
     if decimals.shape != (len(decimal_columns), DECIMAL_CELLS):
         raise ValueError(f"exact decimals histograms of shape {decimals.shape} do not match {len(decimal_columns)} "
                          "decimals: auto columns")
-    steps = np.zeros((0, len(STEP_DIVISORS))) if steps is None else steps
-    if steps.shape != (len(step_columns), len(STEP_DIVISORS)):
+    steps = np.zeros((0, len(STEP_CELLS))) if steps is None else steps
+    if steps.shape != (len(step_columns), len(STEP_CELLS)):
         raise ValueError(f"exact step histograms of shape {steps.shape} do not match {len(step_columns)} "
                          "step: auto columns")
     if value_columns and count_values is None:
@@ -677,7 +683,7 @@ def estimate_bounds_from_counts(
         if decimal_columns:
             described.update({"decimals_columns": [c.name for c in decimal_columns], "max_decimals": MAX_DECIMALS})
         if step_columns:
-            described.update({"step_columns": [c.name for c in step_columns], "step_modulus": STEP_MODULUS})
+            described.update({"step_columns": [c.name for c in step_columns], "step_cells": STEP_CELLS.tolist()})
         if knot_columns:
             described.update({"knots_columns": [c.name for c in knot_columns], "knot_cells": KNOT_CELLS,
                               "knot_scale_share": KNOT_SCALE_SHARE})
@@ -696,7 +702,7 @@ def estimate_bounds_from_counts(
     noisy = drawn[: len(columns) * (COARSE.size + FINE.size)].reshape(len(columns), COARSE.size + FINE.size)
     noisy_decimals = drawn[noisy.size: noisy.size + len(decimal_columns) * DECIMAL_CELLS].reshape(
         len(decimal_columns), DECIMAL_CELLS)
-    noisy_steps = drawn[noisy.size + noisy_decimals.size:].reshape(len(step_columns), len(STEP_DIVISORS))
+    noisy_steps = drawn[noisy.size + noisy_decimals.size:].reshape(len(step_columns), len(STEP_CELLS))
     found_decimals = {spec.name: decimals_from_noisy(noisy_decimals[i], sigma)
                       for i, spec in enumerate(decimal_columns)}
     found_steps = {spec.name: step_from_noisy(noisy_steps[i], sigma) for i, spec in enumerate(step_columns)}

@@ -43,7 +43,7 @@ from splice_assets.private.bounds import (
     COARSE,
     DECIMAL_CELLS,
     FINE,
-    STEP_DIVISORS,
+    STEP_CELLS,
     ValueCounts,
     add_value_counts,
     auto_columns,
@@ -209,7 +209,7 @@ def scan_partition(partition: Partition, schema: TableSchema, batch_rows: int = 
     """Pass 1 over one partition: ``StructuralError`` for a header that does not fit the schema, else the counts."""
     auto, decimals, steps = auto_columns(schema), decimals_auto_columns(schema), steps_auto_columns(schema)
     total = Scan(0, {c.name: (0, 0) for c in schema.columns}, np.zeros((len(auto), COARSE.size + FINE.size)),
-                 np.zeros((len(decimals), DECIMAL_CELLS)), np.zeros((len(steps), len(STEP_DIVISORS))))
+                 np.zeros((len(decimals), DECIMAL_CELLS)), np.zeros((len(steps), len(STEP_CELLS))))
     for batch in read_batches(partition, batch_rows):
         check_columns(batch.columns, schema, None, require_bounds=False)
         total = total + Scan(len(batch), column_tallies(batch, schema), exact_histograms(batch, auto),
