@@ -19,8 +19,8 @@ decimals its value needs (0 to ``MAX_DECIMALS``, or more); its precision is the 
 A column with ``step: auto`` (integer columns) gets a fourth: each nonzero value adds 1 to the cell of the largest of
 the ``STEP_CELLS`` (1, 2, 5, 10, 50, ..., 10,000) that divides it (a declared exact value such as a top code counts
 nowhere); its step is the largest of them that divides all but ``CLIP_SHARE`` of the noisy nonzero rows (or 2 noise
-sd of the cells it does not divide, where that noise is within ``STEP_NOISE_SHARE``: ``step_from_noisy``). An even-only sensor gets step 2; a credit limit in tens of
-thousands gets 10,000.
+sd of the cells it does not divide, where that noise is within ``STEP_NOISE_SHARE``: ``step_from_noisy``). An
+even-only sensor gets step 2; a credit limit in tens of thousands gets 10,000.
 
 A column with ``values: auto`` then gets its frequent exact values from the same measurement, in a second step on
 the bounds the first resolved (``select_values``): each row adds 1 to the count of its cleaned value among the
@@ -277,7 +277,7 @@ def decimals_from_noisy(noisy: np.ndarray, sigma: float) -> int | None:
 
 
 def step_cells(values: np.ndarray) -> np.ndarray:
-    """Step cell of each value: the index in ``STEP_CELLS`` of the largest that divides a nonzero integral value, 0
+    """Step cell of each value: the index in ``STEP_CELLS`` of the largest step that divides a nonzero integral value, 0
     (no step divides it) for a fractional one, -1 (counted nowhere) for 0 and missing or infinite values."""
     values = np.asarray(values, dtype=np.float64)
     counted = np.isfinite(values) & (values != 0.0)
