@@ -50,6 +50,9 @@ MAX_FINE_BINS = 4096
 DEFAULT_FINE_THRESHOLD = 0.0
 #: Shrink each coarse bin's noisy fine cells toward the bin's coarse shape before the projection (``shrunk_toward``).
 DEFAULT_FINE_SHRINK = True
+#: ... after moving them to the bin's mass, so that the gap between their noisy sum and the (better measured) mass
+#: is not read as shape (``FineTables.level_first``).
+DEFAULT_FINE_LEVEL_FIRST = True
 #: Numeric pairs whose noisy coarse table shows at least this Gaussian-copula correlation couple their draws inside
 #: the bins (``choose_couplings``).
 DEFAULT_FINE_COUPLING = 0.5
@@ -253,6 +256,9 @@ class FineTables:
     shrink: bool = DEFAULT_FINE_SHRINK
     #: Smooth each column's intervals across its bins first, where SURE says a kernel lowers the risk (``_smoothed``).
     smooth: bool = False
+    #: Before the shrinkage, shift a bin's noisy cells by one constant so that they sum to the bin's mass: the
+    #: shrinkage then reads only their shape (``consistent``).
+    level_first: bool = DEFAULT_FINE_LEVEL_FIRST
 
     def per_column(self, cells: tuple[FineCells, ...]) -> list[np.ndarray]:
         return per_column(self.frequencies, cells)
@@ -290,6 +296,8 @@ class FineTables:
             if len(inside):
                 cells = fine[inside]
                 if shrink:
+                    if self.level_first:  # the projection's own first move, so the shrinkage sees only the shape
+                        cells = cells + (masses[bin_] - cells.sum()) / len(cells)
                     cells = shrunk_toward(cells, _bin_shape(masses, bin_, len(inside)), self.noise_std)
                 weights[inside] = _project(cells[None, :], np.array([masses[bin_]]))[0]
         finer = self.kept(table[column.n_cells :])

@@ -419,6 +419,36 @@ def test_shrinking_keeps_every_value_of_a_smooth_bin_and_its_spikes():
     assert error_shrunk < 0.7 * error_plain
 
 
+def test_a_bins_cells_move_to_its_mass_before_the_shrinkage_reads_their_shape():
+    """churn's call counts: 160 integers in 16 bins, each about 0.6% of the rows, noise sd 1.8% per cell, the bins'
+    masses well measured. A bin whose noisy cells sum far from its mass made the shrinkage read that gap as shape
+    and keep the noise, so the projection zeroed values in the middle of the distribution. Moving the cells to the
+    mass first (``level_first``): over 100 noise draws (fixed seed) 0.3% of the values are never drawn (without: 2%),
+    and the squared error is about half."""
+    from splice_assets.resolution import column_fine_cells
+
+    spec = parse_schema({"name": "calls", "version": 1, "n_min": 10, "columns": [
+        {"name": "calls", "kind": "integer", "bounds": [0, 159]}]}).columns[0]
+    column = column_fine_cells(spec, 0, None, 256)
+    values = np.asarray(column.points)
+    truth = np.exp(-0.5 * ((values - 100) / 20) ** 2)
+    truth /= truth.sum()
+    masses = np.bincount(column.parents, weights=truth, minlength=16)
+    rng = np.random.default_rng(12)
+    inside = truth >= 0.001
+    empty = {True: 0.0, False: 0.0}
+    error = {True: 0.0, False: 0.0}
+    for _ in range(100):
+        noisy = truth + rng.normal(0.0, 0.018, truth.size)
+        for level_first in (True, False):
+            tables = FineTables(noisy, 0.018, 256, level_first=level_first)
+            weights, _ = tables.consistent(column, noisy, masses)
+            empty[level_first] += np.mean(weights[inside] == 0) / 100
+            error[level_first] += np.sum((weights - truth) ** 2) / 100
+    assert empty[True] < 0.3 * empty[False] and empty[False] > 0.01, empty
+    assert error[True] < 0.7 * error[False], error
+
+
 def test_a_bin_shape_follows_its_neighbours_and_keeps_the_bin_mass():
     from splice_assets.resolution import _bin_shape
 

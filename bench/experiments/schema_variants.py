@@ -45,6 +45,19 @@ def unseen_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
     return float(np.mean(shares)) if shares else float("nan")
 
 
+def gap_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
+    """Mean over the integer columns of the share of their values held by at least 0.1% of the real rows that no
+    synthetic row holds: holes inside a smooth count column."""
+    shares = []
+    for c in schema.columns:
+        if c.kind == "integer":
+            held = train[c.name].value_counts(normalize=True)
+            common = held.index[held >= 0.001]
+            if len(common):
+                shares.append(float((~common.isin(set(synthetic[c.name].dropna()))).mean()))
+    return float(np.mean(shares)) if shares else float("nan")
+
+
 def tail_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
     """Mean over the numeric columns of the share of synthetic values beyond the real 0.1% and 99.9% quantiles."""
     shares = []

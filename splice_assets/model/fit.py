@@ -190,6 +190,8 @@ class FitConfig:
     #: Smooth each numeric column's fine intervals across its bins where SURE prefers it (``resolution._smoothed``).
     #: Off: California's qtvd1 fell 13%, adult's rose 4% (docs/decisions/0037).
     fine_smoothing: bool = False
+    #: Move a bin's noisy fine cells to the bin's mass before shrinking them (``FineTables.level_first``).
+    fine_level_first: bool = True
 
     def __post_init__(self) -> None:
         for name in ("K", "bin_refinement", "max_steps", "window", "field_chains", "field_sweeps", "tilt_pool_factor"):
@@ -209,7 +211,7 @@ class FitConfig:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
                 raise ValueError(f"{name} must be a number {'in (0, inf)' if positive else '>= 0'}, got {value!r}")
-        for name in ("pool_fine_tables", "shrink_categories", "shrink_pairs", "fine_smoothing"):
+        for name in ("pool_fine_tables", "shrink_categories", "shrink_pairs", "fine_smoothing", "fine_level_first"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not 0.0 <= self.holdout_direction_fraction < 1.0:

@@ -59,7 +59,8 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
         columns, config.fine_coupling, measurement.pair_noise_std(),
     )
     fine = FineTables(measurement.noisy_fine, measurement.marginal_noise_std(), measurement.fine_bins,
-                      config.fine_threshold, measurement.fine_split, couplings, smooth=config.fine_smoothing)
+                      config.fine_threshold, measurement.fine_split, couplings, smooth=config.fine_smoothing,
+                      level_first=config.fine_level_first)
     return replace(model, fine=fine)
 
 
