@@ -27,6 +27,7 @@ import pandas as pd
 
 from bench.common import DATASETS_DIR, split_train_test
 from bench.experiments.pair_selection import fitted_sample, print_means, scores
+from bench.offgrid import _tvd, cells
 from bench.run import dp_estimate
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
@@ -76,6 +77,20 @@ def best_tstr(train: pd.DataFrame, test: pd.DataFrame, synthetic: pd.DataFrame, 
     return float(learned.best_tstr[learned.primary]) if learned else float("nan")
 
 
+def described(train: pd.DataFrame, synthetic: pd.DataFrame, schema, column: str) -> tuple[float, ...]:
+    """One column of one release: its synthetic distinct values, the share no real row holds, its own off-grid
+    1-way TVD, and the share of its nonzero synthetic values below the smallest nonzero real value or above the
+    largest (house prices between 0 and the bottom code)."""
+    real, drawn = train[column], synthetic[column]
+    cells_real, cells_drawn = cells(real, drawn, schema.column(column))
+    tvd = _tvd((cells_real + 1)[:, None], (cells_drawn + 1)[:, None])
+    outside = float("nan")
+    if schema.column(column).is_numeric:
+        nonzero, drawn_nonzero = real[real != 0].dropna(), drawn[drawn != 0].dropna()
+        outside = float(((drawn_nonzero < nonzero.min()) | (drawn_nonzero > nonzero.max())).mean())
+    return float(drawn.nunique()), float((~drawn.isin(set(real))).mean()), tvd, outside
+
+
 def compare(dataset: str, variants: dict[str, TableSchema], seeds: list[int], show: list[str] = (),
             charged: bool = False, epsilon: float = 1.0) -> None:
     """Print one row of mean scores per schema variant (each seed: its own DP estimate and release; ``charged``: the
@@ -99,14 +114,15 @@ def compare(dataset: str, variants: dict[str, TableSchema], seeds: list[int], sh
             rows.append({**scores(train, synthetic, reference), "unseen": unseen_share(train, synthetic, reference),
                          "tails": tail_share(train, synthetic, reference),
                          "tstr": best_tstr(train, test, synthetic, reference)})
-            shown.append([(synthetic[c].nunique(), (~synthetic[c].isin(set(train[c]))).mean()) for c in show])
+            shown.append([described(train, synthetic, reference, c) for c in show])
         print_means(dataset, label, rows, KEYS)
         if any(steps):
             print(f"  found steps, per seed: {steps}", flush=True)
         for i, column in enumerate(show):
-            print(f"  {column}: {train[column].nunique()} distinct real values; synthetic "
-                  f"{np.mean([s[i][0] for s in shown]):.0f} distinct, {np.mean([s[i][1] for s in shown]):.1%} unseen",
-                  flush=True)
+            distinct, unseen, tvd, outside = np.mean([s[i] for s in shown], axis=0)
+            print(f"  {column}: {train[column].nunique()} distinct real values; synthetic {distinct:.0f} distinct, "
+                  f"{unseen:.1%} unseen, qtvd1 {tvd:.4f}, {outside:.2%} of the nonzero values beyond the real "
+                  "nonzero ones' range", flush=True)
 
 
 def main() -> None:
@@ -114,7 +130,8 @@ def main() -> None:
     parser.add_argument("dataset")
     parser.add_argument("schemas", nargs="+", help="Schema files, one per variant.")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--show", nargs="*", default=[], help="Columns to describe: distinct values, unseen share.")
+    parser.add_argument("--show", nargs="*", default=[],
+                        help="Columns to describe: distinct and unseen values, qtvd1, values beyond the real range.")
     parser.add_argument("--charged", action="store_true",
                         help="Each release draws its own DP estimate and pays for it from its epsilon.")
     parser.add_argument("--epsilon", type=float, default=1.0, help="The release's epsilon.")
