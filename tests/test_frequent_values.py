@@ -276,7 +276,7 @@ def test_a_declared_top_code_off_the_grid_does_not_hide_the_grid():
     prices[:600] = 500_001  # 10% at the top code, as California's house values
     table = pd.DataFrame({"price": prices})
 
-    def found(values: list) -> dict:
+    def found(values: list) -> tuple[Synthesizer, dict]:
         schema = parse_schema({"name": "prices", "version": 1, "n_min": 1000, "columns": [
             {"name": "price", "kind": "integer", "bounds": [0, 500_001], "step": "auto", "values": values}]})
         # At eps = 20 the estimate's noise sd is about 1 row against an allowance of 60 rows off the grid.
