@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from bench.experiments.pair_selection import fitted_sample
-from bench.offgrid import _tvd, cells, offgrid_metrics
+from bench.offgrid import column_tvd, offgrid_metrics
 from bench.run import prepare
 from splice_assets.private.bounds import decimals_needed
 
@@ -46,8 +46,7 @@ def look(name: str, epsilon: float, seed: int, top: int) -> None:
           f"missing {metrics['missing_values']}")
     rows = []
     for spec in schema.columns:
-        real, synth = cells(train[spec.name], synthetic[spec.name], spec)
-        tvd = _tvd((real + 1)[:, None], (synth + 1)[:, None])
+        tvd = column_tvd(train[spec.name], synthetic[spec.name], spec)
         if spec.is_numeric:
             real_text, places = describe(train[spec.name], None)
             synth_text, _ = describe(synthetic[spec.name], places)

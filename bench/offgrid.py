@@ -46,6 +46,12 @@ def cells(real: pd.Series, synthetic: pd.Series, spec) -> tuple[np.ndarray, np.n
     return _codes_of(real.astype(object).to_numpy(), synthetic.astype(object).to_numpy())
 
 
+def column_tvd(real: pd.Series, synthetic: pd.Series, spec) -> float:
+    """One column's off-grid 1-way TVD (its ``cells``; missing values as a level of their own)."""
+    r, s = cells(real, synthetic, spec)
+    return _tvd((r + 1)[:, None], (s + 1)[:, None])
+
+
 def _binned(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
     codes = np.searchsorted(edges, values, side="right").astype(np.int64)
     return np.where(np.isnan(values), -1, codes)

@@ -28,7 +28,7 @@ import pandas as pd
 from bench.common import DATASETS_DIR, split_train_test
 from bench.experiments.pair_selection import fitted_sample, print_means, scores
 from bench.experiments.schema_variants import best_tstr
-from bench.offgrid import _tvd, cells
+from bench.offgrid import column_tvd
 from bench.run import dp_estimate
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
@@ -67,8 +67,7 @@ def charge_scores(train: pd.DataFrame, synthetic: pd.DataFrame) -> dict[str, flo
     for part, tariff in TARIFFS.items():
         charge, minutes = f"total_{part}_charge", f"total_{part}_minutes"
         identity.append(float(np.mean(np.abs(synthetic[charge] - synthetic[minutes] * tariff) <= 0.0100001)))
-        real, drawn = cells(train[charge], synthetic[charge], ColumnSpec(charge, "continuous", bounds=(0.0, 1e9)))
-        tvd.append(_tvd((real + 1)[:, None], (drawn + 1)[:, None]))
+        tvd.append(column_tvd(train[charge], synthetic[charge], ColumnSpec(charge, "continuous", bounds=(0.0, 1e9))))
     return {"identity": float(np.mean(identity)), "charge_qtvd": float(np.mean(tvd))}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from bench.common import RAW_DIR
-from bench.offgrid import _tvd, bootstrap, cells, offgrid_metrics
+from bench.offgrid import bootstrap, column_tvd, offgrid_metrics
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
 from splice_assets.evaluation.metrics import independent_marginals_baseline
@@ -21,8 +21,7 @@ KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "det_auc_max",
 def worst_columns(train, synthetic, schema, top: int = 3) -> str:
     scores = []
     for spec in schema.columns:
-        real, synth = cells(train[spec.name], synthetic[spec.name], spec)
-        scores.append((_tvd((real + 1)[:, None], (synth + 1)[:, None]), spec.name))
+        scores.append((column_tvd(train[spec.name], synthetic[spec.name], spec), spec.name))
     return ", ".join(f"{name} {tvd:.3f}" for tvd, name in sorted(scores, reverse=True)[:top])
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 
 from bench.common import DATASETS_DIR, split_train_test
 from bench.experiments.pair_selection import fitted_sample, print_means, scores
-from bench.offgrid import _tvd, cells
+from bench.offgrid import column_tvd
 from bench.run import dp_estimate
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
@@ -82,8 +82,7 @@ def described(train: pd.DataFrame, synthetic: pd.DataFrame, schema, column: str)
     1-way TVD, and the share of its nonzero synthetic values below the smallest nonzero real value or above the
     largest (house prices between 0 and the bottom code)."""
     real, drawn = train[column], synthetic[column]
-    cells_real, cells_drawn = cells(real, drawn, schema.column(column))
-    tvd = _tvd((cells_real + 1)[:, None], (cells_drawn + 1)[:, None])
+    tvd = column_tvd(real, drawn, schema.column(column))
     outside = float("nan")
     if schema.column(column).is_numeric:
         nonzero, drawn_nonzero = real[real != 0].dropna(), drawn[drawn != 0].dropna()
