@@ -627,23 +627,17 @@ def latent_correlation(table: np.ndarray, noise_std: float) -> tuple[float, floa
     table's derivative in r. Where one value holds most of a column the table barely moves with r (a 2 x 2
     table with a 90% corner), and the error says so."""
     from scipy.optimize import minimize_scalar
-    from scipy.special import ndtri
 
     total = np.clip(table, 0.0, None).sum()
     if not total > 0:
         return 0.0, math.inf
     target = table / total
-
-    def cuts_of(margin: np.ndarray) -> np.ndarray:  # normal scores of the bins' edges
-        mass = np.clip(margin, 0.0, None)
-        return ndtri(np.clip(np.concatenate([[0.0], np.cumsum(mass)]) / max(mass.sum(), 1e-300), 1e-15, 1 - 1e-15))
-
-    cuts = [cuts_of(table.sum(axis=1)), cuts_of(table.sum(axis=0))]
+    cuts = [_normal_cuts(table.sum(axis=1)), _normal_cuts(table.sum(axis=0))]
     if min(np.count_nonzero(np.diff(c) > 0) for c in cuts) < 2:
         return 0.0, math.inf  # all of one column's mass in one bin: the table says nothing about the dependence
 
     def cells(r: float) -> np.ndarray:
-        return np.diff(np.diff(_normal_cdf2(cuts[0][:, None], cuts[1][None, :], r), axis=0), axis=1)
+        return _copula_cells(cuts[0], cuts[1], r)
 
     def misfit(r: float) -> float:
         return float(np.sum((cells(r) - target) ** 2))
@@ -655,6 +649,24 @@ def latent_correlation(table: np.ndarray, noise_std: float) -> tuple[float, floa
     r, step = float(fit.x), 1e-3
     slope = (cells(min(r + step, 1.0 - 1e-6)) - cells(max(r - step, -1.0 + 1e-6))) / (2 * step)
     return r, float(noise_std / max(np.sqrt(np.sum(slope**2)), 1e-300))
+
+
+def copula_table(margin_a: np.ndarray, margin_b: np.ndarray, r: float) -> np.ndarray:
+    """The 2-way table of a Gaussian copula of correlation ``r`` with the given margins (clipped at 0 and normalised;
+    the table sums to 1): each cell the bivariate normal mass between its bins' normal scores."""
+    return _copula_cells(_normal_cuts(margin_a), _normal_cuts(margin_b), r)
+
+
+def _normal_cuts(margin: np.ndarray) -> np.ndarray:
+    """The normal scores of a margin's bin edges (its mass clipped at 0 and normalised)."""
+    from scipy.special import ndtri
+
+    mass = np.clip(margin, 0.0, None)
+    return ndtri(np.clip(np.concatenate([[0.0], np.cumsum(mass)]) / max(mass.sum(), 1e-300), 1e-15, 1 - 1e-15))
+
+
+def _copula_cells(cuts_a: np.ndarray, cuts_b: np.ndarray, r: float) -> np.ndarray:
+    return np.diff(np.diff(_normal_cdf2(cuts_a[:, None], cuts_b[None, :], r), axis=0), axis=1)
 
 
 def _normal_cdf2(h: np.ndarray, k: np.ndarray, r: float) -> np.ndarray:

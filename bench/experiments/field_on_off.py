@@ -17,6 +17,7 @@ import argparse
 
 from bench.experiments.pair_selection import scores
 from bench.experiments.schema_variants import gap_share, tail_share
+from bench.experiments.within_bin_copula import spearman_errors
 from bench.run import prepare
 from splice_assets import PostProcessingSettings, Synthesizer
 from splice_assets.evaluation.metrics import tstr
@@ -26,14 +27,17 @@ KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd2", "tvd3", "tstr", "chi2")
 
 
 def release_scores(prepared, synth: Synthesizer, seed: int) -> dict[str, float]:
-    """``pair_selection.scores`` of the release's rows, ``schema_variants.tail_share`` and ``gap_share`` and TSTR (the
-    best learner's primary metric)."""
+    """``pair_selection.scores`` of the release's rows, ``schema_variants.tail_share`` and ``gap_share``, ``strong``
+    (the mean |Spearman error| over the numeric pairs with real |Spearman| >= 0.8; NaN: none) and TSTR (the best
+    learner's primary metric)."""
     rows = sample_table(synth.model, synth.schema, len(prepared.train), seed)
     utility = tstr(prepared.train, prepared.test, rows, prepared.schema, 0, trtr=False)
     best = float("nan") if utility is None else float(utility.best_tstr[utility.primary])
     chi2 = float("nan") if synth.model is None or synth.model.tilt is None else synth.model.tilt.chi2_end
+    numeric = [spec.name for spec in prepared.schema.columns if spec.is_numeric]
+    strong = spearman_errors(prepared.train, rows, numeric)[1] if len(numeric) > 1 else float("nan")
     return {**scores(prepared.train, rows, prepared.schema), "tails": tail_share(prepared.train, rows, prepared.schema),
-            "gaps": gap_share(prepared.train, rows, prepared.schema), "tstr": best, "chi2": chi2}
+            "gaps": gap_share(prepared.train, rows, prepared.schema), "strong": strong, "tstr": best, "chi2": chi2}
 
 
 def main() -> None:

@@ -6,7 +6,8 @@ a refit of its measurement per variant, each a set of ``FitConfig`` overrides (`
 ``defaults`` for none). Prints the mean over seeds of the off-grid metrics (``missing_values``: frequent integer
 values and categories never drawn), the on-grid 1-/2-way TVD against the train split, ``tails`` (the share of
 synthetic values beyond the real 0.1%/99.9% quantiles, ``schema_variants.tail_share``), ``gaps`` (the share of an
-integer column's values held by 0.1% of the real rows that are never drawn, ``schema_variants.gap_share``) and TSTR
+integer column's values held by 0.1% of the real rows that are never drawn, ``schema_variants.gap_share``),
+``strong`` (the mean |Spearman error| over the numeric pairs with real |Spearman| >= 0.8) and TSTR
 (the best learner's AUC or R² on the real test split).
 
     .venv/bin/python -m bench.experiments.refit_variants --datasets churn nursery \\
@@ -26,7 +27,7 @@ from bench.experiments.pair_selection import print_means
 from bench.run import prepare
 from splice_assets import Synthesizer
 
-KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "tails", "gaps", "tstr")
+KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "tails", "gaps", "strong", "tstr")
 
 
 def overrides(variant: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -54,10 +54,13 @@ from splice_assets.postprocess.field import PairwiseField
 from splice_assets.postprocess.links import Link
 from splice_assets.postprocess.tilt import CellTilt
 from splice_assets.resolution import (
+    COUPLING_MAX_ERROR,
     DEFAULT_FINE_COUPLING,
     DEFAULT_FINE_THRESHOLD,
     FineCells,
     FineTables,
+    copula_table,
+    latent_correlation,
     shrunk_toward,
 )
 
@@ -187,6 +190,10 @@ class FitConfig:
     #: Shrink each noisy 2-way table toward the product of its columns' 1-way targets (``shrunk_pairs``) before the
     #: fit, the links, the tilt and the field read it. Off: it cost adult and California (docs/decisions/0037).
     shrink_pairs: bool = False
+    #: Shrink each numeric pair whose noisy 2-way table shows a Gaussian-copula |correlation| of at least
+    #: ``fine_coupling`` (``copula_shrunk_pairs``) toward that copula's table before the fit, the links, the tilt
+    #: and the field read it.
+    shrink_strong_pairs: bool = False
     #: Smooth each numeric column's fine intervals across its bins where SURE prefers it (``resolution._smoothed``).
     #: Off: California's qtvd1 fell 13%, adult's rose 4% (docs/decisions/0037).
     fine_smoothing: bool = False
@@ -211,7 +218,8 @@ class FitConfig:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
                 raise ValueError(f"{name} must be a number {'in (0, inf)' if positive else '>= 0'}, got {value!r}")
-        for name in ("pool_fine_tables", "shrink_categories", "shrink_pairs", "fine_smoothing", "fine_level_first"):
+        for name in ("pool_fine_tables", "shrink_categories", "shrink_pairs", "shrink_strong_pairs", "fine_smoothing",
+                     "fine_level_first"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not 0.0 <= self.holdout_direction_fraction < 1.0:
@@ -800,6 +808,36 @@ def shrunk_pairs(measurement: Measurement, margins: Sequence[np.ndarray]) -> np.
         spread = float(np.sum(residual**2)) / std**2 if std > 0 else math.inf
         factor = max(0.0, 1.0 - (freedom - 2) / spread) if freedom > 2 and spread > 0 else 1.0
         out.append((product + factor * residual).ravel())
+    return np.concatenate(out) if out else measurement.noisy_pairs.copy()
+
+
+def copula_shrunk_pairs(
+    measurement: Measurement, margins: Sequence[np.ndarray], numeric: Collection[int], minimum: float,
+    max_error: float = COUPLING_MAX_ERROR,
+) -> np.ndarray:
+    """The measurement's noisy 2-way tables, where a pair of ``numeric`` coordinates shows a Gaussian-copula
+    correlation of at least ``minimum`` in absolute value known to within ``max_error`` (``latent_correlation``,
+    the rule of the within-bin couplings), shrunk toward that copula's table on the pair's 1-way targets
+    (``margins``, times the table's noisy sum) by positive-part James-Stein, with the cells less the copula's
+    parameters as degrees of freedom. Post-processing. Near-identical columns put most rows on a few diagonal cells
+    of their table and none on most others; fitted to the noisy table, the model keeps the positive noise of the
+    empty cells and takes that mass from the diagonal. The copula's table is empty where the pair is, so the noise
+    shrinks away there while a diagonal the copula misses keeps what stands above the noise. Other pairs are left
+    as measured."""
+    std = measurement.pair_noise_std()
+    out = []
+    for (a, b), table in zip(measurement.pairs, pair_tables(measurement.noisy_pairs, measurement.pairs,
+                                                            measurement.marginal_sizes)):
+        if a in numeric and b in numeric and std > 0:
+            r, error = latent_correlation(table, std)
+            if abs(r) >= minimum and error <= max_error:
+                target = copula_table(margins[a], margins[b], r) * table.sum()
+                residual = table - target
+                freedom = table.size - (table.shape[0] - 1) - (table.shape[1] - 1) - 1
+                spread = float(np.sum(residual**2)) / std**2
+                factor = max(0.0, 1.0 - (freedom - 2) / spread) if freedom > 2 and spread > 0 else 1.0
+                table = target + factor * residual
+        out.append(table.ravel())
     return np.concatenate(out) if out else measurement.noisy_pairs.copy()
 
 

@@ -19,7 +19,14 @@ from splice_assets.layout import (
 from splice_assets.measurement import (
     Measurement,
 )
-from splice_assets.model.fit import FitConfig, FittedMixture, fit_measurement, marginal_targets, shrunk_pairs
+from splice_assets.model.fit import (
+    FitConfig,
+    FittedMixture,
+    copula_shrunk_pairs,
+    fit_measurement,
+    marginal_targets,
+    shrunk_pairs,
+)
 from splice_assets.postprocess.field import fit_field
 from splice_assets.postprocess.links import choose_links
 from splice_assets.postprocess.tilt import CellTilt, fit_tilt, table_cells, table_starts
@@ -90,11 +97,17 @@ def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig)
     if not measurement.pairs or not measurement.marginal_sizes:
         return fit_measurement(measurement, layout, config, fine)
     shrunk = None
-    if config.shrink_pairs:  # every step below reads the shrunk tables; the 1-way targets pool the measured ones
+    if config.shrink_pairs or config.shrink_strong_pairs:
+        # Every step below reads the shrunk tables; the 1-way targets pool the measured ones.
         targets = marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else (),
                                    config.shrink_categories)
         assert targets is not None
-        shrunk = shrunk_pairs(measurement, targets.per_coordinate(layout))
+        margins = targets.per_coordinate(layout)
+        if config.shrink_strong_pairs:
+            numeric = {column.coordinate for column in fine}
+            shrunk = copula_shrunk_pairs(measurement, margins, numeric, config.fine_coupling)
+        if config.shrink_pairs:
+            shrunk = shrunk_pairs(measurement if shrunk is None else replace(measurement, noisy_pairs=shrunk), margins)
     model = fit_measurement(measurement, layout, config, fine, shrunk)
     if shrunk is not None:
         measurement = replace(measurement, noisy_pairs=shrunk)
