@@ -53,6 +53,9 @@ DEFAULT_FINE_SHRINK = True
 #: ... after moving them to the bin's mass, so that the gap between their noisy sum and the (better measured) mass
 #: is not read as shape (``FineTables.level_first``).
 DEFAULT_FINE_LEVEL_FIRST = True
+#: ... and a column's tail bins toward an exponential density where it fits them better than a straight one
+#: (``FineTables.exponential_tails``; docs/decisions/0043).
+DEFAULT_FINE_EXPONENTIAL_TAILS = True
 #: Numeric pairs whose noisy coarse table shows at least this Gaussian-copula correlation couple their draws inside
 #: the bins (``choose_couplings``).
 DEFAULT_FINE_COUPLING = 0.5
@@ -259,6 +262,9 @@ class FineTables:
     #: Before the shrinkage, shift a bin's noisy cells by one constant so that they sum to the bin's mass: the
     #: shrinkage then reads only their shape (``consistent``).
     level_first: bool = DEFAULT_FINE_LEVEL_FIRST
+    #: Shrink a column's tail bins toward an exponential density where it fits their cells better than the straight
+    #: one (``_tail_bins``, ``_steeper_tail``).
+    exponential_tails: bool = DEFAULT_FINE_EXPONENTIAL_TAILS
 
     def per_column(self, cells: tuple[FineCells, ...]) -> list[np.ndarray]:
         return per_column(self.frequencies, cells)
@@ -275,7 +281,9 @@ class FineTables:
         (thresholded, ``kept``) projected onto the non-negative tables summing to the bin's mass in ``coarse`` (the
         noisy coarse 1-way table; default: the fine cells' own sum), then each interval's finer cells onto that
         interval's mass. The Euclidean projection is a soft threshold whose level the sum sets, so it removes
-        the noise of many empty cells in a sparse bin and little of a smooth one. A sentinel's cell is left out
+        the noise of many empty cells in a sparse bin and little of a smooth one. Before it, the cells are shrunk
+        toward the bin's straight shape, or in a tail bin of intervals toward an exponential one where that fits
+        them better (``exponential_tails``). A sentinel's cell is left out
         (its rows sit on it through the sentinel coordinate), and so is its mass from the bin's."""
         fine = np.where(column.holds_values(), self.kept(table[: column.n_cells]), 0.0)
         shrink = self.shrink
@@ -292,13 +300,18 @@ class FineTables:
         points = [np.clip(fine[(parents == bin_) & declared], 0.0, None).sum() for bin_ in range(numeric_bins)]
         masses = np.array([fine[inside].sum() if coarse is None else max(coarse[bin_] - points[bin_], 0.0)
                            for bin_, inside in enumerate(inside_of)])
+        tails = _tail_bins(masses) if self.exponential_tails and column.intervals else {}
         for bin_, inside in enumerate(inside_of):
             if len(inside):
                 cells = fine[inside]
                 if shrink:
                     if self.level_first:  # the projection's own first move, so the shrinkage sees only the shape
                         cells = cells + (masses[bin_] - cells.sum()) / len(cells)
-                    cells = shrunk_toward(cells, _bin_shape(masses, bin_, len(inside)), self.noise_std)
+                    shape = _bin_shape(masses, bin_, len(inside))
+                    if bin_ in tails and inside[0] >= len(column.points):  # intervals only, in value order
+                        shape = _steeper_tail(cells, shape, _tail_shape(masses, bin_, cells, tails[bin_]),
+                                              self.noise_std)
+                    cells = shrunk_toward(cells, shape, self.noise_std)
                 weights[inside] = _project(cells[None, :], np.array([masses[bin_]]))[0]
         finer = self.kept(table[column.n_cells :])
         if finer.size:
@@ -496,6 +509,53 @@ def _smoothed(cells: np.ndarray, holds: np.ndarray, noise_std: float) -> np.ndar
     out = np.zeros_like(cells)
     out[index] = best
     return out
+
+
+def _tail_bins(masses: np.ndarray) -> dict[int, bool]:
+    """The outermost bins with mass on each side that hold less than their inner neighbour (the column's tails), each
+    with whether its density rises with the value (the lower tail) or falls (the upper one)."""
+    occupied = np.flatnonzero(masses > 0)
+    if len(occupied) < 2:
+        return {}
+    first, last = int(occupied[0]), int(occupied[-1])
+    tails = {}
+    if masses[first] < masses[first + 1]:
+        tails[first] = True
+    if masses[last] < masses[last - 1]:
+        tails[last] = False
+    return tails
+
+
+def _tail_shape(masses: np.ndarray, bin_: int, cells: np.ndarray, rising: bool) -> np.ndarray:
+    """A tail bin's mass spread over its ``cells`` along the exponential density, rising with the value in the lower
+    tail and falling in the upper one, nearest to the noisy cells in least squares (post-processing: one parameter
+    read from the noisy cells). A straight density (``_bin_shape``) cannot follow a tail that falls steeply inside
+    a wide outer bin, where most of its rows sit near the inner edge. The rate is at least the one at which the
+    density falls from the inner neighbour bin's mass to this bin's (a tail that falls no slower inside the bin than
+    into it), so the noise of a thin tail's cells does not flatten it toward the outer edge."""
+    from scipy.optimize import minimize_scalar
+
+    mass = max(float(masses[bin_]), 0.0)
+    position = (np.arange(len(cells)) + 0.5) / len(cells)
+    position = position if rising else 1.0 - position  # 1 at the inner edge
+
+    def shape(rate: float) -> np.ndarray:
+        density = np.exp(rate * (position - 1.0))
+        return density * (mass / density.sum())
+
+    # At least as steep as the fall from the inner neighbour's mass to this bin's, over one bin.
+    inner = float(masses[bin_ + 1] if rising else masses[bin_ - 1])
+    steepest = max(math.log(max(inner, mass) / mass), 0.0) if mass > 0 else 0.0
+    fit = minimize_scalar(lambda rate: float(np.sum((cells - shape(rate)) ** 2)), bounds=(steepest, steepest + 50.0),
+                          method="bounded", options={"xatol": 1e-3})
+    return shape(float(fit.x))
+
+
+def _steeper_tail(cells: np.ndarray, straight: np.ndarray, steep: np.ndarray, noise_std: float) -> np.ndarray:
+    """The exponential tail shape where it is nearer the noisy cells than the straight one by more than its one fitted
+    parameter costs (2 sigma^2, as in SURE and AIC); else the straight one."""
+    gain = float(np.sum((cells - straight) ** 2) - np.sum((cells - steep) ** 2))
+    return steep if gain > 2.0 * noise_std**2 else straight
 
 
 def _bin_shape(masses: np.ndarray, bin_: int, cells: int) -> np.ndarray:

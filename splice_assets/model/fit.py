@@ -56,6 +56,7 @@ from splice_assets.postprocess.tilt import CellTilt
 from splice_assets.resolution import (
     COUPLING_MAX_ERROR,
     DEFAULT_FINE_COUPLING,
+    DEFAULT_FINE_EXPONENTIAL_TAILS,
     DEFAULT_FINE_THRESHOLD,
     FineCells,
     FineTables,
@@ -199,6 +200,9 @@ class FitConfig:
     fine_smoothing: bool = False
     #: Move a bin's noisy fine cells to the bin's mass before shrinking them (``FineTables.level_first``).
     fine_level_first: bool = True
+    #: Shrink a column's tail bins toward an exponential density where it fits them better than a straight one
+    #: (``FineTables.exponential_tails``).
+    fine_exponential_tails: bool = DEFAULT_FINE_EXPONENTIAL_TAILS
 
     def __post_init__(self) -> None:
         for name in ("K", "bin_refinement", "max_steps", "window", "field_chains", "field_sweeps", "tilt_pool_factor"):
@@ -219,7 +223,7 @@ class FitConfig:
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
                 raise ValueError(f"{name} must be a number {'in (0, inf)' if positive else '>= 0'}, got {value!r}")
         for name in ("pool_fine_tables", "shrink_categories", "shrink_pairs", "shrink_strong_pairs", "fine_smoothing",
-                     "fine_level_first"):
+                     "fine_level_first", "fine_exponential_tails"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not 0.0 <= self.holdout_direction_fraction < 1.0:
