@@ -3,7 +3,8 @@
 One add-remove release at the given ε on a shared dataset's train split (the bench's split and schema), then per
 column: its off-grid 1-way TVD (bench/offgrid.py's cells), the distinct values, the most frequent value and its
 share, the share of values with more decimals than the real column ever has, and the 1/50/99% quantiles, real
-beside synthetic. Rows are sorted worst first. Internal: it prints statistics of real rows (bench data only).
+beside synthetic. Rows are sorted worst first. Then the numeric pairs with real |Spearman| >= 0.8, real beside
+synthetic (near-identical columns should stay so). Internal: it prints statistics of real rows (bench data only).
 
     .venv/bin/python -m bench.look churn pol --epsilon 1 --seed 0
 """
@@ -68,6 +69,17 @@ def look(name: str, epsilon: float, seed: int, top: int) -> None:
         rows.append((tvd, spec.name, spec.kind, real_text, synth_text))
     for tvd, column, kind, real_text, synth_text in sorted(rows, reverse=True)[:top]:
         print(f"{column} ({kind}) TVD {tvd:.3f}\n    real  {real_text}\n    synth {synth_text}")
+    for a, b, real_rho, synth_rho in strong_pairs(train, synthetic, [s.name for s in schema.columns if s.is_numeric]):
+        print(f"pair {a} ~ {b}: Spearman real {real_rho:.3f}, synth {synth_rho:.3f}")
+
+
+def strong_pairs(real: pd.DataFrame, synthetic: pd.DataFrame, numeric: list[str], least: float = 0.8):
+    """(a, b, real Spearman, synthetic Spearman) of the numeric pairs whose real |Spearman| is at least ``least``."""
+    if len(numeric) < 2:
+        return []
+    rho = [t[numeric].apply(pd.to_numeric, errors="coerce").corr("spearman") for t in (real, synthetic)]
+    return [(a, b, rho[0].loc[a, b], rho[1].loc[a, b]) for i, a in enumerate(numeric) for b in numeric[i + 1:]
+            if abs(rho[0].loc[a, b]) >= least]
 
 
 def main() -> None:
