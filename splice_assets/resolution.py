@@ -532,10 +532,11 @@ def _tail_shape(masses: np.ndarray, bin_: int, cells: np.ndarray, rising: bool) 
     read from the noisy cells). A straight density (``_bin_shape``) cannot follow a tail that falls steeply inside
     a wide outer bin, where most of its rows sit near the inner edge. The rate is at least the one at which the
     density falls from the inner neighbour bin's mass to this bin's (a tail that falls no slower inside the bin than
-    into it), so the noise of a thin tail's cells does not flatten it toward the outer edge."""
+    into it), so the noise of a thin tail's cells does not flatten it toward the outer edge. ``bin_`` is one of
+    ``_tail_bins``: it has mass, and its inner neighbour more."""
     from scipy.optimize import minimize_scalar
 
-    mass = max(float(masses[bin_]), 0.0)
+    mass = float(masses[bin_])
     position = (np.arange(len(cells)) + 0.5) / len(cells)
     position = position if rising else 1.0 - position  # 1 at the inner edge
 
@@ -544,9 +545,8 @@ def _tail_shape(masses: np.ndarray, bin_: int, cells: np.ndarray, rising: bool) 
         return density * (mass / density.sum())
 
     # At least as steep as the fall from the inner neighbour's mass to this bin's, over one bin.
-    inner = float(masses[bin_ + 1] if rising else masses[bin_ - 1])
-    steepest = max(math.log(max(inner, mass) / mass), 0.0) if mass > 0 else 0.0
-    fit = minimize_scalar(lambda rate: float(np.sum((cells - shape(rate)) ** 2)), bounds=(steepest, steepest + 50.0),
+    least = math.log(float(masses[bin_ + 1] if rising else masses[bin_ - 1]) / mass)
+    fit = minimize_scalar(lambda rate: float(np.sum((cells - shape(rate)) ** 2)), bounds=(least, least + 50.0),
                           method="bounded", options={"xatol": 1e-3})
     return shape(float(fit.x))
 

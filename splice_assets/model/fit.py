@@ -807,11 +807,8 @@ def shrunk_pairs(measurement: Measurement, margins: Sequence[np.ndarray]) -> np.
     for (a, b), table in zip(measurement.pairs, pair_tables(measurement.noisy_pairs, measurement.pairs,
                                                             measurement.marginal_sizes)):
         product = np.outer(simplex_projection(margins[a]), simplex_projection(margins[b])) * table.sum()
-        residual = table - product
         freedom = (table.shape[0] - 1) * (table.shape[1] - 1)
-        spread = float(np.sum(residual**2)) / std**2 if std > 0 else math.inf
-        factor = max(0.0, 1.0 - (freedom - 2) / spread) if freedom > 2 and spread > 0 else 1.0
-        out.append((product + factor * residual).ravel())
+        out.append(_james_stein(table, product, freedom, std).ravel())
     return np.concatenate(out) if out else measurement.noisy_pairs.copy()
 
 
@@ -836,13 +833,19 @@ def copula_shrunk_pairs(
             r, error = latent_correlation(table, std)
             if abs(r) >= minimum and error <= max_error:
                 target = copula_table(margins[a], margins[b], r) * table.sum()
-                residual = table - target
                 freedom = table.size - (table.shape[0] - 1) - (table.shape[1] - 1) - 1
-                spread = float(np.sum(residual**2)) / std**2
-                factor = max(0.0, 1.0 - (freedom - 2) / spread) if freedom > 2 and spread > 0 else 1.0
-                table = target + factor * residual
+                table = _james_stein(table, target, freedom, std)
         out.append(table.ravel())
     return np.concatenate(out) if out else measurement.noisy_pairs.copy()
+
+
+def _james_stein(table: np.ndarray, target: np.ndarray, freedom: int, std: float) -> np.ndarray:
+    """A noisy table (cells of noise std ``std``) shrunk toward ``target`` by positive-part James-Stein with
+    ``freedom`` degrees of freedom; as measured with at most 2."""
+    residual = table - target
+    spread = float(np.sum(residual**2)) / std**2 if std > 0 else math.inf
+    factor = max(0.0, 1.0 - (freedom - 2) / spread) if freedom > 2 and spread > 0 else 1.0
+    return target + factor * residual
 
 
 def pair_targets(measurement: Measurement) -> PairTargets | None:
