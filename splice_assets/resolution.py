@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,9 @@ DEFAULT_FINE_LEVEL_FIRST = True
 #: ... and a column's tail bins toward an exponential density where it fits them better than a straight one
 #: (``FineTables.exponential_tails``; docs/decisions/0043).
 DEFAULT_FINE_EXPONENTIAL_TAILS = True
+#: Draw the rows of a bin at evenly spaced quantiles of its fine table, in random order (``FineTables.stratified``;
+#: docs/decisions/0045).
+DEFAULT_FINE_STRATIFIED = True
 #: Numeric pairs whose noisy coarse table shows at least this Gaussian-copula correlation couple their draws inside
 #: the bins (``choose_couplings``).
 DEFAULT_FINE_COUPLING = 0.5
@@ -265,6 +269,9 @@ class FineTables:
     #: Shrink a column's tail bins toward an exponential density where it fits their cells better than the straight
     #: one (``_tail_bins``, ``_steeper_tail``).
     exponential_tails: bool = DEFAULT_FINE_EXPONENTIAL_TAILS
+    #: The rows of a bin take evenly spaced quantiles of its fine table, in random order (a stratified draw: the
+    #: bin's values follow the table up to one row per bin instead of up to multinomial noise); else independent.
+    stratified: bool = DEFAULT_FINE_STRATIFIED
 
     def per_column(self, cells: tuple[FineCells, ...]) -> list[np.ndarray]:
         return per_column(self.frequencies, cells)
@@ -325,11 +332,12 @@ class FineTables:
     ) -> np.ndarray:
         """Rows ``x`` (cube) with every present numeric value redrawn inside its coarse bin from the column's
         consistent fine tables (``consistent``; ``coarse``: each column's noisy coarse table) restricted to that
-        bin, by the inverse of their distribution function at a uniform draw. A coupled column (``couplings``) draws
-        its uniform given its leader's (``_conditional_uniforms``), so near-identical columns stay near-identical
-        inside the bins too. A row off a column's sentinels in a bin only its sentinels hold moves to another bin
-        first (``_rehome_off_sentinel_rows``); a bin whose fine cells are all empty keeps its values as drawn.
-        ``in_place``: written into ``x``."""
+        bin, by the inverse of their distribution function at a uniform draw; with ``stratified`` the m rows of a bin
+        draw one uniform each from [i/m, (i+1)/m), the i in random order. A coupled column (``couplings``) draws
+        its uniform given its leader's (``_conditional_uniforms``, evenly spaced in the copula's order), so
+        near-identical columns stay near-identical inside the bins too. A row off a column's sentinels in a bin only
+        its sentinels hold moves to another bin first (``_rehome_off_sentinel_rows``); a bin whose fine cells are all
+        empty keeps its values as drawn. ``in_place``: written into ``x``."""
         out = x if in_place else x.copy(order="K")  # (column-major rows stay so: a transposing copy is slow)
         tables = self.per_column(cells)
         leader_of = {follower: (leader, r) for follower, leader, r in self.couplings}
@@ -373,6 +381,8 @@ class FineTables:
                 rows = by_bin[bounds[bin_] : bounds[bin_ + 1]]
                 cdf = np.cumsum(mass) / mass.sum()
                 u = u_column[rows]
+                if self.stratified and c not in leader_of:  # a follower's are evenly spaced already
+                    u = (rng.permutation(len(rows)) + u) / len(rows)
                 k = np.minimum(np.searchsorted(cdf, u, side="right"), len(inside) - 1)  # skips empty cells
                 below_k = np.where(k > 0, cdf[np.maximum(k - 1, 0)], 0.0)
                 position = np.clip((u - below_k) / np.maximum(cdf[k] - below_k, 1e-300), 0.0, 1.0 - 1e-12)
@@ -630,21 +640,28 @@ def below_noise(
 def choose_couplings(
     noisy_pairs: np.ndarray, pairs: tuple[tuple[int, int], ...], sizes: tuple[int, ...],
     cells: tuple[FineCells, ...], minimum: float, noise_std: float, max_error: float = COUPLING_MAX_ERROR,
+    margins: Sequence[np.ndarray] | None = None,
 ) -> tuple[tuple[int, int, float], ...]:
     """The numeric columns whose draws inside their bins are coupled (post-processing of mechanism output): the
     maximum spanning forest of the pairs whose noisy coarse 2-way table (cell noise std ``noise_std``) shows a
     Gaussian-copula correlation (``latent_correlation``) of at least ``minimum`` in absolute value, known to within
     ``max_error`` (one standard error), as (follower, leader, correlation) in an order where every leader comes
-    before its followers. A Gaussian tree's joint law does not depend on its root."""
+    before its followers. A Gaussian tree's joint law does not depend on its root. ``margins`` (per coordinate, the
+    1-way targets) place the copula's cuts; without them, each table's own margins do.
+
+    Only columns with a continuous part (fine intervals) take part. A column on a public grid of at most
+    ``GRID_LIMIT`` points draws one of a few values inside a bin, and the order of those codes or counts need not
+    follow the dependence between the bins: coupled at their tables' correlation, shuttle's and pol's grid columns
+    lost 2-way fidelity (docs/decisions/0044)."""
     if not 0.0 < minimum <= 1.0 or not pairs:
         return ()
-    position = {column.coordinate: i for i, column in enumerate(cells)}
+    position = {column.coordinate: i for i, column in enumerate(cells) if column.intervals}
     edges = []
     starts = np.concatenate([[0], np.cumsum([sizes[a] * sizes[b] for a, b in pairs])])
     for (a, b), start in zip(pairs, starts[:-1]):
         if a in position and b in position:
             table = noisy_pairs[start : start + sizes[a] * sizes[b]].reshape(sizes[a], sizes[b])
-            r, error = latent_correlation(table, noise_std)
+            r, error = latent_correlation(table, noise_std, None if margins is None else (margins[a], margins[b]))
             if abs(r) >= minimum and error <= max_error:
                 edges.append((abs(r), position[a], position[b], r))
     root = list(range(len(cells)))
@@ -678,21 +695,24 @@ def choose_couplings(
     return tuple(couplings)
 
 
-def latent_correlation(table: np.ndarray, noise_std: float) -> tuple[float, float]:
+def latent_correlation(
+    table: np.ndarray, noise_std: float, margins: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[float, float]:
     """The correlation of the Gaussian copula whose coarse 2-way table is nearest, in least squares, to a noisy
-    one (post-processing). The cuts are the table's own margins; least squares is the likelihood of the table's
-    Gaussian noise, so the noise of empty cells does not pull the estimate toward 0 the way it pulls a rank
-    correlation of the clipped table, and a skewed column's few occupied bins still tell the correlation.
+    table of frequencies (post-processing; its noiseless cells sum to 1). Least squares is the likelihood of the
+    table's Gaussian noise, so the noise of empty cells does not pull the estimate toward 0 the way it pulls a rank
+    correlation of the clipped table, and a skewed column's few occupied bins still tell the correlation. The cuts
+    are ``margins`` (the two columns' 1-way targets, better measured than a table's margin, whose cells each sum 16
+    noisy cells) or else the table's own, projected onto the simplex. Neither the copula's mass nor its margins take
+    the clipped noise of the empty cells: read as a share of its clipped sum (1.4-1.6 times the rows on house_16h's
+    pairs), the table had pulled r toward 0, to .38-.75 for a pair whose exact table says .998 (docs/decisions/0044).
     Returns (r, its standard error): ``noise_std`` (a cell's noise std, in frequencies) over the length of the
     table's derivative in r. Where one value holds most of a column the table barely moves with r (a 2 x 2
     table with a 90% corner), and the error says so."""
     from scipy.optimize import minimize_scalar
 
-    total = np.clip(table, 0.0, None).sum()
-    if not total > 0:
-        return 0.0, math.inf
-    target = table / total
-    cuts = [_normal_cuts(table.sum(axis=1)), _normal_cuts(table.sum(axis=0))]
+    margins = (table.sum(1), table.sum(0)) if margins is None else margins
+    cuts = [_normal_cuts(_project(np.asarray(margin, dtype=np.float64)[None, :], np.ones(1))[0]) for margin in margins]
     if min(np.count_nonzero(np.diff(c) > 0) for c in cuts) < 2:
         return 0.0, math.inf  # all of one column's mass in one bin: the table says nothing about the dependence
 
@@ -700,7 +720,7 @@ def latent_correlation(table: np.ndarray, noise_std: float) -> tuple[float, floa
         return _copula_cells(cuts[0], cuts[1], r)
 
     def misfit(r: float) -> float:
-        return float(np.sum((cells(r) - target) ** 2))
+        return float(np.sum((cells(r) - table) ** 2))
 
     grid = np.linspace(-0.99, 0.99, 67)
     best = grid[int(np.argmin([misfit(r) for r in grid]))]

@@ -663,7 +663,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
             "noise_std": model.fine.noise_std, "fine_bins": model.fine.fine_bins, "threshold": model.fine.threshold,
             "split": model.fine.split, "couplings": [list(c) for c in model.fine.couplings],
             "shrink": model.fine.shrink, "smooth": model.fine.smooth, "level_first": model.fine.level_first,
-            "exponential_tails": model.fine.exponential_tails,
+            "exponential_tails": model.fine.exponential_tails, "stratified": model.fine.stratified,
         },
         "field": None if pairwise is None else {
             "numeric_bins": pairwise.numeric_bins, "pairs": [list(pair) for pair in pairwise.pairs],
@@ -720,6 +720,7 @@ def load_model(stem: str | Path) -> FittedMixture:
             bool(fine_meta.get("smooth", False)),
             bool(fine_meta.get("level_first", False)),  # models written before it sample as they did
             bool(fine_meta.get("exponential_tails", False)),
+            stratified=bool(fine_meta.get("stratified", False)),
         )
         field_meta = meta.get("field")
         pairwise = None if field_meta is None else PairwiseField(

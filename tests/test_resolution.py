@@ -13,7 +13,7 @@ from splice_assets.layout import decode, layout_for
 from splice_assets.private.encoding import encode
 from splice_assets.private.measuring import make_plan
 from splice_assets.private.statistics import fine_counts
-from splice_assets.resolution import FineTables, choose_couplings, fine_cells
+from splice_assets.resolution import FineTables, choose_couplings, copula_table, fine_cells, latent_correlation
 from splice_assets.sampling import load_model, sample_table, save_model
 from splice_assets.schema import SchemaError, parse_schema
 
@@ -148,6 +148,44 @@ def test_coupled_columns_keep_their_order_inside_the_bins():
         assert least <= spearman <= most
 
 
+@pytest.mark.parametrize("truth", [0.3, 0.6, 0.95])
+def test_the_copula_correlation_of_a_noisy_table_is_not_pulled_toward_zero(truth):
+    """A 16 x 16 table of a Gaussian copula (skewed margins: most rows in a few bins, many empty cells) plus noise of
+    sd 0.35% of the rows per cell, as on California's pairs at eps = 1: over 20 noise draws (seeded) the estimate's
+    mean is within 0.04 of the truth. Read as a share of its clipped sum, as before docs/decisions/0044, the positive
+    noise of the empty cells pulled it toward 0: means .19, .46 and .90."""
+    margin = np.exp(-np.arange(16) / 2.0)  # skewed: the first four bins hold 86% of the rows
+    table = copula_table(margin, margin, truth)
+    rng = np.random.default_rng(11)
+    estimates = [latent_correlation(table + rng.normal(0.0, 0.0035, table.shape), 0.0035)[0] for _ in range(20)]
+    assert abs(np.mean(estimates) - truth) < 0.04
+
+
+def test_columns_on_a_small_grid_are_not_coupled():
+    """The same near-identical pair as integers on a grid of 64 points (a fine cell per value, no intervals): its
+    table shows the same correlation, but no coupling is chosen (docs/decisions/0044)."""
+    from splice_assets.private.statistics import pair_counts
+
+    schema = parse_schema(yaml.safe_load("""
+name: toy_grid_pair
+version: 1
+n_min: 100
+columns:
+  - {name: length, kind: integer, bounds: [0, 63]}
+  - {name: width, kind: integer, bounds: [0, 63]}
+"""))
+    rng = np.random.default_rng(3)
+    length = rng.integers(0, 64, 20_000)
+    table = pd.DataFrame({"length": length, "width": np.clip(length + rng.integers(-1, 2, len(length)), 0, 63)})
+    x = encode(table, schema)
+    cells = fine_cells(schema, 256)
+    assert all(column.intervals == 0 for column in cells)
+    plan, _ = make_plan(schema, len(x), 1.0, 1e-6)
+    pairs = pair_counts(x, layout_for(schema), plan.pairs).frequencies(len(x))
+    assert latent_correlation(pairs.reshape(16, 16), 0.001)[0] > 0.9
+    assert choose_couplings(pairs, plan.pairs, plan.marginal_sizes, cells, 0.5, noise_std=0.001) == ()
+
+
 def test_a_follower_keeps_its_own_fine_table_where_the_bins_disagree_with_its_leader():
     """Length in bin 3, width in bin 12 (the mixture's choice): the copula alone would crowd the follower at its
     bin's lower edge; spread in the copula's order its positions stay uniform inside the bin (KS test, seed fixed).
@@ -163,6 +201,20 @@ def test_a_follower_keeps_its_own_fine_table_where_the_bins_disagree_with_its_le
     same = np.tile(-1 + (2 * np.array([7, 7]) + 1) / 16, (4000, 1))  # both in bin 7, near-identical columns
     refined = FineTables(flat, 1e-12, 256, couplings=((1, 0, 0.9999),)).refine(same, cells, np.random.default_rng(8))
     assert pd.Series(refined[:, 0]).corr(pd.Series(refined[:, 1]), method="spearman") > 0.95
+
+
+def test_a_stratified_draw_follows_the_fine_table_to_a_row():
+    """1,600 rows in one coarse bin of a uniform fine table (16 cells of the bin): drawn stratified, every cell gets
+    100 rows to within 1; drawn independently, the counts scatter as a multinomial's (sd 9.7; seed fixed)."""
+    cells = fine_cells(PAIR_SCHEMA, 256)
+    flat = np.full(512, 1.0 / 256)
+    rows = np.tile(-1 + (2 * np.array([7, 7]) + 1) / 16, (1600, 1))
+    for stratified, least, most in ((True, 0, 1), (False, 5, 100)):
+        tables = FineTables(flat, 1e-12, 256, stratified=stratified)
+        refined = tables.refine(rows, cells, np.random.default_rng(9))
+        cell = np.floor(((refined[:, 0] + 1) * 8 - 7) * 16).astype(int)  # the fine cell inside bin 7
+        deviation = np.abs(np.bincount(cell, minlength=16) - 100).max()
+        assert least <= deviation <= most
 
 
 def test_a_release_keeps_exact_values_and_every_integer():

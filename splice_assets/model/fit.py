@@ -57,6 +57,7 @@ from splice_assets.resolution import (
     COUPLING_MAX_ERROR,
     DEFAULT_FINE_COUPLING,
     DEFAULT_FINE_EXPONENTIAL_TAILS,
+    DEFAULT_FINE_STRATIFIED,
     DEFAULT_FINE_THRESHOLD,
     FineCells,
     FineTables,
@@ -203,6 +204,8 @@ class FitConfig:
     #: Shrink a column's tail bins toward an exponential density where it fits them better than a straight one
     #: (``FineTables.exponential_tails``).
     fine_exponential_tails: bool = DEFAULT_FINE_EXPONENTIAL_TAILS
+    #: Draw a bin's rows at evenly spaced quantiles of its fine table (``FineTables.stratified``).
+    fine_stratified: bool = DEFAULT_FINE_STRATIFIED
 
     def __post_init__(self) -> None:
         for name in ("K", "bin_refinement", "max_steps", "window", "field_chains", "field_sweeps", "tilt_pool_factor"):
@@ -223,7 +226,7 @@ class FitConfig:
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
                 raise ValueError(f"{name} must be a number {'in (0, inf)' if positive else '>= 0'}, got {value!r}")
         for name in ("pool_fine_tables", "shrink_categories", "shrink_pairs", "shrink_strong_pairs", "fine_smoothing",
-                     "fine_level_first", "fine_exponential_tails"):
+                     "fine_level_first", "fine_exponential_tails", "fine_stratified"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not 0.0 <= self.holdout_direction_fraction < 1.0:
@@ -830,7 +833,7 @@ def copula_shrunk_pairs(
     for (a, b), table in zip(measurement.pairs, pair_tables(measurement.noisy_pairs, measurement.pairs,
                                                             measurement.marginal_sizes)):
         if a in numeric and b in numeric and std > 0:
-            r, error = latent_correlation(table, std)
+            r, error = latent_correlation(table, std, (margins[a], margins[b]))
             if abs(r) >= minimum and error <= max_error:
                 target = copula_table(margins[a], margins[b], r) * table.sum()
                 freedom = table.size - (table.shape[0] - 1) - (table.shape[1] - 1) - 1

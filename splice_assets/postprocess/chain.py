@@ -61,13 +61,18 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     if not measurement.fine_sizes:
         return model
     columns = fine_columns(measurement, schema)
+    layout = layout_for(schema)
+    targets = marginal_targets(measurement, layout, config.marginal_tail_z,
+                               columns if config.pool_fine_tables else (), config.shrink_categories)
     couplings = choose_couplings(
-        measurement.noisy_pairs, measurement.pairs, marginal_sizes(layout_for(schema), measurement.numeric_bins),
+        measurement.noisy_pairs, measurement.pairs, marginal_sizes(layout, measurement.numeric_bins),
         columns, config.fine_coupling, measurement.pair_noise_std(),
+        margins=targets.per_coordinate(layout) if targets is not None else None,
     )
     fine = FineTables(measurement.noisy_fine, measurement.marginal_noise_std(), measurement.fine_bins,
                       config.fine_threshold, measurement.fine_split, couplings, smooth=config.fine_smoothing,
-                      level_first=config.fine_level_first, exponential_tails=config.fine_exponential_tails)
+                      level_first=config.fine_level_first, exponential_tails=config.fine_exponential_tails,
+                      stratified=config.fine_stratified)
     return replace(model, fine=fine)
 
 
