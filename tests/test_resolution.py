@@ -125,18 +125,22 @@ columns:
 """))
 
 
-def test_coupled_columns_keep_their_order_inside_the_bins():
-    schema = PAIR_SCHEMA
-    rng = np.random.default_rng(3)
-    length = rng.uniform(0, 16, 20_000)
-    table = pd.DataFrame({"length": length, "width": np.clip(length + rng.normal(0, 0.01, len(length)), 0, 16)})
+def exact_couplings(schema, table: pd.DataFrame, minimum: float):
+    """(encoded rows, fine cells, exact 2-way frequencies, the couplings chosen from them at noise std 0.001)."""
+    from splice_assets.private.statistics import pair_counts
+
     x = encode(table, schema)
     cells = fine_cells(schema, 256)
     plan, _ = make_plan(schema, len(x), 1.0, 1e-6)
-    from splice_assets.private.statistics import pair_counts
-
     pairs = pair_counts(x, layout_for(schema), plan.pairs).frequencies(len(x))
-    couplings = choose_couplings(pairs, plan.pairs, plan.marginal_sizes, cells, 0.9, noise_std=0.001)
+    return x, cells, pairs, choose_couplings(pairs, plan.pairs, plan.marginal_sizes, cells, minimum, noise_std=0.001)
+
+
+def test_coupled_columns_keep_their_order_inside_the_bins():
+    rng = np.random.default_rng(3)
+    length = rng.uniform(0, 16, 20_000)
+    table = pd.DataFrame({"length": length, "width": np.clip(length + rng.normal(0, 0.01, len(length)), 0, 16)})
+    x, cells, _, couplings = exact_couplings(PAIR_SCHEMA, table, 0.9)
     assert [(f, leader) for f, leader, _ in couplings] == [(1, 0)] and couplings[0][2] > 0.99
     truth = fine_counts(x, cells).frequencies(len(x))
     centre = -1 + (2 * np.minimum(np.floor((x + 1) * 8), 15) + 1) / 16
@@ -164,8 +168,6 @@ def test_the_copula_correlation_of_a_noisy_table_is_not_pulled_toward_zero(truth
 def test_columns_on_a_small_grid_are_not_coupled():
     """The same near-identical pair as integers on a grid of 64 points (a fine cell per value, no intervals): its
     table shows the same correlation, but no coupling is chosen (docs/decisions/0044)."""
-    from splice_assets.private.statistics import pair_counts
-
     schema = parse_schema(yaml.safe_load("""
 name: toy_grid_pair
 version: 1
@@ -177,13 +179,10 @@ columns:
     rng = np.random.default_rng(3)
     length = rng.integers(0, 64, 20_000)
     table = pd.DataFrame({"length": length, "width": np.clip(length + rng.integers(-1, 2, len(length)), 0, 63)})
-    x = encode(table, schema)
-    cells = fine_cells(schema, 256)
+    _, cells, pairs, couplings = exact_couplings(schema, table, 0.5)
     assert all(column.intervals == 0 for column in cells)
-    plan, _ = make_plan(schema, len(x), 1.0, 1e-6)
-    pairs = pair_counts(x, layout_for(schema), plan.pairs).frequencies(len(x))
     assert latent_correlation(pairs.reshape(16, 16), 0.001)[0] > 0.9
-    assert choose_couplings(pairs, plan.pairs, plan.marginal_sizes, cells, 0.5, noise_std=0.001) == ()
+    assert couplings == ()
 
 
 def test_a_follower_keeps_its_own_fine_table_where_the_bins_disagree_with_its_leader():

@@ -28,7 +28,7 @@ from bench.experiments.within_bin_copula import spearman_errors
 from bench.run import prepare
 from splice_assets import Synthesizer, resolution
 from splice_assets.layout import layout_for, marginal_cells, marginal_sizes, pair_tables
-from splice_assets.model.fit import FitConfig, marginal_targets
+from splice_assets.model.fit import FitConfig, fit_targets
 from splice_assets.sampling import sample_table
 
 KEYS = ("qtvd1", "qtvd2", "range_mae", "strong", "zeros", "couplings")
@@ -115,9 +115,7 @@ def main() -> None:
                                        else float("nan"),
                                        "zeros": zero_rule_error(train, rows, numeric),
                                        "couplings": len(couplings)})
-            defaults = FitConfig()  # the margins chain.fit hands the coupling rule
-            targets = marginal_targets(measurement, layout, defaults.marginal_tail_z, columns,
-                                       defaults.shrink_categories)
+            targets = fit_targets(measurement, layout, FitConfig(), columns)  # the margins chain.fit hands the rule
             assert targets is not None
             margins = targets.per_coordinate(layout)
             exact = marginal_cells(synth.encode(train.reindex(columns=[c.name for c in synth.schema.columns])),

@@ -693,8 +693,7 @@ def fit_measurement(
         layout,
         measurement.sigma,
         config,
-        marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else (),
-                         config.shrink_categories),
+        fit_targets(measurement, layout, config, fine),
         pair_targets(measurement if noisy_pairs is None else replace(measurement, noisy_pairs=noisy_pairs)),
     )
 
@@ -796,6 +795,15 @@ def marginal_targets(
     return MarginalTargets(np.concatenate(tables), measurement.marginal_weight, measurement.numeric_bins)
 
 
+def fit_targets(
+    measurement: Measurement, layout: EncodingLayout, config: FitConfig, fine: Sequence[FineCells] = ()
+) -> MarginalTargets | None:
+    """The 1-way targets a fit with ``config`` reads (``marginal_targets`` with its tail cut, fine-table pooling and
+    category shrinkage); the couplings and the shrunk pair tables take their margins from the same ones."""
+    return marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else (),
+                            config.shrink_categories)
+
+
 def shrunk_pairs(measurement: Measurement, margins: Sequence[np.ndarray]) -> np.ndarray:
     """The measurement's noisy 2-way tables, each shrunk toward the product of its two columns' 1-way targets
     (``margins``, per coordinate, projected onto the simplex, times the table's own noisy sum) by positive-part
@@ -859,6 +867,6 @@ def pair_targets(measurement: Measurement) -> PairTargets | None:
 
 
 __all__: Sequence[str] = (
-    "FitConfig", "FittedMixture", "MarginalTargets", "PairTargets", "fit_mixture", "fit_measurement",
+    "FitConfig", "FittedMixture", "MarginalTargets", "PairTargets", "fit_mixture", "fit_measurement", "fit_targets",
     "marginal_targets", "noise_floor", "pair_targets",
 )

@@ -24,7 +24,7 @@ from splice_assets.model.fit import (
     FittedMixture,
     copula_shrunk_pairs,
     fit_measurement,
-    marginal_targets,
+    fit_targets,
     shrunk_pairs,
 )
 from splice_assets.postprocess.field import fit_field
@@ -62,8 +62,7 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
         return model
     columns = fine_columns(measurement, schema)
     layout = layout_for(schema)
-    targets = marginal_targets(measurement, layout, config.marginal_tail_z,
-                               columns if config.pool_fine_tables else (), config.shrink_categories)
+    targets = fit_targets(measurement, layout, config, columns)
     couplings = choose_couplings(
         measurement.noisy_pairs, measurement.pairs, marginal_sizes(layout, measurement.numeric_bins),
         columns, config.fine_coupling, measurement.pair_noise_std(),
@@ -104,8 +103,7 @@ def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig)
     shrunk = None
     if config.shrink_pairs or config.shrink_strong_pairs:
         # Every step below reads the shrunk tables; the 1-way targets pool the measured ones.
-        targets = marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else (),
-                                   config.shrink_categories)
+        targets = fit_targets(measurement, layout, config, fine)
         assert targets is not None
         margins = targets.per_coordinate(layout)
         if config.shrink_strong_pairs:
