@@ -266,11 +266,14 @@ def _numeric_series(values: np.ndarray, missing: np.ndarray, spec: ColumnSpec) -
 
 #: Relative tolerance (of the bounds' width) within which a value is at a declared exact value.
 POINT_TOLERANCE = 1e-9
+#: Relative half-width of a float32 rounding: a value written from float32 (0.6666666865348816) still is its point.
+FLOAT32_TOLERANCE = 2.0**-24
 
 
 def at_point(values: np.ndarray, point: float, lo: float, hi: float) -> np.ndarray:
-    """Which ``values`` are the declared exact value ``point`` (within ``POINT_TOLERANCE``; NaN never is)."""
-    return np.abs(values - point) <= POINT_TOLERANCE * (hi - lo)
+    """Which ``values`` are the declared exact value ``point``: within ``POINT_TOLERANCE`` of the bounds' width or
+    ``FLOAT32_TOLERANCE`` of the point, whichever is wider (NaN never is)."""
+    return np.abs(values - point) <= max(POINT_TOLERANCE * (hi - lo), FLOAT32_TOLERANCE * abs(point))
 
 
 def step_range(lo: float, hi: float, step: float) -> tuple[int, int]:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from splice_assets import Synthesizer
+from splice_assets.layout import FLOAT32_TOLERANCE
 from splice_assets.measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
 from splice_assets.private import bounds, partitions
 from splice_assets.private.validation import clean_records
@@ -53,10 +54,11 @@ def test_values_auto_parses_round_trips_and_is_refused_off_numeric_columns():
         parse_schema(bad)
 
 
-def test_candidates_are_the_public_grid_or_the_bounds_and_zero():
+def test_candidates_are_the_public_grid_or_the_bounds_zero_and_a_proportions_fractions():
     limit, share, price, small = (bounds.value_candidates(c) for c in parse_schema(SCHEMA).columns[:4])
     assert (limit.size, limit.first, limit.step) == (50001, 0.0, 1.0)
-    assert share.points == (0.0, 1.0)
+    assert share.points[:3] == (0.0, 1 / 12, 1 / 11) and share.points[-2:] == (11 / 12, 1.0)
+    assert share.size == 2 + 45 and 0.5 in share.points and 2 / 3 in share.points  # q <= 12: 45 in (0, 1)
     assert (price.size, price.step) == (1001, pytest.approx(0.1))
     assert small is None  # 21 integers: each has a fine cell already
     assert limit.index_of(np.array([20000.0, 20000.5, -1.0, np.nan])).tolist() == [20000, -1, -1, -1]
@@ -64,6 +66,41 @@ def test_candidates_are_the_public_grid_or_the_bounds_and_zero():
     signed = parse_schema({**SCHEMA, "columns": [{"name": "x", "kind": "continuous", "bounds": [-5, 5],
                                                   "values": [5]}]}).columns[0]
     assert bounds.value_candidates(signed).points == (-5.0, 0.0)  # 5 is declared already
+    narrow = parse_schema({**SCHEMA, "columns": [{"name": "x", "kind": "continuous", "bounds": [0.2, 0.5],
+                                                  "values": [0.333333333333, "auto"]}]}).columns[0]
+    points = bounds.value_candidates(narrow).points
+    assert points[:2] == (0.2, 2 / 9) and points[-2:] == (5 / 11, 0.5)  # inside the bounds only
+    assert 1 / 3 not in points  # declared (to 12 decimals) already
+
+
+def test_a_share_written_from_float32_is_its_fraction():
+    """Data written from float32 (2/3 as 0.6666666865348816) count toward 2/3, and encode at its exact level; the
+    fractions lie 1/132 apart or more, so a value still matches one candidate at most."""
+    share = bounds.value_candidates(parse_schema(SCHEMA).columns[1])
+    values = np.array([np.float32(2 / 3), np.float32(0.5), 2 / 3 + 1e-6, np.float32(0.1234)], dtype=np.float64)
+    assert share.value(share.index_of(values[:2])).tolist() == [2 / 3, 0.5]
+    assert share.index_of(values[2:]).tolist() == [-1, -1]
+    assert min(np.diff(share.points)) == pytest.approx(1 / 132) and 1 / 132 > 2 * FLOAT32_TOLERANCE
+
+
+def test_a_release_finds_a_proportions_fractions_in_float32_data():
+    schema = parse_schema({"name": "shares", "version": 1, "n_min": 1000, "columns": [
+        {"name": "share", "kind": "continuous", "bounds": [0, 1], "values": "auto"},
+        {"name": "group", "kind": "categorical", "categories": ["a", "b"]}]})
+    rng = np.random.default_rng(3)
+    n = 20_000
+    share = rng.random(n)
+    spike = rng.random(n)
+    share[spike < 0.2] = 2 / 3
+    share[(spike >= 0.2) & (spike < 0.3)] = 0.5
+    table = pd.DataFrame({"share": share.astype(np.float32).astype(np.float64), "group": rng.choice(["a", "b"], n)})
+    synth = Synthesizer(schema, 1.0, 1e-9, RELATION_ADD_REMOVE).fit(table, ledger=None)
+    # 4,000 and 2,000 rows against a 4-sigma threshold, sigma about 50 rows: missed with p < 1e-12.
+    assert {round(2 / 3, 12), 0.5} <= set(synth.bounds.found_values["share"])
+    rows = synth.sample(n, seed=0)
+    # Sampling sd < 0.003 at 20,000 rows plus the point cell's noise (about 0.003): 0.03 is beyond 6 sd.
+    assert abs(np.isclose(rows["share"], 2 / 3, rtol=0, atol=1e-9).mean() - 0.2) < 0.03
+    assert abs((rows["share"] == 0.5).mean() - 0.1) < 0.03
 
 
 def test_the_threshold_keeps_false_positives_rare_and_never_drops_below_four_sigma():

@@ -25,7 +25,8 @@ even-only sensor gets step 2; a credit limit in tens of thousands gets 10,000.
 A column with ``values: auto`` then gets its frequent exact values from the same measurement, in a second step on
 the bounds the first resolved (``select_values``): each row adds 1 to the count of its cleaned value among the
 column's public candidates (``value_candidates``: every point of its public grid, i.e. integers, multiples of
-``step`` or of 10^-decimals, where the grid is too large for a fine cell per point; else its bounds and 0). A
+``step`` or of 10^-decimals, where the grid is too large for a fine cell per point; else its bounds, 0 and, for a
+proportion (bounds inside [0, 1]), the fractions p/q with q up to ``MAX_DENOMINATOR``: a share of a few people). A
 candidate whose noisy count clears the threshold, set so that about ``FALSE_POSITIVES`` candidates that no row holds
 pass per column, becomes an exact value (a fine cell of its own, as if declared). Only the chosen values are
 released; no noisy count is kept.
@@ -135,6 +136,8 @@ STEP_CELLS = np.array([1, 2, 5, 10, 50, 100, 500, 1_000, 5_000, 10_000], dtype=n
 FALSE_POSITIVES = 0.05
 #: ``values: auto``: at most this many values found per column (the largest noisy counts).
 MAX_FOUND = 32
+#: ``values: auto`` on a proportion: the largest denominator of its fraction candidates (45 fractions in (0, 1)).
+MAX_DENOMINATOR = 12
 #: ``knots: auto``: cells of the histogram the knots are read from (equal-width cells of the encoded bounds).
 KNOT_CELLS = 64
 #: ``knots: auto``: the share of the encoding that stays uniform on the column's scale; the rest follows the noisy
@@ -366,8 +369,12 @@ def value_candidates(spec: ColumnSpec) -> Candidates | None:
     if step is not None:
         first, last = step_range(lo, hi, step)
         return None if last - first + 1 <= GRID_LIMIT else Candidates(lo, hi, first * step, step, last - first + 1)
-    points = {lo, hi, *([0.0] if lo < 0.0 < hi else [])} - set(spec.exact_values)
-    return Candidates(lo, hi, points=tuple(sorted(points)))
+    points = {lo, hi, *([0.0] if lo < 0.0 < hi else [])}
+    if 0.0 <= lo and hi <= 1.0:  # a proportion: its simple fractions, 1/2 and 2/3 of a small count
+        points |= {p / q for q in range(2, MAX_DENOMINATOR + 1) for p in range(1, q) if lo < p / q < hi}
+    declared = np.asarray(spec.exact_values, dtype=np.float64)
+    kept = [p for p in sorted(points) if not at_point(declared, p, lo, hi).any()]
+    return Candidates(lo, hi, points=tuple(kept))
 
 
 #: PRIVATE: a column's exact counts of its candidates (index, count), the candidates held by at least one row.
