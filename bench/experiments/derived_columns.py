@@ -26,8 +26,7 @@ import numpy as np
 import pandas as pd
 
 from bench.common import DATASETS_DIR, split_train_test
-from bench.experiments.pair_selection import fitted_sample, print_means, scores
-from bench.experiments.schema_variants import best_tstr
+from bench.experiments.pair_selection import best_tstr, fitted_sample, print_means, scores
 from bench.offgrid import column_tvd
 from bench.run import dp_estimate
 from splice_assets import load_schema

@@ -26,12 +26,11 @@ import numpy as np
 import pandas as pd
 
 from bench.common import DATASETS_DIR, split_train_test
-from bench.experiments.pair_selection import fitted_sample, print_means, scores
+from bench.experiments.pair_selection import best_tstr, fitted_sample, print_means, scores
 from bench.offgrid import column_tvd
 from bench.run import dp_estimate
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
-from splice_assets.evaluation.metrics import tstr
 from splice_assets.private.bounds import needs_estimate
 from splice_assets.private.validation import read_table, validate
 from splice_assets.schema import TableSchema
@@ -69,12 +68,6 @@ def tail_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
             low, high = np.quantile(real, [0.001, 0.999])
             shares.append(float(np.mean((drawn < low) | (drawn > high))))
     return float(np.mean(shares)) if shares else float("nan")
-
-
-def best_tstr(train: pd.DataFrame, test: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
-    """The best learner's TSTR score (AUC or R^2) on the test split, as the bench reports it."""
-    learned = tstr(train, test, synthetic, schema, 0, trtr=False)
-    return float(learned.best_tstr[learned.primary]) if learned else float("nan")
 
 
 def described(train: pd.DataFrame, synthetic: pd.DataFrame, schema, column: str) -> tuple[float, ...]:

@@ -24,8 +24,7 @@ import dataclasses
 
 import numpy as np
 
-from bench.experiments.pair_selection import print_means, scores
-from bench.experiments.schema_variants import best_tstr
+from bench.experiments.pair_selection import best_tstr, print_means, scores
 from bench.run import prepare
 from splice_assets import Synthesizer
 from splice_assets.layout import layout_for
