@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from test_metrics import mixed_schema, mixed_table
+from test_metrics import mixed_schema, mixed_table, raw_mixed
 
 from splice_assets.evaluation.report import INTERNAL_BANNER, build_report
 
@@ -197,3 +197,26 @@ def test_no_holdout_report_says_so_and_skips_what_needs_one(tmp_path):
     assert max(result.metrics.marginals.per_column.values()) < 0.2
     assert "measured rows" in text and "Distance to closest record" not in text
     assert json.loads(result.json_path.read_text(encoding="utf-8"))["verdict"]["has_holdout"] is False
+
+
+def test_the_verdict_names_a_column_whose_bounds_clipped_the_input(tmp_path):
+    """The report's real rows are clipped already, so the clipped tail reaches the verdict from the validation's
+    repair counts: 20% of `score` beyond its bound [-4, 4] is flagged, the 1% of `age` below 18 is not."""
+    from splice_assets.evaluation.verdict import CLIPPED_SHARE, clipped_to_bounds
+    from splice_assets.private.validation import validate
+
+    schema = mixed_schema()
+    raw = raw_mixed(2000, 15)
+    raw.loc[raw.index[:400], "score"] = 9.0
+    raw.loc[raw.index[400:420], "age"] = 10
+    shares = validate(raw, schema).report.shares("out_of_bounds_clipped")
+    assert shares == {"score": 0.2, "age": 0.01}
+    [finding] = clipped_to_bounds(schema.column("score"), shares["score"])
+    assert finding.kind == "clipped to the bounds" and "20.0% of the input rows" in finding.message
+    assert "[-4, 4]" in finding.message
+    assert clipped_to_bounds(schema.column("age"), shares["age"]) == [] and shares["age"] < CLIPPED_SHARE
+    table = validate(raw, schema).table
+    result = build_report(table, table.iloc[:0], mixed_table(2000, 16, schema=schema), schema, {}, seed=0,
+                          out_dir=tmp_path, clipped_shares=shares)
+    assert [f.column for f in result.verdict.findings if f.kind == "clipped to the bounds"] == ["score"]
+    assert "clipped onto them" in result.html_path.read_text(encoding="utf-8")

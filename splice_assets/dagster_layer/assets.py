@@ -357,7 +357,7 @@ def fidelity_report(
             cast(Measurement, synth.measurement), book, release_id,
             bounds_noise_multiplier=synth.privacy.bounds_noise_multiplier,
         )
-    train, holdout, _ = private_moments.real_rows(v)
+    train, holdout, repairs = private_moments.real_rows(v)
     result = build_report(
         train,
         holdout,
@@ -366,6 +366,7 @@ def fidelity_report(
         facts,
         s.seed,
         store.internal_dir(s.dataset, release_id),
+        clipped_shares=repairs.shares("out_of_bounds_clipped"),
     )
     # Only the report's location goes to Dagster's event log: its numbers are computed from real rows.
     return dg.Output(

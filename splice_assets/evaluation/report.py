@@ -538,6 +538,7 @@ def build_report(
     null_rate_bounds: Mapping[str, tuple[float, float]] | None = None,
     with_references: bool = True,
     stem: str = "fidelity_report",
+    clipped_shares: Mapping[str, float] | None = None,
 ) -> ReportResult:
     """Compute all metrics (plus reference band and GE suite) and write ``<stem>.html`` and ``<stem>.json``.
 
@@ -547,6 +548,9 @@ def build_report(
     With an empty ``real_holdout`` (holdout_fraction = 0) the report is in no-holdout mode: the synthetic rows are
     compared with the measured rows (in-sample), and TSTR, DCR and the reference band are skipped and listed as
     such (scored against no rows they would read as TVD 0.5 everywhere).
+
+    ``clipped_shares`` (per column, the share of the input rows its bounds clipped, from the validation's repair
+    counts) lets the verdict name a tail the bounds cut off: the real rows here are clipped already.
     """
     from splice_assets import progress
 
@@ -567,7 +571,7 @@ def build_report(
         expectations = check_synthetic(synthetic, schema, null_rate_bounds)
     ge_seconds = time.perf_counter() - t_ge
     with progress.stage("report: verdict, plots, HTML"):
-        result = verdict(compared, synthetic, schema, metrics, references, has_holdout)
+        result = verdict(compared, synthetic, schema, metrics, references, has_holdout, clipped_shares)
         html_text = render_html(compared, synthetic, schema, release_facts, metrics, references, expectations,
                                 seconds=time.perf_counter() - t0, result=result)
     html_path = out / f"{stem}.html"

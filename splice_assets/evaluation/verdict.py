@@ -2,13 +2,15 @@
 
 Everything here reads real rows, so it belongs to the internal report only. The warnings are the failures a user
 would otherwise find by hand: a target the synthetic rows cannot predict (TSTR at or below a trivial baseline),
-a point mass that vanished (exact zeros of a zero-inflated column), a category that disappeared, and a numeric
-column whose distribution is shifted (its empirical CDFs differ by a lot at the real quantiles).
+a point mass that vanished (exact zeros of a zero-inflated column), a category that disappeared, a numeric
+column whose distribution is shifted (its empirical CDFs differ by a lot at the real quantiles), and a column whose
+bounds clipped a share of the input onto them (a tail the synthetic rows cannot hold).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,6 +30,9 @@ POINT_MASS_KEPT = 0.5
 DROPPED_CATEGORY_SHARE = 0.01
 #: Largest gap between the real and synthetic CDFs at the real quantiles (5% .. 95%) before a column is flagged.
 QUANTILE_GAP = 0.10
+#: A column whose bounds clipped at least this share of the input rows onto them is flagged (twice the 1% that DP
+#: bounds allow themselves).
+CLIPPED_SHARE = 0.02
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,18 @@ def shifted_quantiles(real: pd.Series, synthetic: pd.Series, spec: ColumnSpec) -
                     f"{q_real:.4g}, synthetic {q_synth:.4g}; flagged above {QUANTILE_GAP:.2f})")]
 
 
+def clipped_to_bounds(spec: ColumnSpec, clipped_share: float) -> list[Finding]:
+    """A column whose bounds clipped ``clipped_share`` (>= ``CLIPPED_SHARE``) of the input rows onto them."""
+    if clipped_share < CLIPPED_SHARE or spec.bounds is None:
+        return []
+    lo, hi = spec.bounds
+    return [Finding("clipped to the bounds", spec.name,
+                    f"{clipped_share:.1%} of the input rows lay outside {spec.name}'s bounds [{lo:g}, {hi:g}] and "
+                    "were clipped onto them: the synthetic rows hold no value beyond the bounds. Declare the "
+                    "column's range in the schema (bounds estimated with `auto` clip a tail that clears the noise "
+                    "in no decade).")]
+
+
 def _tstr_finding(metrics: FidelityMetrics) -> list[Finding]:
     """TSTR at or below what a model that ignores the features scores: R^2 <= 0 (the mean), ROC AUC within two
     standard errors of 0.5 (a coin flip; the null AUC's standard error is about sqrt(1 / (3 n)) on n test rows)."""
@@ -226,10 +243,11 @@ def _scores(metrics: FidelityMetrics, refs: ReferenceBand | None) -> list[dict[s
 
 def verdict(
     compared: pd.DataFrame, synthetic: pd.DataFrame, schema: TableSchema, metrics: FidelityMetrics,
-    references: ReferenceBand | None, has_holdout: bool,
+    references: ReferenceBand | None, has_holdout: bool, clipped_shares: Mapping[str, float] | None = None,
 ) -> Verdict:
     """The verdict of one synthetic table against ``compared`` (the real holdout, or the measured rows when
-    there is none: ``has_holdout`` False)."""
+    there is none: ``has_holdout`` False). ``clipped_shares``: per column, the share of the input rows its bounds
+    clipped (from the validation's repair counts; ``compared`` holds them clipped already)."""
     findings: list[Finding] = []
     columns: dict[str, dict[str, ColumnStats]] = {}
     for spec in schema.columns:
@@ -238,6 +256,7 @@ def verdict(
         findings += lost_point_masses(real, synth, spec)
         findings += dropped_categories(real, synth, spec)
         findings += shifted_quantiles(real, synth, spec)
+        findings += clipped_to_bounds(spec, (clipped_shares or {}).get(spec.name, 0.0))
     findings += _tstr_finding(metrics) + _reference_findings(metrics, references)
     skipped = [] if has_holdout else [
         "TSTR (needs real rows the model never saw)",

@@ -55,6 +55,10 @@ class ValidationReport:
     def total(self, kind: str) -> int:
         return sum(c.get(kind, 0) for c in self.counts.values())
 
+    def shares(self, kind: str) -> dict[str, float]:
+        """Per column, the share of the rows that had repair ``kind`` (columns without it left out)."""
+        return {c: k[kind] / self.n_rows for c, k in self.counts.items() if k.get(kind, 0) and self.n_rows}
+
     def __add__(self, other: ValidationReport) -> ValidationReport:
         """The report of two disjoint sets of rows of one input."""
         names = dict.fromkeys([*self.counts, *other.counts])
