@@ -290,6 +290,33 @@ def fixed_first_step(tmp_path, monkeypatch, relation: str, name: str, amount: st
     return inputs
 
 
+def captured_value_counts(monkeypatch) -> list[list]:
+    """A stand-in for the estimate's second step: records each run's candidate counts and stops the run."""
+    from splice_assets.private import bounds
+
+    counts: list[list] = []
+
+    def second_step(value_counts, columns, sigma, entropy):
+        counts.append([(held.copy(), count.copy()) for held, count in value_counts])
+        raise Captured
+
+    monkeypatch.setattr(bounds, "select_values", second_step)
+    return counts
+
+
+def squared_shift(a: list, b: list) -> float:
+    """Squared l2 distance of two runs' candidate counts (sparse: held index, count), column by column."""
+    total = 0.0
+    for (held_a, count_a), (held_b, count_b) in zip(a, b):
+        both = np.union1d(held_a, held_b)
+        dense_a = np.zeros(len(both))
+        dense_b = np.zeros(len(both))
+        dense_a[np.searchsorted(both, held_a)] = count_a
+        dense_b[np.searchsorted(both, held_b)] = count_b
+        total += float(np.sum((dense_a - dense_b) ** 2))
+    return total
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 @pytest.mark.parametrize("relation", [AR, RO])
 def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds_and_values(tmp_path, monkeypatch, relation,
@@ -301,31 +328,12 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds_and_valu
     both see the same bounds; the two steps' shifts together stay within ``estimate_sensitivity``, and meet it where
     an added row changes bucket in every histogram and holds a candidate in every column. The run stops after the
     first step's noise, so its reservation stays counted."""
-    from splice_assets.private import bounds
     from splice_assets.private.bounds import estimate_sensitivity
 
     name = "toy_neighbours_values"
     first_inputs = fixed_first_step(tmp_path, monkeypatch, relation, name, "bounds: auto, values: auto, decimals: auto",
                                     "bounds: [0, 100000], values: [5, auto], step: auto")
-    counts: list[list] = []
-
-    def second_step(value_counts, columns, sigma, entropy):
-        counts.append([(held.copy(), count.copy()) for held, count in value_counts])
-        raise Captured
-
-    monkeypatch.setattr(bounds, "select_values", second_step)
-
-    def squared_shift(a: list, b: list) -> float:
-        total = 0.0
-        for (held_a, count_a), (held_b, count_b) in zip(a, b):
-            both = np.union1d(held_a, held_b)
-            dense_a = np.zeros(len(both))
-            dense_b = np.zeros(len(both))
-            dense_a[np.searchsorted(both, held_a)] = count_a
-            dense_b[np.searchsorted(both, held_b)] = count_b
-            total += float(np.sum((dense_a - dense_b) ** 2))
-        return total
-
+    counts = captured_value_counts(monkeypatch)
     rng = np.random.default_rng(4)
     table = private_table(rng, 400)
     table["amount"], table["age"] = table["amount"].clip(1, 99), table["age"] % 9 + 1
@@ -344,6 +352,36 @@ def test_the_release_job_keeps_neighbours_within_delta_in_its_dp_bounds_and_valu
             assert shift >= math.sqrt(5 / 6) * bound * (1 - 1e-12), label
     with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
         assert {e.status for e in book.entries(name)} == {"reserved"}  # noise was drawn: the spend stays counted
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("relation", [AR, RO])
+def test_the_release_job_keeps_neighbours_within_delta_in_a_proportions_fraction_counts(tmp_path, monkeypatch,
+                                                                                        relation, streamed):
+    """A proportion's candidates are its bounds and its simple fractions (0046); values written from float32 count
+    toward them. One row still moves one candidate count of the column: the shift meets ``estimate_sensitivity``
+    of one value column when the neighbour's row holds a candidate, and never exceeds it."""
+    from splice_assets.private.bounds import estimate_sensitivity
+
+    name = "toy_neighbours_fractions"
+    first_inputs = fixed_first_step(tmp_path, monkeypatch, relation, name, "bounds: [0, 1], values: auto",
+                                    "bounds: [18, 90]")
+    counts = captured_value_counts(monkeypatch)
+    rng = np.random.default_rng(5)
+    table = private_table(rng, 400)
+    share, pick = rng.uniform(size=400), rng.uniform(size=400)
+    share[pick < 0.3], share[(pick >= 0.3) & (pick < 0.5)] = 2 / 3, 0.5
+    table["amount"] = share.astype(np.float32).astype(np.float64)  # 2/3 as 0.6666666865348816
+    base = job_vector(tmp_path, table, relation, "base", monkeypatch, first_inputs, name, streamed)
+    [(held, count)] = counts.pop()
+    assert int(count.sum()) == int(np.sum(pick < 0.5))  # every float32 2/3 and 1/2, and no uniform draw
+    bound = estimate_sensitivity(0, 1, relation)
+    for index, (label, other) in enumerate(neighbours(rng, table, relation).items()):
+        step_one = job_vector(tmp_path, other, relation, f"n{index}", monkeypatch, first_inputs, name, streamed)
+        shift = math.sqrt(float(np.sum((step_one - base) ** 2)) + squared_shift(counts.pop(), [(held, count)]))
+        assert shift <= bound * (1 + 1e-12), (label, shift, bound)
+        if "extreme" in label:  # its amount, 1000, is clipped onto the candidate 1: the bound under add-remove
+            assert shift >= 1.0 - 1e-12, label
 
 
 @pytest.mark.parametrize("streamed", [False, True])
