@@ -175,6 +175,7 @@ def resolve_auto_bounds(raw: pd.DataFrame, schema, out: Path):
 
 def prepare(name: str) -> Prepared | None:
     from splice_assets.datasets import schema_path
+    from splice_assets.evaluation.verdict import CLIPPED_SHARE
     from splice_assets.private.validation import read_table, validate
     from splice_assets.schema import load_schema
 
@@ -201,9 +202,9 @@ def prepare(name: str) -> Prepared | None:
     domain_json = out / "domain.json"
     domain_json.write_text(json.dumps(public_domain(schema), indent=1))
     print(f"[bench] {name}: {len(train)} train / {len(test)} test rows, {len(schema.columns)} columns", flush=True)
-    if wide := {c: round(v, 3) for c, v in clipped.items() if v >= 0.02}:
-        print(f"[bench] {name}: the bounds clip 2% or more of these columns' rows (unseen by the scores): {wide}",
-              flush=True)
+    if wide := {c: round(v, 3) for c, v in clipped.items() if v >= CLIPPED_SHARE}:
+        print(f"[bench] {name}: the bounds clip {CLIPPED_SHARE:.0%} or more of these columns' rows (unseen by the "
+              f"scores): {wide}", flush=True)
     return Prepared(name, schema, spath, train, test, train_csv, domain_json, clipped)
 
 

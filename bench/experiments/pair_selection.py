@@ -4,8 +4,7 @@ Each variant is its own measurement (the choice of pairs happens inside the mech
 seeds, not paired: per dataset and cap on pairs per coordinate (0 = every pair, the behaviour before selection),
 the mean over seeds of the off-grid metrics against the train split, the on-grid 1-/2-way TVD against it, TSTR
 (the best learner's AUC or R^2 on the test split), the number of 2-way tables measured and the seconds to fit and
-sample. Add-remove, eps = 1 and delta = 1e-9, as in
-the bench.
+sample. Add-remove, eps = 1 and delta = 1e-9, as in the bench.
 
     .venv/bin/python -m bench.experiments.pair_selection --datasets coil2000 pol fars --caps 0 8 4 2 --seeds 0 1
 """
