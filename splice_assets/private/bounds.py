@@ -120,9 +120,6 @@ CLIP_SHARE = 0.01
 STEP_NOISE_SHARE = 0.03
 #: A run of decades beyond the resolved bounds whose noisy count clears this many noise sd is reported as clipped.
 CLIPPED_Z = 3.5
-#: Off: the coarse range ends at the outermost decades that clear ``COARSE_Z`` alone. On (measured, not adopted:
-#: docs/decisions/0048): it also takes runs of k decades beyond them that clear it times sqrt(k) (``_outward``).
-WIDEN_OVER_RUNS = False
 DEFAULT_BOUNDS_SHARE = 0.05
 MECHANISM = "gaussian/dp-bounds-histogram"
 #: Histograms per column (coarse and fine): each row adds 1 to one bucket of each.
@@ -535,20 +532,6 @@ def _inward(fine: np.ndarray, buckets: np.ndarray, sigma: float, allowed: float)
     return passed
 
 
-def _outward(coarse: np.ndarray, inside: np.ndarray, end: int, direction: int, sigma: float) -> int:
-    """The coarse end moved outward (``direction`` -1: down, 1: up) to the farthest decade whose run of k decades
-    beyond ``end`` holds a noisy count above ``COARSE_Z`` sigma sqrt(k): mass spread thinly over several decades,
-    none of which clears the threshold alone, is still inside the range. A run of empty decades passes with
-    probability 3e-5, as a single one does."""
-    reached, total, k = end, 0.0, 0
-    for bucket in range(end + direction, -1 if direction < 0 else len(coarse), direction):
-        if inside[bucket]:
-            total, k = total + float(coarse[bucket]), k + 1
-            if total > COARSE_Z * sigma * math.sqrt(k):
-                reached = bucket
-    return reached
-
-
 def bounds_from_noisy(noisy: np.ndarray, sigma: float, integer: bool,
                       known_end: tuple[float | None, float | None] = (None, None)) -> tuple[float, float]:
     """Post-processing of one column's noisy histograms (coarse then fine): the outermost decades above
@@ -568,11 +551,6 @@ def bounds_from_noisy(noisy: np.ndarray, sigma: float, integer: bool,
         above = np.array([int(np.argmax(np.where(inside, coarse, -np.inf)))])
     allowed = CLIP_SHARE * max(float(coarse.sum()), 0.0)
     low_bucket, high_bucket = int(above[0]), int(above[-1])
-    if WIDEN_OVER_RUNS:
-        if integer:  # the buckets of 0 < |v| < 1 hold no integer: their counts are noise alone
-            inside &= (COARSE.upper >= 1.0) | (COARSE.lower <= -1.0) | (np.arange(COARSE.size) == COARSE.zero)
-        low_bucket = _outward(coarse, inside, low_bucket, -1, sigma)
-        high_bucket = _outward(coarse, inside, high_bucket, 1, sigma)
     low_fine = FINE.inside(COARSE.lower[low_bucket], COARSE.upper[low_bucket])
     high_fine = FINE.inside(COARSE.lower[high_bucket], COARSE.upper[high_bucket])[::-1]
     lo = float(FINE.lower[low_fine[_inward(fine, low_fine, sigma, allowed)]]) if known_lo is None else known_lo
