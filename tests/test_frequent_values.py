@@ -74,8 +74,8 @@ def test_candidates_are_the_public_grid_or_the_bounds_zero_and_a_proportions_fra
 
 
 def test_a_share_written_from_float32_is_its_fraction():
-    """Data written from float32 (2/3 as 0.6666666865348816) count toward 2/3, and encode at its exact level; the
-    fractions lie 1/132 apart or more, so a value still matches one candidate at most."""
+    """Data written from float32 (2/3 as 0.6666666865348816) count toward 2/3; the fractions lie 1/132 apart or
+    more, so a value still matches one candidate at most."""
     share = bounds.value_candidates(parse_schema(SCHEMA).columns[1])
     values = np.array([np.float32(2 / 3), np.float32(0.5), 2 / 3 + 1e-6, np.float32(0.1234)], dtype=np.float64)
     assert share.value(share.index_of(values[:2])).tolist() == [2 / 3, 0.5]
