@@ -21,6 +21,7 @@ from bench.experiments.pair_selection import best_tstr, fitted_sample, print_mea
 from bench.run import dp_estimate
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
+from splice_assets.layout import FLOAT32_TOLERANCE
 from splice_assets.private import bounds
 from splice_assets.private.validation import read_table, validate
 
@@ -28,9 +29,9 @@ KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd1", "tvd2", "tstr")
 
 
 def shares_at(values: pd.Series, points: np.ndarray) -> np.ndarray:
-    """Share of ``values`` at each point, at float32 precision (the data's own)."""
+    """Share of ``values`` at each point, at float32 precision (the data's own; ``layout.FLOAT32_TOLERANCE``)."""
     x = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
-    return np.array([np.mean(np.isclose(x, p, rtol=2.0**-23, atol=0.0)) for p in points])
+    return np.array([np.mean(np.abs(x - p) <= FLOAT32_TOLERANCE * abs(p)) for p in points])
 
 
 def main() -> None:
