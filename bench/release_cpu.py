@@ -12,15 +12,21 @@ loaded machine stay comparable:
   after the holdout), each run in a new throwaway DAGSTER_HOME with a fresh budget (``splice budget set``, not
   timed), so every run writes the same release to an empty ledger and MLflow store.
 
+With ``--against COMMIT``, the same release of that commit's code (a temporary ``git worktree``, run with this
+virtualenv) is measured in the same run: the before/after of a change, or of the product-path issue's starting
+point. Its warm-up run is its first release with empty numba caches (a fresh checkout compiles every kernel once),
+which the table reports beside the warm median.
+
 Below the table, the release's and the library's stages (the lines the CLI prints) in median CPU and wall
 seconds; "outside the stages" is the process total minus its top-level stages (imports, Dagster's own work).
 
-    python -m bench.release_cpu [--runs 3]
+    python -m bench.release_cpu [--runs 3] [--against e358940]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -28,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +46,12 @@ OUTSIDE = "outside the stages"
 # process, time.process_time) and wall seconds, and writes them as JSON to the file named by its last argument.
 _RECORDER = """
 import json, sys, time
-from splice_assets import progress
+try:
+    from splice_assets import progress
+except ImportError:
+    progress = None
 
-class Recorder:
+class Recorder:  # stages are recorded only where the code has splice_assets.progress (not before e6a5cb7)
     def __init__(self):
         self.stack, self.rows = [], []
     def started(self, name, total, depth):
@@ -75,7 +85,8 @@ json.dump(recorder.rows, open(out, "w"))
 RELEASE_CHILD = _RECORDER + """
 from splice_assets import cli
 
-progress.display_for = lambda stream=None: recorder  # the CLI's own stages, recorded instead of printed
+if progress is not None:
+    progress.display_for = lambda stream=None: recorder  # the CLI's own stages, recorded instead of printed
 try:
     cli.main(sys.argv[1:], standalone_mode=False)
 finally:
@@ -87,7 +98,8 @@ def run_child(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     """One fresh process: its CPU (user + sys) and wall seconds, and the stages it recorded (if any)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as stages, tempfile.TemporaryFile() as log:
         start = time.perf_counter()
-        proc = subprocess.Popen([*argv, stages.name], env=env, stdout=log, stderr=log)
+        # The code's tree is the working directory: -c and -m put it first on sys.path.
+        proc = subprocess.Popen([*argv, stages.name], env=env, cwd=env["PYTHONPATH"], stdout=log, stderr=log)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -102,24 +114,35 @@ def fresh_home(env: dict[str, str]) -> tuple[tempfile.TemporaryDirectory[str], d
     home = tempfile.TemporaryDirectory(prefix="release-cpu-")
     child_env = {**env, "DAGSTER_HOME": home.name}
     subprocess.run([sys.executable, "-m", "splice_assets.cli", "budget", "set", "fair_affairs", "--epsilon", "1000",
-                    "--delta", "1e-6"], env=child_env, capture_output=True, check=True)
+                    "--delta", "1e-6"], env=child_env, cwd=env["PYTHONPATH"], capture_output=True, check=True)
     return home, child_env
 
 
 def measure(name: str, argv: list[str], runs: int, env: dict[str, str], needs_home: bool) -> list[dict[str, Any]]:
+    """The warm-up run, then ``runs`` timed runs."""
     results = []
-    for i in range(runs + 1):  # run 0 is the warm-up
+    for i in range(runs + 1):
         home, child_env = fresh_home(env) if needs_home else (None, env)
         try:
-            result = run_child(argv, child_env)
+            results.append(run_child(argv, child_env))
         finally:
             if home is not None:
                 home.cleanup()
-        if i:
-            results.append(result)
-        print(f"  {name} run {i or 'warm-up'}: {result['cpu']:.1f} CPU s, {result['wall']:.1f} s wall",
+        print(f"  {name} run {i or 'warm-up'}: {results[-1]['cpu']:.1f} CPU s, {results[-1]['wall']:.1f} s wall",
               file=sys.stderr, flush=True)
     return results
+
+
+@contextlib.contextmanager
+def checkout(commit: str) -> Iterator[Path]:
+    """A temporary ``git worktree`` of ``commit`` (removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="release-cpu-tree-") as parent:
+        tree = Path(parent) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), commit], check=True)
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
 
 
 def stage_table(results: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
@@ -141,6 +164,8 @@ def stage_table(results: list[dict[str, Any]]) -> list[tuple[str, float, float]]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="Timed runs per command (median reported).")
+    parser.add_argument("--against", nargs="*", default=[], metavar="COMMIT",
+                        help="Also measure the release of these commits' code (git worktrees, this virtualenv).")
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GX_ANALYTICS_ENABLED": "false",
            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
@@ -152,17 +177,25 @@ def main() -> None:
         "splice release": ([sys.executable, "-c", RELEASE_CHILD, *RELEASE_ARGS], True),
     }
     results = {name: measure(name, argv, args.runs, env, home) for name, (argv, home) in commands.items()}
-    cpu = {name: statistics.median(r["cpu"] for r in res) for name, res in results.items()}
-    wall = {name: statistics.median(r["wall"] for r in res) for name, res in results.items()}
+    for commit in args.against:
+        with checkout(commit) as tree:
+            label = f"splice release at {commit}"
+            results[label] = measure(label, commands["splice release"][0], args.runs,
+                                     {**env, "PYTHONPATH": str(tree)}, True)
+    timed = {name: res[1:] for name, res in results.items()}
+    cpu = {name: statistics.median(r["cpu"] for r in res) for name, res in timed.items()}
+    wall = {name: statistics.median(r["wall"] for r in res) for name, res in timed.items()}
     base, library = cpu["python -c pass"], cpu["library (fit + sample)"]
-    print(f"| command | CPU s (median of {args.runs}) | wall s | CPU ratio to library | CPU ratio to python -c pass |")
-    print("|---|---|---|---|---|")
+    print(f"| command | CPU s (median of {args.runs}) | wall s | first run CPU s | CPU ratio to library "
+          "| CPU ratio to python -c pass |")
+    print("|---|---|---|---|---|---|")
     for name in results:
-        print(f"| {name} | {cpu[name]:.2f} | {wall[name]:.2f} | {cpu[name] / library:.2f}x | {cpu[name] / base:.0f}x |")
+        print(f"| {name} | {cpu[name]:.2f} | {wall[name]:.2f} | {results[name][0]['cpu']:.2f} "
+              f"| {cpu[name] / library:.2f}x | {cpu[name] / base:.0f}x |")
     for name in ("splice release", "library (fit + sample)"):
         print(f"\n| {name}: stage | CPU s | wall s |")
         print("|---|---|---|")
-        for stage, stage_cpu, stage_wall in stage_table(results[name]):
+        for stage, stage_cpu, stage_wall in stage_table(timed[name]):
             print(f"| {stage} | {stage_cpu:.2f} | {stage_wall:.2f} |")
 
 
