@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from splice_assets.layout import DEFAULT_NUMERIC_BINS as COARSE_BINS
+from splice_assets.layout import DEFAULT_TARGET_TRIPLES
 from splice_assets.measurement import RELATION_ADD_REMOVE, RELATIONS
 from splice_assets.model.fit import FitConfig
 from splice_assets.private import preflight
@@ -56,7 +57,9 @@ class MeasurementSettings:
     with a finer table of ``fine_split`` cells per fine interval, 0 = none; see ``resolution``), ``pair_share`` to
     the 2-way tables of every pair of coordinates from different columns, the rest to the sliced Chebyshev moments
     (L directions, orders 1..k). Where the pairs outnumber ``pairs_per_coordinate`` x d (0 = never), that many are
-    chosen by noisy dependence scores, which take ``selection_share`` out of the pair share (``pair_selection``)."""
+    chosen by noisy dependence scores, which take ``selection_share`` out of the pair share (``pair_selection``);
+    otherwise the schema's target gets a 3-way table with every pair of other columns, at the pair weight, when they
+    number at most ``target_triples`` (0 = never; ``layout.triples_with_target``)."""
 
     n_directions: int = DEFAULT_N_DIRECTIONS
     k: int = DEFAULT_K
@@ -66,6 +69,7 @@ class MeasurementSettings:
     fine_split: int = DEFAULT_FINE_SPLIT
     pairs_per_coordinate: float = DEFAULT_PAIRS_PER_COORDINATE
     selection_share: float = DEFAULT_SELECTION_SHARE
+    target_triples: int = DEFAULT_TARGET_TRIPLES
 
     def __post_init__(self) -> None:
         _integer("n_directions (L)", self.n_directions, 1, preflight.MAX_DIRECTIONS)
@@ -76,6 +80,7 @@ class MeasurementSettings:
         _integer("fine_split", self.fine_split, 0, MAX_FINE_SPLIT)
         _number("pairs_per_coordinate", self.pairs_per_coordinate, 0.0, math.inf)
         _number("selection_share", self.selection_share, 0.0, 1.0, low_open=True)
+        _integer("target_triples", self.target_triples, 0)
         if self.pair_share > 0 and self.selection_share >= self.pair_share:
             raise ValueError(
                 f"selection_share must be below pair_share {self.pair_share!r} (it is taken out of it), "

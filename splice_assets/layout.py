@@ -386,6 +386,49 @@ def pair_sizes(
     return tuple(sizes[a] * sizes[b] for a, b in pairs)
 
 
+#: The target's 3-way tables are measured when they number at most this many (0 = never; ``triples_with_target``)
+DEFAULT_TARGET_TRIPLES = 45
+#: ... each of at most this many cells: a table of a numeric pair (16 x 16 coarse cells per class) spreads the
+#: target's rows too thin for its noise.
+MAX_TRIPLE_CELLS = 128
+
+
+def triples_with_target(
+    layout: EncodingLayout, target: str | None, cap: int, numeric_bins: int = DEFAULT_NUMERIC_BINS,
+    max_cells: int = MAX_TRIPLE_CELLS,
+) -> tuple[tuple[int, int, int], ...]:
+    """The 3-way query family (public): (t, a, b) for the target column's first coordinate t and every pair (a, b),
+    a < b, of coordinates from two other columns whose table has at most ``max_cells`` cells, ``coordinate_pairs``
+    order. None without a target, or when they would number more than ``cap`` (0 = none): their tables then share
+    the pair weight with too many others."""
+    cols = [c.column for c in layout.coordinates]
+    if target is None or target not in cols or cap <= 0:
+        return ()
+    t, sizes = cols.index(target), marginal_sizes(layout, numeric_bins)
+    triples = tuple(
+        (t, a, b) for a, b in coordinate_pairs(layout)
+        if target not in (cols[a], cols[b]) and sizes[t] * sizes[a] * sizes[b] <= max_cells
+    )
+    return triples if len(triples) <= cap else ()
+
+
+def triple_sizes(
+    layout: EncodingLayout, triples: Sequence[tuple[int, int, int]], numeric_bins: int = DEFAULT_NUMERIC_BINS
+) -> tuple[int, ...]:
+    """Number of cells of each triple's 3-way histogram (t's cells x a's x b's, t-major)."""
+    sizes = marginal_sizes(layout, numeric_bins)
+    return tuple(sizes[t] * sizes[a] * sizes[b] for t, a, b in triples)
+
+
+def triple_cell_index(
+    cells: np.ndarray, sizes: Sequence[int] | np.ndarray, triple: tuple[int, int, int]
+) -> np.ndarray:
+    """Each row's cell in one triple's table (its own index, t-major) from the rows' 1-way cells
+    (``marginal_cells``)."""
+    t, a, b = triple
+    return (cells[:, t] * sizes[a] + cells[:, a]) * sizes[b] + cells[:, b]
+
+
 def pair_tables(
     frequencies: np.ndarray, pairs: Sequence[tuple[int, int]], sizes: Sequence[int]
 ) -> list[np.ndarray]:

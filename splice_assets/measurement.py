@@ -86,12 +86,20 @@ class Measurement:
     fine_sizes: tuple[int, ...] = ()
     fine_bins: int = 0
     fine_split: int = 0
+    #: Noisy 3-way frequencies of the target with pairs of other columns (t-major), at the 2-way noise std.
+    noisy_triples: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    triples: tuple[tuple[int, int, int], ...] = ()
+    triple_sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "marginal_sizes", tuple(int(v) for v in self.marginal_sizes))
         object.__setattr__(self, "pairs", tuple((int(a), int(b)) for a, b in self.pairs))
         object.__setattr__(self, "pair_sizes", tuple(int(v) for v in self.pair_sizes))
         object.__setattr__(self, "fine_sizes", tuple(int(v) for v in self.fine_sizes))
+        object.__setattr__(self, "triples", tuple((int(t), int(a), int(b)) for t, a, b in self.triples))
+        object.__setattr__(self, "triple_sizes", tuple(int(v) for v in self.triple_sizes))
+        if len(self.triple_sizes) != len(self.triples) or int(np.sum(self.triple_sizes)) != self.noisy_triples.size:
+            raise ValueError("noisy 3-way tables do not match the triples and their sizes")
         if int(np.sum(self.fine_sizes)) != self.noisy_fine.size:
             raise ValueError("noisy fine tables do not match the fine sizes")
         if int(np.sum(self.marginal_sizes)) != self.noisy_marginals.size:
@@ -135,6 +143,9 @@ class Measurement:
         meta.pop("noisy_marginals")
         meta.pop("noisy_pairs")
         meta.pop("noisy_fine")
+        meta.pop("noisy_triples")
+        meta["triples"] = [list(triple) for triple in self.triples]
+        meta["triple_sizes"] = list(self.triple_sizes)
         meta["fine_sizes"] = list(self.fine_sizes)
         meta["marginal_sizes"] = list(self.marginal_sizes)
         meta["pairs"] = [list(pair) for pair in self.pairs]
@@ -148,7 +159,7 @@ class Measurement:
         npz, meta = stem.with_suffix(".npz"), stem.with_suffix(".json")
         np.savez(
             npz, noisy_moments=self.noisy_moments, noisy_marginals=self.noisy_marginals, noisy_pairs=self.noisy_pairs,
-            noisy_fine=self.noisy_fine,
+            noisy_fine=self.noisy_fine, noisy_triples=self.noisy_triples,
         )
         meta.write_text(json.dumps(self.public_metadata(), indent=2, sort_keys=True))
         return npz, meta
@@ -164,8 +175,10 @@ class Measurement:
             marginals = data["noisy_marginals"].astype(np.float64) if "noisy_marginals" in data else np.zeros(0)
             pairs = data["noisy_pairs"].astype(np.float64) if "noisy_pairs" in data else np.zeros(0)
             fine = data["noisy_fine"].astype(np.float64) if "noisy_fine" in data else np.zeros(0)
+            triples = data["noisy_triples"].astype(np.float64) if "noisy_triples" in data else np.zeros(0)
         if moments.shape != (meta["k"], meta["n_directions"]):
             raise ValueError(f"measurement {str(stem)!r}: moments shape {moments.shape} does not match k, L")
         meta["marginal_sizes"] = tuple(meta.get("marginal_sizes", ()))
         meta["fine_sizes"] = tuple(meta.get("fine_sizes", ()))
-        return cls(noisy_moments=moments, noisy_marginals=marginals, noisy_pairs=pairs, noisy_fine=fine, **meta)
+        return cls(noisy_moments=moments, noisy_marginals=marginals, noisy_pairs=pairs, noisy_fine=fine,
+                   noisy_triples=triples, **meta)

@@ -40,6 +40,7 @@ SCHEMA_YAML = """
 name: toy_neighbours
 version: 1
 n_min: 100
+target: grade
 columns:
   - {name: amount, kind: continuous, bounds: [0, 1000], sentinels: [0]}
   - {name: age, kind: integer, bounds: [18, 90]}
@@ -112,10 +113,13 @@ def nominal_delta(relation: str, n_measured: int) -> tuple[float, float, measuri
 
 def family_norms(diff: np.ndarray, plan: measuring.MeasurementPlan) -> dict[str, float]:
     """The l2 shift of each query family in the sampler's input: moments, 1-way cells (the coordinates' tables and
-    the numeric columns' fine tables, one family at one weight), 2-way cells, count."""
+    the numeric columns' fine tables, one family at one weight), 2-way cells (the pairs' and the target's 3-way
+    tables, one family at one weight), count."""
     assert plan.fine, "the product's plan measures fine tables"
+    assert plan.triples, "the product's plan measures the target's 3-way tables"
     count_cells = int(plan.relation == AR)
-    edges = np.cumsum([plan.k * plan.n_directions, sum(plan.marginal_sizes), sum(plan.pair_sizes), count_cells])
+    tables = sum(plan.pair_sizes) + sum(plan.triple_sizes)
+    edges = np.cumsum([plan.k * plan.n_directions, sum(plan.marginal_sizes), tables, count_cells])
     moments, coarse, two_way, count, fine = np.split(diff, edges)
     assert fine.size == sum(plan.fine_sizes)
     one_way = np.concatenate([coarse, fine])

@@ -297,6 +297,9 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
             "tilt (chi2 per cell before, after; iterations)": dg.MetadataValue.json(
                 None if model.tilt is None else model.tilt.summary()  # type: ignore[arg-type]  # None is accepted
             ),
+            "target tilt (3-way tables with the target: chi2 per cell before, after)": dg.MetadataValue.json(
+                None if model.target_tilt is None else model.target_tilt.summary()  # type: ignore[arg-type]
+            ),
             "pairwise field (iterations, residual, chains, sweeps)": dg.MetadataValue.json(
                 None if model.field is None else model.field.summary()  # type: ignore[arg-type]  # None is accepted
             ),

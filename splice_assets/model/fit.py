@@ -133,6 +133,12 @@ class FitConfig:
     tilt_chi2: float = 1.0
     tilt_pool_factor: int = 4
     tilt_max_iterations: int = 300
+    #: The tilt toward the target's 3-way tables (``chain.fit_target_tilt``; with measured triples) stops at this
+    #: chi^2 per cell of the 1-way and 3-way tables, or where its holdout pool stops improving (0 = no target tilt).
+    #: Below the noise level on purpose: the class boundary is a few cells of many, and the average over all cells
+    #: reaches 1 before it is fitted. Paired refits (docs/decisions/0049), TSTR at 1 -> 0.5: nursery .957 -> .980,
+    #: churn .663 -> .731, adult .900 -> .899; decile 2-way TVD nursery .0201 -> .0237. At 0.5 the holdout stops it.
+    target_tilt_chi2: float = 0.5
     #: When the holdout stops the tilt short of ``tilt_chi2`` (the pool's support, not the noise, is the limit: at
     #: eps >= 3 on adult and california), it is refitted from there on pools this many times min(n, 25,000) rows in
     #: total, and sampling then draws half this many pool rows per output row (0 = never). Paired (add-remove, 3
@@ -288,6 +294,9 @@ class FittedMixture:
     field: PairwiseField | None = None
     #: The noisy fine tables of the numeric columns (``resolution``); sampling draws values inside their bins from them.
     fine: FineTables | None = None
+    #: Potentials toward the target's noisy 3-way tables (``CellTilt.triples``); sampling resamples the matched rows
+    #: by them.
+    target_tilt: CellTilt | None = None
 
     @property
     def loss_over_noise_floor(self) -> float:

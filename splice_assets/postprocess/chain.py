@@ -45,6 +45,7 @@ _TAG_TILT_POOL = 0x7117_B001
 
 
 _TAG_FIELD = 0xF1E1_D001
+_TAG_TARGET_TILT = 0x7117_B003
 #: The field replaces the tilted mixture only if, tilted in turn, its holdout chi^2 per cell against the noisy tables
 #: is at most this factor times the mixture's (docs/decisions/0029).
 FIELD_CHI2_TOLERANCE = 1.05
@@ -83,6 +84,12 @@ def fine_columns(measurement: Measurement, schema: TableSchema) -> tuple[FineCel
 
 
 def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
+    """The mixture and its post-processing toward the noisy tables: 1-/2-way (``fit_pairwise``), then the target's
+    3-way tables (``fit_target_tilt``)."""
+    return fit_target_tilt(fit_pairwise(measurement, schema, config), measurement, schema, config)
+
+
+def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
     """The mixture and its post-processing toward the noisy 1-/2-way tables.
 
     The mixture is fitted first. With measured 2-way tables, near-functional pairs are then read from them
@@ -175,12 +182,48 @@ def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig)
     return with_field if with_field.tilt.chi2_end <= FIELD_CHI2_TOLERANCE * model.tilt.chi2_end else model
 
 
+def fit_target_tilt(
+    model: FittedMixture, measurement: Measurement, schema: TableSchema, config: FitConfig
+) -> FittedMixture:
+    """The tilted model tilted once more, toward the target's noisy 3-way tables (``measurement.triples``) while it
+    holds the noisy 1-way tables: ``fit_tilt`` on two pools of the rows the model samples (``matched_rows``, its
+    field or its tilted mixture), ``config.tilt_pool_factor`` per measured row each (at most ``TILT_CHUNK_ROWS``),
+    stopped at ``config.target_tilt_chi2`` on the second. Sampling then draws that many rows per output row and
+    resamples them by these potentials. The model is returned as it is without triples, a tilt or a target tilt
+    (``target_tilt_chi2`` = 0).
+
+    The pairwise steps can not hold a 3-way table: the field is the maximum-entropy joint of the 2-way tables, and
+    the mixture's components carry little of a target that is a function of several columns (nursery's class).
+    """
+    if not measurement.triples or config.target_tilt_chi2 == 0 or model.tilt is None or model.marginal_targets is None:
+        return model
+    layout, bins, triples = layout_for(schema), measurement.numeric_bins, measurement.triples
+    rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TARGET_TILT]))
+    integer_bounds = integer_coordinates(schema)
+    pool_rows = config.tilt_pool_factor * min(measurement.n, TILT_CHUNK_ROWS)
+    with progress.stage("tilt toward the target's 3-way tables"):
+        pool, holdout = (
+            table_cells(matched_rows(model, pool_rows, rng, integer_bounds), layout, bins, (), "C", True, triples)
+            for _ in range(2)
+        )
+        potentials, chi2_start, chi2_end, iterations = fit_tilt(
+            pool, holdout, measurement.noisy_marginals, measurement.marginal_noise_std(),
+            measurement.noisy_triples, measurement.pair_noise_std(), config.target_tilt_chi2,
+            config.tilt_max_iterations,
+            starts=table_starts(layout, bins, (), triples),
+        )
+    target_tilt = CellTilt(bins, (), potentials, config.tilt_pool_factor, chi2_start, chi2_end, iterations, triples)
+    return replace(model, target_tilt=target_tilt)
+
+
 def check_post_processing(config: FitConfig) -> None:
     """The tilt and link settings, checked before any fitting (and where a release config enters); messages quote
     the bad value."""
-    chi2, strength = config.tilt_chi2, config.link_lambda
-    if isinstance(chi2, bool) or not isinstance(chi2, (int, float)) or not math.isfinite(chi2) or chi2 < 0:
-        raise ValueError(f"tilt_chi2 must be a finite number >= 0, got {chi2!r}")
+    for name in ("tilt_chi2", "target_tilt_chi2"):
+        chi2 = getattr(config, name)
+        if isinstance(chi2, bool) or not isinstance(chi2, (int, float)) or not math.isfinite(chi2) or chi2 < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {chi2!r}")
+    strength = config.link_lambda
     if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not 0 <= strength <= 1:
         raise ValueError(f"link_lambda must be a number in [0, 1] (0 = no links), got {strength!r}")
     for name, least in (("tilt_pool_factor", 1), ("tilt_wide_pool_factor", 0), ("tilt_max_iterations", 0),

@@ -1,4 +1,5 @@
-"""Cell tilt: a log-linear correction of the fitted mixture toward the noisy 1-way and 2-way tables.
+"""Cell tilt: a log-linear correction of the fitted mixture toward the noisy 1-way and 2-way tables (and, as a last
+step, toward the target's noisy 3-way tables).
 
 The mixture q fits the moments and the tables together and cannot hold every 2-way structure the tables show
 (a K-component product mixture). The tilt adds it back as potentials on the measured cells:
@@ -9,7 +10,8 @@ The potentials are fitted by multiplicative weights on a pool of draws from q, m
 the tables against their noisy values (each cell's residual over its noise std). The fit is stopped on a second,
 holdout pool: when its chi^2 per cell reaches ``chi2_target`` (1 = the noise level: the discrepancy principle;
 fitting further fits the noise) or stops improving. Sampling draws a pool from q and resamples it by the tilt
-weights (sampling-importance-resampling).
+weights (sampling-importance-resampling). The same fit, on pools drawn from the finished sampler, tilts it toward
+the target's 3-way tables while it holds the 1-way ones (``CellTilt.triples``, ``chain.fit_target_tilt``).
 
 Privacy: post-processing. The fit reads only the mechanism's noisy tables, their public noise stds and draws from
 q under the public seed; no row enters.
@@ -24,13 +26,14 @@ from typing import Any, Literal
 import numba
 import numpy as np
 
-from splice_assets.layout import EncodingLayout, marginal_cells, marginal_sizes
+from splice_assets.layout import EncodingLayout, marginal_cells, marginal_sizes, triple_cell_index, triple_sizes
 
 
 @dataclass(frozen=True)
 class CellTilt:
     """Potentials per cell of the 1-way tables (``moments.marginal_sizes`` order), then of the 2-way tables of
-    ``pairs`` (a-major): the order of the measurement's noisy marginals and pairs, concatenated."""
+    ``pairs`` (a-major), then of the 3-way tables of ``triples`` (t-major): the order of the measurement's noisy
+    marginals, pairs and triples, concatenated."""
 
     numeric_bins: int
     pairs: tuple[tuple[int, int], ...]
@@ -41,6 +44,7 @@ class CellTilt:
     chi2_start: float
     chi2_end: float
     iterations: int
+    triples: tuple[tuple[int, int, int], ...] = ()
 
     def summary(self) -> dict[str, float | int]:
         """Public diagnostics for release records: chi^2 of noisy statistics against the model, iterations, and the
@@ -52,43 +56,52 @@ class CellTilt:
 
 
 def _table_offsets(
-    layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each coordinate's 1-way cell count, and where each 1-way and each 2-way table starts in the concatenated
-    cells (the ``CellTilt`` order)."""
+    layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]],
+    triples: Sequence[tuple[int, int, int]] = (),
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each coordinate's 1-way cell count, and where each 1-way, each 2-way and each 3-way table starts in the
+    concatenated cells (the ``CellTilt`` order)."""
     sizes = np.asarray(marginal_sizes(layout, numeric_bins), dtype=np.int64)
     pair_cells = np.array([sizes[a] * sizes[b] for a, b in pairs], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(np.concatenate([sizes, pair_cells]))[:-1]]).astype(np.int64)
-    return sizes, starts[: layout.d], starts[layout.d :]
+    three_way = np.asarray(triple_sizes(layout, triples, numeric_bins), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(np.concatenate([sizes, pair_cells, three_way]))[:-1]]).astype(np.int64)
+    d, p = layout.d, len(pairs)
+    return sizes, starts[:d], starts[d : d + p], starts[d + p :]
 
 
-def table_starts(layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]]) -> np.ndarray:
-    """Where each table's cells start in the tables concatenated (the ``CellTilt`` order): 1-way, then 2-way."""
-    _, starts, pair_starts = _table_offsets(layout, numeric_bins, pairs)
-    return np.concatenate([starts, pair_starts])
+def table_starts(
+    layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]],
+    triples: Sequence[tuple[int, int, int]] = (),
+) -> np.ndarray:
+    """Where each table's cells start in the tables concatenated (the ``CellTilt`` order): 1-way, 2-way, 3-way."""
+    return np.concatenate(_table_offsets(layout, numeric_bins, pairs, triples)[1:])
 
 
 def table_cells(
     cube: np.ndarray, layout: EncodingLayout, numeric_bins: int, pairs: Sequence[tuple[int, int]],
-    order: Literal["C", "F"] = "F", local: bool = False,
+    order: Literal["C", "F"] = "F", local: bool = False, triples: Sequence[tuple[int, int, int]] = (),
 ) -> np.ndarray:
-    """(n, d + len(pairs)) int32: every row's cell in every 1-way table, then in every 2-way table, as indices
-    into the tables concatenated (1-way cells first). Built one table at a time; column-major by default (read one
-    table at a time), row-major with ``order="C"`` (what ``fit_tilt``'s kernels read, without a copy).
+    """(n, d + len(pairs) + len(triples)) int32: every row's cell in every 1-way table, then in every 2-way and
+    3-way table, as indices into the tables concatenated (1-way cells first). Built one table at a time;
+    column-major by default (read one table at a time), row-major with ``order="C"`` (what ``fit_tilt``'s kernels
+    read, without a copy).
 
     With ``local``, each table's own cell index instead (add ``table_starts`` for the concatenated one), as uint16
     when every table has at most 65,536 cells: half the memory of the tilt's wide pools."""
-    sizes, starts, pair_starts = _table_offsets(layout, numeric_bins, pairs)
+    sizes, starts, pair_starts, triple_starts = _table_offsets(layout, numeric_bins, pairs, triples)
     dtype: type[np.integer[Any]] = np.int32
     if local:
-        largest = max([int(sizes.max(initial=1))] + [int(sizes[a] * sizes[b]) for a, b in pairs])
+        largest = max([int(sizes.max(initial=1))] + [int(sizes[a] * sizes[b]) for a, b in pairs]
+                      + list(triple_sizes(layout, triples, numeric_bins)))
         dtype = np.uint16 if largest <= np.iinfo(np.uint16).max + 1 else np.int32
-        starts, pair_starts = np.zeros_like(starts), np.zeros_like(pair_starts)
+        starts, pair_starts, triple_starts = (np.zeros_like(s) for s in (starts, pair_starts, triple_starts))
     cells = marginal_cells(cube, layout, numeric_bins)
-    out = np.empty((len(cube), layout.d + len(pairs)), dtype=dtype, order=order)
+    out = np.empty((len(cube), layout.d + len(pairs) + len(triples)), dtype=dtype, order=order)
     out[:, : layout.d] = cells + starts
     for column, ((a, b), start) in enumerate(zip(pairs, pair_starts), start=layout.d):  # no (n, pairs) temporaries
         out[:, column] = cells[:, a] * sizes[b] + cells[:, b] + start
+    for column, (triple, start) in enumerate(zip(triples, triple_starts), start=layout.d + len(pairs)):
+        out[:, column] = triple_cell_index(cells, sizes, triple) + start
     return out
 
 
@@ -103,23 +116,27 @@ def log_weights(potentials: np.ndarray, cells: np.ndarray) -> np.ndarray:
 
 def pool_log_weights(
     potentials: np.ndarray, cube: np.ndarray, layout: EncodingLayout, numeric_bins: int,
-    pairs: Sequence[tuple[int, int]],
+    pairs: Sequence[tuple[int, int]], triples: Sequence[tuple[int, int, int]] = (),
 ) -> np.ndarray:
     """``log_weights(potentials, table_cells(cube, ...))`` without the (rows, tables) cell matrix: what sampling
     needs for every pool."""
-    return cell_log_weights(potentials, marginal_cells(cube, layout, numeric_bins), layout, numeric_bins, pairs)
+    cells = marginal_cells(cube, layout, numeric_bins)
+    return cell_log_weights(potentials, cells, layout, numeric_bins, pairs, triples)
 
 
 def cell_log_weights(
     potentials: np.ndarray, cells: np.ndarray, layout: EncodingLayout, numeric_bins: int,
-    pairs: Sequence[tuple[int, int]],
+    pairs: Sequence[tuple[int, int]], triples: Sequence[tuple[int, int, int]] = (),
 ) -> np.ndarray:
     """``pool_log_weights`` of rows given by their 1-way cells (``marginal_cells``)."""
-    sizes, starts, pair_starts = _table_offsets(layout, numeric_bins, pairs)
-    return _pool_log_weights(
-        np.asarray(potentials, dtype=np.float64), cells, starts, np.asarray(pairs, dtype=np.int64).reshape(-1, 2),
-        sizes, pair_starts,
+    sizes, starts, pair_starts, triple_starts = _table_offsets(layout, numeric_bins, pairs, triples)
+    potentials = np.asarray(potentials, dtype=np.float64)
+    out = _pool_log_weights(
+        potentials, cells, starts, np.asarray(pairs, dtype=np.int64).reshape(-1, 2), sizes, pair_starts,
     )
+    for triple, start in zip(triples, triple_starts):
+        out -= potentials[start + triple_cell_index(cells, sizes, triple)]
+    return out
 
 
 #: Rows per block of ``_pool_log_weights``: a block's sums stay in the L1 cache while each table is read.

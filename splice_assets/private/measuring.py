@@ -14,6 +14,7 @@ import numpy as np
 
 from splice_assets.layout import (
     DEFAULT_NUMERIC_BINS,
+    DEFAULT_TARGET_TRIPLES,
     EncodingLayout,
     ScalingMode,
     coordinate_pairs,
@@ -22,6 +23,8 @@ from splice_assets.layout import (
     marginal_sizes,
     pair_sizes,
     pair_tables,
+    triple_sizes,
+    triples_with_target,
 )
 from splice_assets.measurement import (
     RELATION_ADD_REMOVE,
@@ -91,6 +94,9 @@ class MeasurementPlan:
     selected_pairs: int = 0
     selection_share: float = 0.0
     score_weight: float = 0.0
+    # The target's 3-way tables (``layout.triples_with_target``), measured at the pair weight beside the pairs.
+    triples: tuple[tuple[int, int, int], ...] = ()
+    triple_sizes: tuple[int, ...] = ()
 
     @property
     def fine_sizes(self) -> tuple[int, ...]:
@@ -100,6 +106,7 @@ class MeasurementPlan:
     def mechanism(self) -> str:
         pairs = "selected-pairs" if self.selected_pairs else "pairs"
         families = ["sliced-chebyshev"] + ["marginals"] * bool(self.marginal_sizes) + [pairs] * bool(self.pairs)
+        families += ["target-triples"] * bool(self.triples)
         return "gaussian/" + "+".join(families + ["fine"] * bool(self.fine))
 
     def public_params(self) -> dict[str, object]:
@@ -120,6 +127,7 @@ class MeasurementPlan:
             **({"fine_bins": self.fine_bins, "fine_split": self.fine_split} if self.fine else {}),
             **({"pair_selection": {"candidates": len(self.pairs), "selected": self.selected_pairs,
                                    "share": self.selection_share}} if self.selected_pairs else {}),
+            **({"target_triples": len(self.triples)} if self.triples else {}),
         }
 
 
@@ -140,6 +148,7 @@ def make_plan(
     fine_split: int = DEFAULT_FINE_SPLIT,
     pairs_per_coordinate: float = DEFAULT_PAIRS_PER_COORDINATE,
     selection_share: float = DEFAULT_SELECTION_SHARE,
+    target_triples: int = DEFAULT_TARGET_TRIPLES,
 ) -> tuple[MeasurementPlan, privacy.Calibration]:
     """Validate the parameters against the schema's public n_min and calibrate the one Gaussian mechanism.
 
@@ -148,7 +157,9 @@ def make_plan(
     ``fine_split`` > 0, the finer table of a column with intervals (``resolution``), all at one weight.
     ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns (both 0 = the
     paper's moments only); when they number more than ``pairs_per_coordinate`` x d, ``selection_share`` of it buys
-    noisy dependence scores and the rest the tables of the pairs they choose (``pair_selection``). The row count
+    noisy dependence scores and the rest the tables of the pairs they choose (``pair_selection``). Without that
+    choice, the schema's target and every pair of other columns get a 3-way table when they number at most
+    ``target_triples`` (``layout.triples_with_target``), one more table at the pair weight each. The row count
     ``n`` enters the plan under replace-one only; under add-remove it is private, so it is not read, and
     ``DEFAULT_COUNT_SHARE`` of Delta^2 buys a noisy count instead.
     """
@@ -168,24 +179,30 @@ def make_plan(
     if selecting and not 0 < selection_share < pair_share:
         raise ValueError(f"selection_share must lie in (0, pair_share = {pair_share!r}), got {selection_share!r}")
     score_share = selection_share if selecting else 0.0
-    # A fine or finer table is one more 1-way histogram: it counts in the tables that share the 1-way weight.
+    triples = () if selecting or not pairs else triples_with_target(
+        layout, schema.target, target_triples, numeric_bins
+    )
+    three_way = triple_sizes(layout, triples, numeric_bins)
+    # A fine or finer table is one more 1-way histogram: it counts in the tables that share the 1-way weight; a
+    # 3-way table is one more table at the pair weight (each row adds 1 to one of its cells, as to a pair's).
     tables, table_cells = len(sizes) + sum(c.tables for c in fine), int(sum(sizes)) + sum(c.size for c in fine)
     weights = privacy.query_weights(
-        marginal_share, pair_share - score_share, n_directions, k, tables, measured, relation, count_share,
-        score_share, len(pairs) if selecting else 0,
+        marginal_share, pair_share - score_share, n_directions, k, tables, measured + len(triples), relation,
+        count_share, score_share, len(pairs) if selecting else 0,
     )
     plan = MeasurementPlan(
         schema.name, schema.version, public_n, epsilon, delta, n_directions, k, seed, scaling,
         marginal_share, numeric_bins, sizes, weights.marginal, pair_share, pairs, cells, weights.pair, relation,
         weights.row_count, fine_bins if fine else 0, fine, fine_split if fine else 0,
-        measured if selecting else 0, score_share, weights.score,
+        measured if selecting else 0, score_share, weights.score, triples, three_way,
     )
     # Before the choice the measured cells are known only up to the K largest candidates (float slack only).
-    measured_cells = int(sum(sorted(cells, reverse=True)[:measured]))
+    measured_cells = int(sum(sorted(cells, reverse=True)[:measured])) + sum(three_way)
     calibration = privacy.calibrate(
         epsilon, delta, public_n, n_directions, k, relation,
         marginal_coordinates=tables, marginal_cells=table_cells, marginal_weight=weights.marginal,
-        pair_count=measured, pair_cells=measured_cells, pair_weight=weights.pair, count_weight=weights.row_count,
+        pair_count=measured + len(triples), pair_cells=measured_cells, pair_weight=weights.pair,
+        count_weight=weights.row_count,
         score_count=len(pairs) if selecting else 0, score_weight=weights.score,
         score_terms=float(sum((c + 2) ** 2 for c in cells)) if selecting else 0.0,
     )
@@ -227,12 +244,13 @@ class ExactStatistics:
     pairs: np.ndarray = field(default_factory=lambda: np.zeros(0))
     count: int | None = None
     fine: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    triples: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass(frozen=True)
 class ExactSums:
-    """PRIVATE exact integer sums over a set of measured rows: fixed-point moment sums (k, L) and the 1-way, 2-way
-    and fine cell counts (int64), with the row count. Sums of disjoint row sets (chunks, partitions, workers) add
+    """PRIVATE exact integer sums over a set of measured rows: fixed-point moment sums (k, L) and the 1-way, 2-way,
+    fine and 3-way cell counts (int64), with the row count. Sums of disjoint row sets (chunks, partitions, workers) add
     up to exactly the sums of their union, in any order; never store, log or return them past ``measure``."""
 
     moments: np.ndarray
@@ -241,12 +259,13 @@ class ExactSums:
     fine: np.ndarray
     rows: int
     d: int
+    triples: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __add__(self, other: ExactSums) -> ExactSums:
         if self.d != other.d or self.moments.shape != other.moments.shape:
             raise ValueError(f"cannot add exact sums of d={self.d} and d={other.d}")
         return ExactSums(self.moments + other.moments, self.marginals + other.marginals, self.pairs + other.pairs,
-                         self.fine + other.fine, self.rows + other.rows, self.d)
+                         self.fine + other.fine, self.rows + other.rows, self.d, self.triples + other.triples)
 
 
 def exact_sums(
@@ -257,7 +276,8 @@ def exact_sums(
     if directions is None:
         directions = draw_directions(plan.seed, plan.n_directions, x.shape[1])
     empty = np.zeros(0, dtype=np.int64)
-    ones, twos = table_counts(x, layout, plan.pairs, plan.numeric_bins, marginals=bool(plan.marginal_sizes))
+    ones, twos, threes = table_counts(x, layout, plan.pairs, plan.numeric_bins,
+                                      marginals=bool(plan.marginal_sizes), triples=plan.triples)
     return ExactSums(
         moment_sums(x, directions, plan.k, plan.scaling).sums,
         ones.counts if plan.marginal_sizes else empty,
@@ -265,6 +285,7 @@ def exact_sums(
         fine_counts(x, plan.fine).counts if plan.fine else empty,
         int(x.shape[0]),
         int(x.shape[1]),
+        threes.counts,
     )
 
 
@@ -276,10 +297,12 @@ def statistics_of(sums: ExactSums, plan: MeasurementPlan) -> ExactStatistics:
     # Under replace-one the check above has made plan.n the (int) row count.
     divisor = plan.n if plan.relation == RELATION_REPLACE_ONE and plan.n is not None else 1
     moments = MomentSums(sums.moments, sums.rows).moments(divisor)
-    marginals, pairs, fine = (MarginalCounts(c, sums.rows).frequencies(divisor) if c.size else np.zeros(0)
-                              for c in (sums.marginals, sums.pairs, sums.fine))
+    marginals, pairs, fine, triples = (
+        MarginalCounts(c, sums.rows).frequencies(divisor) if c.size else np.zeros(0)
+        for c in (sums.marginals, sums.pairs, sums.fine, sums.triples)
+    )
     count = sums.rows if plan.relation == RELATION_ADD_REMOVE else None
-    return ExactStatistics(moments, marginals, sums.d, pairs, count, fine)
+    return ExactStatistics(moments, marginals, sums.d, pairs, count, fine, triples)
 
 
 def exact_statistics(x: np.ndarray, plan: MeasurementPlan, layout: EncodingLayout) -> ExactStatistics:
@@ -292,7 +315,7 @@ def statistics_in_range(stats: ExactStatistics) -> bool:
     the pre-noise sanity check."""
     bound = 1.0 if stats.count is None else float(stats.count)
     moments_ok = bool(np.all(np.isfinite(stats.moments)) and np.max(np.abs(stats.moments), initial=0.0) <= bound)
-    cells = np.concatenate([stats.marginals, stats.pairs, stats.fine])
+    cells = np.concatenate([stats.marginals, stats.pairs, stats.fine, stats.triples])
     return moments_ok and bool(np.all(np.isfinite(cells)) and np.all((cells >= 0.0) & (cells <= bound)))
 
 
@@ -322,9 +345,10 @@ def measure_exact(
 
     Sensitivity: each row adds T_j(z)/n with |T_j| <= 1 to moment (j, l), 1/n to one cell of each of the C 1-way
     histograms (every coordinate's, and every numeric column's fine table, where a missing value adds to no cell) and
-    of each pair's; replacing one row moves [m_j/sqrt(j), w * h1, w2 * h2] by at most
-    sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n. Under add-remove the vector is [S_j/sqrt(j), w * c1, w2 * c2, wn * n] of
-    sums and counts, and one row moves it by at most sqrt(L H_k + w^2 C + w2^2 P + wn^2). Either is
+    of each pair's and each target triple's (P tables in all, at one weight w2); replacing one row moves
+    [m_j/sqrt(j), w * h1, w2 * h2] by at most sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n. Under add-remove the vector is
+    [S_j/sqrt(j), w * c1, w2 * c2, wn * n] of sums and counts, and one row moves it by at most
+    sqrt(L H_k + w^2 C + w2^2 P + wn^2). Either is
     calibration.sensitivity (float slack included). With pair selection the 2-way part is the K chosen tables plus
     the S candidates' scores (+ ws^2 S, or 4 ws^2 S / n^2), drawn after the rest (``pair_selection``). A failure
     before the first noise is drawn aborts the reservation; after it, the spend stays counted.
@@ -350,8 +374,9 @@ def measure_exact(
             params_hash=params_hash(plan.public_params()),
         )
     selecting = plan.selected_pairs > 0
-    # With pair selection the 2-way tables are noised in steps 2 and 3 (``pair_selection``), after the rest.
-    first_pairs = np.zeros(0) if selecting else stats.pairs
+    # With pair selection the 2-way tables are noised in steps 2 and 3 (``pair_selection``), after the rest; the
+    # triples (none with selection) follow the pairs at their weight.
+    first_pairs = np.zeros(0) if selecting else np.concatenate([stats.pairs, stats.triples])
     counted = [] if stats.count is None else [float(stats.count)]
     try:
         cell_weights = np.concatenate([
@@ -369,12 +394,13 @@ def measure_exact(
     # From here on noise has been drawn: a failure leaves the spend counted.
     marginals, rest = np.split(noisy_cells, [int(sum(plan.marginal_sizes))])
     pairs, noisy_count, fine = np.split(rest, [first_pairs.size, first_pairs.size + len(counted)])
+    pairs, triples = np.split(pairs, [pairs.size - stats.triples.size])
     chosen = np.arange(len(plan.pairs))
     if selecting:
         chosen, pairs = _selected_tables(stats, plan, calibration, marginals, noisy_count)
     if plan.relation == RELATION_REPLACE_ONE:
         measurement = measurement_of(plan, calibration, stats.d, noisy_moments, marginals, pairs, entry_id, fine=fine,
-                                     chosen=chosen)
+                                     chosen=chosen, triples=triples)
     else:
         # Post-processing: pool the noisy count with the histograms' totals, then divide every sum by that n.
         n_hat = pooled_row_count(
@@ -385,6 +411,7 @@ def measure_exact(
         measurement = measurement_of(
             plan, calibration, stats.d, noisy_moments / n_hat, marginals / n_hat, pairs / n_hat, entry_id,
             n=max(1, round(n_hat)), sigma=calibration.sigma / n_hat, fine=fine / n_hat, chosen=chosen,
+            triples=triples / n_hat,
         )
     if on_noisy is not None:
         on_noisy(measurement)
@@ -429,12 +456,13 @@ def measurement_of(
     sigma: float | None = None,
     fine: np.ndarray | None = None,
     chosen: np.ndarray | None = None,
+    triples: np.ndarray | None = None,
 ) -> Measurement:
     """The ``Measurement`` of ``plan`` holding these (already noisy) frequencies and the plan's public facts.
 
     ``n`` and ``sigma`` default to the plan's public n and the mechanism's sigma (replace-one); under add-remove
     they are the noisy n and sigma over it. ``chosen`` indexes the measured pairs among the plan's candidates
-    (default: all)."""
+    (default: all). Without ``triples`` the measurement has no 3-way tables."""
     chosen = np.arange(len(plan.pairs)) if chosen is None else chosen
     return Measurement(
         dataset=plan.dataset,
@@ -467,4 +495,7 @@ def measurement_of(
         fine_sizes=() if fine is None else plan.fine_sizes,
         fine_bins=0 if fine is None else plan.fine_bins,
         fine_split=0 if fine is None else plan.fine_split,
+        noisy_triples=np.zeros(0) if triples is None else triples,
+        triples=() if triples is None else plan.triples,
+        triple_sizes=() if triples is None else plan.triple_sizes,
     )

@@ -33,6 +33,8 @@ from splice_assets.layout import (
     marginal_cells,
     marginal_sizes,
     pair_sizes,
+    triple_cell_index,
+    triple_sizes,
 )
 from splice_assets.resolution import FineCells
 
@@ -188,21 +190,28 @@ def table_counts(
     numeric_bins: int = DEFAULT_NUMERIC_BINS,
     chunk_rows: int = 65536,
     marginals: bool = True,
-) -> tuple[MarginalCounts, MarginalCounts]:
-    """(``marginal_counts``, ``pair_counts``) in one pass: each chunk's cells are computed once for both."""
+    triples: Sequence[tuple[int, int, int]] = (),
+) -> tuple[MarginalCounts, MarginalCounts, MarginalCounts]:
+    """(``marginal_counts``, ``pair_counts``, the counts of the ``triples``' 3-way tables, concatenated, t-major)
+    in one pass: each chunk's cells are computed once for all. Each row adds exactly 1 to one cell of every table."""
     sizes = marginal_sizes(layout, numeric_bins)
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     blocks = pair_sizes(layout, pairs, numeric_bins)
     pair_offsets = np.concatenate([[0], np.cumsum(blocks)[:-1]]).astype(np.int64)
+    triple_blocks = triple_sizes(layout, triples, numeric_bins)
+    triple_offsets = np.concatenate([[0], np.cumsum(triple_blocks)[:-1]]).astype(np.int64)
     ones = np.zeros(int(sum(sizes)) if marginals else 0, dtype=np.int64)
     twos = np.zeros(int(sum(blocks)), dtype=np.int64)
+    threes = np.zeros(int(sum(triple_blocks)), dtype=np.int64)
     for start in range(0, len(x), chunk_rows):
         cells = marginal_cells(np.asarray(x[start : start + chunk_rows], dtype=np.float64), layout, numeric_bins)
         if marginals:
             ones += np.bincount((cells + offsets).ravel(), minlength=ones.size)
         for (a, b), offset, size in zip(pairs, pair_offsets, blocks):
             twos[offset : offset + size] += np.bincount(cells[:, a] * sizes[b] + cells[:, b], minlength=size)
-    return MarginalCounts(ones, len(x)), MarginalCounts(twos, len(x))
+        for triple, offset, size in zip(triples, triple_offsets, triple_blocks):
+            threes[offset : offset + size] += np.bincount(triple_cell_index(cells, sizes, triple), minlength=size)
+    return MarginalCounts(ones, len(x)), MarginalCounts(twos, len(x)), MarginalCounts(threes, len(x))
 
 
 def fine_counts(x: np.ndarray, cells: Sequence[FineCells], chunk_rows: int = 65536) -> MarginalCounts:

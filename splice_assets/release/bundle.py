@@ -316,6 +316,8 @@ def write_release(
             "noise_floor": float(model.noise_floor),
             # chi^2 per cell of the noisy tables against the model before / after the cell tilt (post-processing).
             "tilt": None if model.tilt is None else model.tilt.summary(),
+            # ... and against the target's noisy 3-way tables before / after the target tilt (post-processing).
+            "target_tilt": None if model.target_tilt is None else model.target_tilt.summary(),
             # the pairwise field the tilted model's tables were re-imposed with (post-processing; see field.py).
             "field": None if model.field is None else model.field.summary(),
             # near-functional pairs read from the noisy 2-way tables and redrawn from them (post-processing).
@@ -488,6 +490,8 @@ def log_to_mlflow(
                 "fit_loss_over_noise_floor": float(model.loss_over_noise_floor),
                 "fit_steps": float(model.steps),
                 **({} if model.tilt is None else {f"tilt_{k}": float(v) for k, v in model.tilt.summary().items()}),
+                **({} if model.target_tilt is None
+                   else {f"target_tilt_{k}": float(v) for k, v in model.target_tilt.summary().items()}),
                 **({} if model.field is None else {f"field_{k}": float(v) for k, v in model.field.summary().items()}),
                 "links": float(len(model.links)),
                 "joint_parts": float(len(model.params.joint_pairs)),
