@@ -539,7 +539,7 @@ def _target_tilted_rows(
     for start in range(0, n_rows, TILT_CHUNK_ROWS):
         rows = min(TILT_CHUNK_ROWS, n_rows - start)
         pool = matched_rows(inner, tilt.pool_factor * rows, rng, integer_bounds, spread, threads)
-        log_w = pool_log_weights(tilt.potentials, pool, layout, tilt.numeric_bins, (), tilt.triples)
+        log_w = pool_log_weights(tilt.potentials, pool, layout, tilt.numeric_bins, tilt.pairs, tilt.triples)
         out[start : start + rows] = pool[systematic_resample(log_w, rows, rng)]
     return match_to_marginals(out, model.layout, model.marginal_targets, rng, integer_bounds, model.links, out=out)
 
@@ -686,7 +686,8 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
             "iterations": tilt.iterations,
         },
         "target_tilt": None if target_tilt is None else {
-            "numeric_bins": target_tilt.numeric_bins, "triples": [list(triple) for triple in target_tilt.triples],
+            "numeric_bins": target_tilt.numeric_bins, "pairs": [list(pair) for pair in target_tilt.pairs],
+            "triples": [list(triple) for triple in target_tilt.triples],
             "pool_factor": target_tilt.pool_factor, "chi2_start": target_tilt.chi2_start,
             "chi2_end": target_tilt.chi2_end, "iterations": target_tilt.iterations,
         },
@@ -742,7 +743,7 @@ def load_model(stem: str | Path) -> FittedMixture:
         target_meta = meta.get("target_tilt")
         target_tilt = None if target_meta is None else CellTilt(
             numeric_bins=int(target_meta["numeric_bins"]),
-            pairs=(),
+            pairs=tuple((int(a), int(b)) for a, b in target_meta["pairs"]),
             potentials=data["target_tilt_potentials"],
             pool_factor=int(target_meta["pool_factor"]),
             chi2_start=float(target_meta["chi2_start"]),

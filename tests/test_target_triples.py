@@ -123,12 +123,13 @@ def test_a_release_keeps_a_rule_only_3_way_tables_show(tmp_path):
     assert rule_share(synth.sample()) >= 0.85
 
     # The measurement and the model keep the triples and the target tilt through a save and load.
-    measurement_path, _ = synth.measurement.save(tmp_path / "measurement")
+    synth.measurement.save(tmp_path / "measurement")
     loaded = Measurement.load(tmp_path / "measurement")
     assert loaded.triples == synth.measurement.triples
     np.testing.assert_array_equal(loaded.noisy_triples, synth.measurement.noisy_triples)
     save_model(synth.model, tmp_path / "model")
     model = load_model(tmp_path / "model")
     assert model.target_tilt is not None and model.target_tilt.triples == synth.model.target_tilt.triples
+    assert model.target_tilt.pairs == synth.model.target_tilt.pairs == synth.measurement.pairs
     pd.testing.assert_frame_equal(sample_table(model, synth.schema, 500, 9), sample_table(synth.model, synth.schema,
                                                                                           500, 9))

@@ -134,10 +134,10 @@ class FitConfig:
     tilt_pool_factor: int = 4
     tilt_max_iterations: int = 300
     #: The tilt toward the target's 3-way tables (``chain.fit_target_tilt``; with measured triples) stops at this
-    #: chi^2 per cell of the 1-way and 3-way tables, or where its holdout pool stops improving (0 = no target tilt).
+    #: chi^2 per cell of the 1-, 2- and 3-way tables, or where its holdout pool stops improving (0 = no target tilt).
     #: Below the noise level on purpose: the class boundary is a few cells of many, and the average over all cells
-    #: reaches 1 before it is fitted. Paired refits (docs/decisions/0049), TSTR at 1 -> 0.5: nursery .957 -> .980,
-    #: churn .663 -> .731, adult .900 -> .899; decile 2-way TVD nursery .0201 -> .0237. At 0.5 the holdout stops it.
+    #: reaches 1 before it is fitted. Paired refits on nursery (docs/decisions/0049), TSTR at 1 -> 0.5: .956 ->
+    #: .978, decile 2-way TVD .0193 -> .0186. At 0.5 the holdout pool stops it (chi^2 .83-.90).
     target_tilt_chi2: float = 0.5
     #: When the holdout stops the tilt short of ``tilt_chi2`` (the pool's support, not the noise, is the limit: at
     #: eps >= 3 on adult and california), it is refitted from there on pools this many times min(n, 25,000) rows in

@@ -11,7 +11,7 @@ the tables against their noisy values (each cell's residual over its noise std).
 holdout pool: when its chi^2 per cell reaches ``chi2_target`` (1 = the noise level: the discrepancy principle;
 fitting further fits the noise) or stops improving. Sampling draws a pool from q and resamples it by the tilt
 weights (sampling-importance-resampling). The same fit, on pools drawn from the finished sampler, tilts it toward
-the target's 3-way tables while it holds the 1-way ones (``CellTilt.triples``, ``chain.fit_target_tilt``).
+the target's 3-way tables while it holds the 1-way and 2-way ones (``CellTilt.triples``, ``chain.fit_target_tilt``).
 
 Privacy: post-processing. The fit reads only the mechanism's noisy tables, their public noise stds and draws from
 q under the public seed; no row enters.
