@@ -319,7 +319,7 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
     if cal.marginal_weight > 0:
         click.echo(f"noise std of a 1-way marginal frequency: {cal.marginal_noise_std() * per_row:.6g}")
     if cal.pair_weight > 0:
-        click.echo(f"noise std of a 2-way marginal frequency: {cal.pair_noise_std() * per_row:.6g}")
+        click.echo(f"noise std of a 2-way (or the target's 3-way) frequency: {cal.pair_noise_std() * per_row:.6g}")
     if budget is None:
         click.echo(f"budget             none set for {schema.name!r} in {_redact(url)}")
     else:
