@@ -58,8 +58,9 @@ class MeasurementSettings:
     the 2-way tables of every pair of coordinates from different columns, the rest to the sliced Chebyshev moments
     (L directions, orders 1..k). Where the pairs outnumber ``pairs_per_coordinate`` x d (0 = never), that many are
     chosen by noisy dependence scores, which take ``selection_share`` out of the pair share (``pair_selection``);
-    otherwise the schema's target gets a 3-way table with every pair of other columns, at the pair weight, when they
-    number at most ``target_triples`` (0 = never; ``layout.triples_with_target``)."""
+    otherwise the schema's target gets a 3-way table with every pair of other columns whose table has at most
+    ``layout.MAX_TRIPLE_CELLS`` cells, at the pair weight, when they number at most ``target_triples`` (0 = never;
+    ``layout.triples_with_target``)."""
 
     n_directions: int = DEFAULT_N_DIRECTIONS
     k: int = DEFAULT_K

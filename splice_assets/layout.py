@@ -386,7 +386,7 @@ def pair_sizes(
     return tuple(sizes[a] * sizes[b] for a, b in pairs)
 
 
-#: The target's 3-way tables are measured when they number at most this many (0 = never; ``triples_with_target``)
+#: The target's 3-way tables are measured when they number at most this many (0 = never; ``triples_with_target``),
 DEFAULT_TARGET_TRIPLES = 45
 #: ... each of at most this many cells: a table of a numeric pair (16 x 16 coarse cells per class) spreads the
 #: target's rows too thin for its noise.

@@ -294,8 +294,8 @@ class FittedMixture:
     field: PairwiseField | None = None
     #: The noisy fine tables of the numeric columns (``resolution``); sampling draws values inside their bins from them.
     fine: FineTables | None = None
-    #: Potentials toward the target's noisy 3-way tables (``CellTilt.triples``); sampling resamples the matched rows
-    #: by them.
+    #: Potentials toward the target's noisy 3-way tables, holding the 1-/2-way ones (``chain.fit_target_tilt``);
+    #: sampling resamples the matched rows by them.
     target_tilt: CellTilt | None = None
 
     @property

@@ -158,9 +158,9 @@ def make_plan(
     ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns (both 0 = the
     paper's moments only); when they number more than ``pairs_per_coordinate`` x d, ``selection_share`` of it buys
     noisy dependence scores and the rest the tables of the pairs they choose (``pair_selection``). Without that
-    choice, the schema's target and every pair of other columns get a 3-way table when they number at most
-    ``target_triples`` (``layout.triples_with_target``), one more table at the pair weight each. The row count
-    ``n`` enters the plan under replace-one only; under add-remove it is private, so it is not read, and
+    choice, the schema's target and every pair of other columns with a small table get a 3-way table when they
+    number at most ``target_triples`` (``layout.triples_with_target``), one more table at the pair weight each. The
+    row count ``n`` enters the plan under replace-one only; under add-remove it is private, so it is not read, and
     ``DEFAULT_COUNT_SHARE`` of Delta^2 buys a noisy count instead.
     """
     privacy.validate_parameters(epsilon, delta, k, n_directions, schema.n_min)
