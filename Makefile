@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[all,test]' 2>&1 \
 		| grep -v "is ignored: it is neither a file nor a directory" || true
 	$(PY) -c "import splice_assets, torch, dagster, mlflow, great_expectations" 
+	@echo "Compiling the numba kernels once (about 30 s), so that the first release does not."
+	$(PY) -m splice_assets.warmup
 	@touch $(STAMP)
 
 install: $(STAMP)
