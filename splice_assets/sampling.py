@@ -680,17 +680,8 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
         "holdout_losses": {str(k): v for k, v in model.holdout_losses.items()},
         "marginal_weight": None if model.marginal_targets is None else model.marginal_targets.weight,
         "numeric_bins": None if model.marginal_targets is None else model.marginal_targets.numeric_bins,
-        "tilt": None if tilt is None else {
-            "numeric_bins": tilt.numeric_bins, "pairs": [list(pair) for pair in tilt.pairs],
-            "pool_factor": tilt.pool_factor, "chi2_start": tilt.chi2_start, "chi2_end": tilt.chi2_end,
-            "iterations": tilt.iterations,
-        },
-        "target_tilt": None if target_tilt is None else {
-            "numeric_bins": target_tilt.numeric_bins, "pairs": [list(pair) for pair in target_tilt.pairs],
-            "triples": [list(triple) for triple in target_tilt.triples],
-            "pool_factor": target_tilt.pool_factor, "chi2_start": target_tilt.chi2_start,
-            "chi2_end": target_tilt.chi2_end, "iterations": target_tilt.iterations,
-        },
+        "tilt": None if tilt is None else _tilt_meta(tilt),
+        "target_tilt": None if target_tilt is None else _tilt_meta(target_tilt),
         "links": [[link.source, link.target, link.strength] for link in model.links],
         "fine": None if model.fine is None else {
             "noise_std": model.fine.noise_std, "fine_bins": model.fine.fine_bins, "threshold": model.fine.threshold,
@@ -705,6 +696,31 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
     }
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
     return npz, meta_path
+
+
+def _tilt_meta(tilt: CellTilt) -> dict[str, Any]:
+    """A cell tilt's JSON part (its potentials go to the npz)."""
+    return {
+        "numeric_bins": tilt.numeric_bins, "pairs": [list(pair) for pair in tilt.pairs],
+        "triples": [list(triple) for triple in tilt.triples], "pool_factor": tilt.pool_factor,
+        "chi2_start": tilt.chi2_start, "chi2_end": tilt.chi2_end, "iterations": tilt.iterations,
+    }
+
+
+def _tilt_from(tilt_meta: dict[str, Any] | None, data: Any, potentials: str) -> CellTilt | None:
+    """Inverse of ``_tilt_meta`` with the npz's ``potentials`` array (models written before 0049 hold no triples)."""
+    if tilt_meta is None:
+        return None
+    return CellTilt(
+        numeric_bins=int(tilt_meta["numeric_bins"]),
+        pairs=tuple((int(a), int(b)) for a, b in tilt_meta["pairs"]),
+        potentials=data[potentials],
+        pool_factor=int(tilt_meta["pool_factor"]),
+        chi2_start=float(tilt_meta["chi2_start"]),
+        chi2_end=float(tilt_meta["chi2_end"]),
+        iterations=int(tilt_meta["iterations"]),
+        triples=tuple((int(t), int(a), int(b)) for t, a, b in tilt_meta.get("triples", [])),
+    )
 
 
 def load_model(stem: str | Path) -> FittedMixture:
@@ -730,27 +746,8 @@ def load_model(stem: str | Path) -> FittedMixture:
             targets = MarginalTargets(
                 data["marginal_frequencies"], float(meta["marginal_weight"]), int(meta["numeric_bins"])
             )
-        tilt_meta = meta.get("tilt")
-        tilt = None if tilt_meta is None else CellTilt(
-            numeric_bins=int(tilt_meta["numeric_bins"]),
-            pairs=tuple((int(a), int(b)) for a, b in tilt_meta["pairs"]),
-            potentials=data["tilt_potentials"],
-            pool_factor=int(tilt_meta["pool_factor"]),
-            chi2_start=float(tilt_meta["chi2_start"]),
-            chi2_end=float(tilt_meta["chi2_end"]),
-            iterations=int(tilt_meta["iterations"]),
-        )
-        target_meta = meta.get("target_tilt")
-        target_tilt = None if target_meta is None else CellTilt(
-            numeric_bins=int(target_meta["numeric_bins"]),
-            pairs=tuple((int(a), int(b)) for a, b in target_meta["pairs"]),
-            potentials=data["target_tilt_potentials"],
-            pool_factor=int(target_meta["pool_factor"]),
-            chi2_start=float(target_meta["chi2_start"]),
-            chi2_end=float(target_meta["chi2_end"]),
-            iterations=int(target_meta["iterations"]),
-            triples=tuple((int(t), int(a), int(b)) for t, a, b in target_meta["triples"]),
-        )
+        tilt = _tilt_from(meta.get("tilt"), data, "tilt_potentials")
+        target_tilt = _tilt_from(meta.get("target_tilt"), data, "target_tilt_potentials")
         links = tuple(
             Link(int(source), int(target), data[f"link_conditional_{i}"], float(strength))
             for i, (source, target, strength) in enumerate(meta.get("links", []))

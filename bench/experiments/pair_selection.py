@@ -49,6 +49,15 @@ def fitted_sample(schema, train, seed: int, measurement: MeasurementSettings | N
     return synth, sample_table(synth.model, synth.schema, len(train), seed)
 
 
+def measured_seed(schema, train, seed: int, measurement: MeasurementSettings | None = None):
+    """(synthesizer, encoded rows, measurement, plan) of one add-remove measurement at ε = 1, delta = 1e-9 of the
+    train split, not fitted (the diagnostics alter the noisy statistics before they fit)."""
+    synth = Synthesizer(schema, 1.0, 1e-9, "add-remove", seed, measurement=measurement)
+    x = synth.encode(synth.prepare(train, None).table)
+    measured = synth.measure(x, None)
+    return synth, x, measured, synth.plan(x.shape[0])[0]
+
+
 def print_means(dataset: str, variant: str, rows: list[dict[str, float]], keys: tuple[str, ...]) -> None:
     mean = {k: float(np.mean([r[k] for r in rows])) for k in keys}
     print(" | ".join((dataset, variant, *(f"{mean[k]:.4f}" for k in keys))), flush=True)

@@ -26,54 +26,35 @@ import itertools
 
 import numpy as np
 
-from bench.experiments.pair_selection import best_tstr, print_means, scores
+from bench.experiments.pair_selection import best_tstr, measured_seed, print_means, scores
 from bench.run import prepare
-from splice_assets import Synthesizer
-from splice_assets.layout import layout_for, marginal_cells, marginal_sizes
-from splice_assets.postprocess.tilt import fit_tilt, systematic_resample
+from splice_assets import MeasurementSettings, Synthesizer
+from splice_assets.layout import layout_for, marginal_cells
+from splice_assets.postprocess.tilt import cell_log_weights, fit_tilt, systematic_resample, table_cells, table_starts
 from splice_assets.private.measuring import exact_statistics
+from splice_assets.private.statistics import table_counts
 from splice_assets.sampling import _refined_table, integer_coordinates, sample_cube, sample_table
 
+#: The design this diagnostic measured: without the product's 3-way tables (0049 adopted them after it).
+PAIRS_ONLY = MeasurementSettings(target_triples=0)
 KEYS = ("tstr", "qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd2")
 VARIANTS = ("measured", "triples, equal weight", "triples exact")
 POOL_FACTOR = 8
 
 
-def triple_cells(cells: np.ndarray, sizes: np.ndarray, target: int, others: list[tuple[int, int]]) -> np.ndarray:
-    """(rows, triples) each row's cell in each (target, a, b) table, as that table's own index."""
-    out = np.empty((len(cells), len(others)), dtype=np.int64)
-    for column, (a, b) in enumerate(others):
-        out[:, column] = (cells[:, target] * sizes[a] + cells[:, a]) * sizes[b] + cells[:, b]
-    return out
-
-
-def triple_tables(cells: np.ndarray, sizes: np.ndarray, target: int, others: list[tuple[int, int]]) -> np.ndarray:
-    """The (target, a, b) tables' frequencies, concatenated."""
-    local = triple_cells(cells, sizes, target, others)
-    return np.concatenate([
-        np.bincount(local[:, t], minlength=int(sizes[target] * sizes[a] * sizes[b])) / len(cells)
-        for t, (a, b) in enumerate(others)
-    ])
-
-
-def tilted_to_triples(synth: Synthesizer, targets: np.ndarray, std: float, target: int,
-                      others: list[tuple[int, int]], n_rows: int, seed: int):
-    """Rows of the fitted model resampled by a tilt toward the triples ``targets`` (frequencies, noise ``std``)."""
+def tilted_to_triples(synth: Synthesizer, targets: np.ndarray, std: float, triples: list[tuple[int, int, int]],
+                      n_rows: int, seed: int):
+    """Rows of the fitted model resampled by a tilt toward the triples ``targets`` (frequencies, noise ``std``)
+    that holds the noisy 1-way tables."""
     model, layout = synth.model, layout_for(synth.schema)
     bins = synth.measurement.numeric_bins
-    sizes = np.asarray(marginal_sizes(layout, bins))
-    widths = [int(sizes[target] * sizes[a] * sizes[b]) for a, b in others]
-    # The 1-way tables first (their noisy values held), then the triples.
-    starts = np.concatenate([[0], np.cumsum(np.concatenate([sizes, widths]))[:-1]])
     integer_bounds = integer_coordinates(synth.schema)
     pools = [sample_cube(model, POOL_FACTOR * n_rows, seed + 1000 * k, True, integer_bounds) for k in (1, 2)]
-    cells = []
-    for pool in pools:
-        one_way = marginal_cells(pool, layout, bins)
-        cells.append(np.hstack([one_way, triple_cells(one_way, sizes, target, others)]))
+    cells = [table_cells(pool, layout, bins, (), "C", True, triples) for pool in pools]
     potentials, *_ = fit_tilt(cells[0], cells[1], synth.measurement.noisy_marginals,
-                              synth.measurement.marginal_noise_std(), targets, std, starts=starts)
-    log_w = -sum(potentials[starts[t] + cells[0][:, t]] for t in range(cells[0].shape[1]))
+                              synth.measurement.marginal_noise_std(), targets, std,
+                              starts=table_starts(layout, bins, (), triples))
+    log_w = cell_log_weights(potentials, marginal_cells(pools[0], layout, bins), layout, bins, (), triples)
     picks = systematic_resample(log_w, n_rows, np.random.default_rng(seed))
     return _refined_table(model, synth.schema, pools[0][picks], seed)
 
@@ -91,20 +72,17 @@ def main() -> None:
         train, test = prepared.train, prepared.test
         rows: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
         for seed in args.seeds:
-            synth = Synthesizer(prepared.schema, 1.0, 1e-9, "add-remove", seed)
-            x = synth.encode(synth.prepare(train, None).table)
-            measured = synth.measure(x, None)
-            plan, _ = synth.plan(x.shape[0])
+            synth, x, measured, plan = measured_seed(prepared.schema, train, seed, PAIRS_ONLY)
             layout = layout_for(synth.schema)
             columns = [c.column for c in layout.coordinates]
             target = columns.index(synth.schema.target)
-            others = list(itertools.combinations([i for i in range(len(columns)) if i != target], 2))
-            sizes = np.asarray(marginal_sizes(layout, measured.numeric_bins))
-            exact_cells = marginal_cells(x, layout, measured.numeric_bins)
-            exact = triple_tables(exact_cells, sizes, target, others)
+            others = itertools.combinations([i for i in range(len(columns)) if i != target], 2)
+            triples = [(target, a, b) for a, b in others]
+            exact = table_counts(x, layout, (), measured.numeric_bins, marginals=False, triples=triples)[2].counts
+            exact = exact / len(x)
             # Under add-remove the noisy cells are sums divided by the pooled noisy n: the exact ones the same way.
             exact_pairs = exact_statistics(x, plan, layout).pairs / measured.n
-            scale = np.sqrt((len(measured.pairs) + len(others)) / len(measured.pairs))
+            scale = np.sqrt((len(measured.pairs) + len(triples)) / len(measured.pairs))
             noise = np.random.default_rng()  # OS entropy, as the mechanism's noise
             for variant in VARIANTS:
                 if variant == "triples, equal weight":
@@ -121,7 +99,7 @@ def main() -> None:
                     else:
                         std = measured.pair_noise_std() * scale
                         targets = exact + noise.normal(0.0, std, exact.shape)
-                    synthetic = tilted_to_triples(synth, targets, std, target, others, len(train), seed)
+                    synthetic = tilted_to_triples(synth, targets, std, triples, len(train), seed)
                 rows[variant].append({**scores(train, synthetic, synth.schema),
                                       "tstr": best_tstr(train, test, synthetic, synth.schema)})
                 print(f"  {name} seed {seed} {variant}: tstr {rows[variant][-1]['tstr']:.4f}", flush=True)
