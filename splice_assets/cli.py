@@ -184,7 +184,7 @@ def plan(
         measured_epsilon, bounds_multiplier = (
             split_privacy(epsilon, delta, DEFAULT_BOUNDS_SHARE) if needs_estimate(schema) else (epsilon, None)
         )
-        _, cal = make_plan(
+        measurement_plan, cal = make_plan(
             schema, n, measured_epsilon, delta, n_directions, k, marginal_share=marginal_share,
             pair_share=pair_share, relation=relation,
         )
@@ -220,6 +220,8 @@ def plan(
         "noise_std_per_order": stds,
         "marginal_share": marginal_share,
         "marginal_noise_std": None if cal.marginal_weight == 0 else cal.marginal_noise_std() * per_row,
+        "value_noise_std": next((cal.sigma / measurement_plan.fine_table_weight(c) * per_row
+                                 for c in measurement_plan.fine if c.per_value), None),
         "pair_share": pair_share,
         "pairs": cal.pair_count,
         "pair_noise_std": None if cal.pair_weight == 0 else cal.pair_noise_std() * per_row,
@@ -318,6 +320,9 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
         click.echo(f"  j={j:<3d} {s:.6g}")
     if cal.marginal_weight > 0:
         click.echo(f"noise std of a 1-way marginal frequency: {cal.marginal_noise_std() * per_row:.6g}")
+    if result["value_noise_std"] is not None:
+        click.echo(f"noise std of one value's frequency in a numeric column's per-value table: "
+                   f"{result['value_noise_std']:.6g}")
     if cal.pair_weight > 0:
         click.echo(f"noise std of a 2-way (or the target's 3-way) frequency: {cal.pair_noise_std() * per_row:.6g}")
     if budget is None:

@@ -9,6 +9,7 @@ add-remove), so it can be stored, shipped and re-fitted any number of times at z
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,11 +82,13 @@ class Measurement:
     #: With pair selection, how many candidate pairs the measured ``pairs`` were chosen from (0 = all measured).
     pair_candidates: int = 0
     noise_multiplier: float = 0.0
-    #: Noisy fine 1-way frequencies of the numeric columns (``resolution``), at the 1-way tables' noise std.
+    #: Noisy fine 1-way frequencies of the numeric columns (``resolution``), at ``fine_noise_std``.
     noisy_fine: np.ndarray = field(default_factory=lambda: np.zeros(0))
     fine_sizes: tuple[int, ...] = ()
     fine_bins: int = 0
     fine_split: int = 0
+    #: A per-value fine table counted as this many 1-way tables in Delta^2 (1 before the setting existed).
+    grid_weight: int = 1
     #: Noisy 3-way frequencies of the target with pairs of other columns (t-major), at the 2-way noise std.
     noisy_triples: np.ndarray = field(default_factory=lambda: np.zeros(0))
     triples: tuple[tuple[int, int, int], ...] = ()
@@ -124,6 +127,11 @@ class Measurement:
     def marginal_noise_std(self) -> float:
         """Noise std of one noisy marginal frequency: sigma / w."""
         return self.sigma / self.marginal_weight if self.marginal_weight > 0 else float("inf")
+
+    def fine_noise_std(self, per_value: bool) -> float:
+        """Noise std of one noisy fine frequency: sigma / (sqrt(grid_weight) w) in a per-value table (one cell per
+        grid value, ``FineCells.per_value``), else sigma / w."""
+        return self.marginal_noise_std() / math.sqrt(self.grid_weight if per_value else 1)
 
     def directions(self) -> np.ndarray:
         """The L unit directions, recomputed from the public seed."""

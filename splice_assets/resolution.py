@@ -45,6 +45,11 @@ GRID_LIMIT = 256
 #: docs/decisions/0017, it helps columns whose public bounds are far wider than their data and costs the others.
 DEFAULT_FINE_SPLIT = 0
 MAX_FINE_SPLIT = 64
+#: The fine table of a column on a public grid with one cell per value (``FineCells.per_value``) counts as this
+#: many 1-way tables in the 1-way share of Delta^2, so its cells carry 1/sqrt(grid_weight) of a coarse table's
+#: noise std (docs/decisions/0050).
+DEFAULT_GRID_WEIGHT = 1
+MAX_GRID_WEIGHT = 64
 MAX_FINE_BINS = 4096
 #: Fine cells whose noisy frequency is at most this many noise standard deviations are read as empty before the
 #: projection (0 = the projection alone, measured best in docs/decisions/0017).
@@ -96,6 +101,15 @@ class FineCells:
     @property
     def n_cells(self) -> int:
         return len(self.points) + self.intervals
+
+    @property
+    def per_value(self) -> bool:
+        """One cell per value of the column's public grid (no intervals): the table users read value by value."""
+        return self.intervals == 0
+
+    def weight_units(self, grid_weight: int) -> int:
+        """How many 1-way tables this column's fine table counts as in Delta^2 (``grid_weight`` if ``per_value``)."""
+        return grid_weight if self.per_value else 1
 
     @property
     def size(self) -> int:
@@ -272,13 +286,18 @@ class FineTables:
     #: The rows of a bin take evenly spaced quantiles of its fine table, in random order (a stratified draw: the
     #: bin's values follow the table up to one row per bin instead of up to multinomial noise); else independent.
     stratified: bool = DEFAULT_FINE_STRATIFIED
+    #: A per-value fine table's cells carry noise_std / sqrt(grid_weight) (``FineCells.weight_units``).
+    grid_weight: int = 1
+
+    def noise_std_of(self, column: FineCells) -> float:
+        return self.noise_std / math.sqrt(column.weight_units(self.grid_weight))
 
     def per_column(self, cells: tuple[FineCells, ...]) -> list[np.ndarray]:
         return per_column(self.frequencies, cells)
 
-    def kept(self, table: np.ndarray) -> np.ndarray:
+    def kept(self, table: np.ndarray, noise_std: float) -> np.ndarray:
         """A column's fine table with cells at or below the threshold set to 0 (post-processing)."""
-        return np.where(table > self.threshold * self.noise_std, table, 0.0)
+        return np.where(table > self.threshold * noise_std, table, 0.0)
 
     def consistent(
         self, column: FineCells, table: np.ndarray, coarse: np.ndarray | None = None,
@@ -292,11 +311,12 @@ class FineTables:
         toward the bin's straight shape, or in a tail bin of intervals toward an exponential one where that fits
         them better (``exponential_tails``). A sentinel's cell is left out
         (its rows sit on it through the sentinel coordinate), and so is its mass from the bin's."""
-        fine = np.where(column.holds_values(), self.kept(table[: column.n_cells]), 0.0)
+        noise_std = self.noise_std_of(column)
+        fine = np.where(column.holds_values(), self.kept(table[: column.n_cells], noise_std), 0.0)
         shrink = self.shrink
         if self.smooth and column.intervals >= 8:
             n_points = len(column.points)
-            smoothed = _smoothed(fine[n_points:], column.holds_values()[n_points:], self.noise_std)
+            smoothed = _smoothed(fine[n_points:], column.holds_values()[n_points:], noise_std)
             if smoothed is not None:
                 fine[n_points:], shrink = smoothed, False
         declared = np.isin(np.arange(column.n_cells), [column.points.index(v) for v in column.declared
@@ -317,10 +337,10 @@ class FineTables:
                     shape = _bin_shape(masses, bin_, len(inside))
                     if bin_ in tails and inside[0] >= len(column.points):  # intervals only, in value order
                         shape = _steeper_tail(cells, shape, _tail_shape(masses, bin_, cells, tails[bin_]),
-                                              self.noise_std)
-                    cells = shrunk_toward(cells, shape, self.noise_std)
+                                              noise_std)
+                    cells = shrunk_toward(cells, shape, noise_std)
                 weights[inside] = _project(cells[None, :], np.array([masses[bin_]]))[0]
-        finer = self.kept(table[column.n_cells :])
+        finer = self.kept(table[column.n_cells :], noise_std)
         if finer.size:
             children = _project(finer.reshape(column.intervals, column.split), weights[len(column.points) :])
             finer = children.ravel()
@@ -361,7 +381,7 @@ class FineTables:
                 present &= level == 0
             bin_mass = np.array([weights[order_c[parents == bin_]].sum() for bin_ in range(numeric_bins)])
             if column.exact is not None:
-                _rehome_off_sentinel_rows(column, bin_mass, self.noise_std, row_bins, present, rng)
+                _rehome_off_sentinel_rows(column, bin_mass, self.noise_std_of(column), row_bins, present, rng)
             below = np.concatenate([[0.0], np.cumsum(bin_mass)]) / max(bin_mass.sum(), 1e-300)
             u_column = rng.uniform(size=len(x))
             if c in leader_of:
@@ -633,7 +653,8 @@ def below_noise(
         cells = fine_cells(schema, measurement.fine_bins, measurement.numeric_bins, measurement.fine_split)
         for column, table in zip(cells, per_column(measurement.noisy_fine, cells)):
             points = table[: len(column.points)]
-            out[column.column] = [column.points[i] for i in np.argsort(points) if points[i] < floor][:limit]
+            fine_floor = sigmas * measurement.fine_noise_std(column.per_value)
+            out[column.column] = [column.points[i] for i in np.argsort(points) if points[i] < fine_floor][:limit]
     return {name: values for name, values in out.items() if values}
 
 

@@ -17,6 +17,7 @@ from splice_assets.private.ledger import BudgetLedger
 from splice_assets.private.mechanism import DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
 from splice_assets.private.row_count import input_row_count
 from splice_assets.private.validation import read_table
+from splice_assets.resolution import DEFAULT_GRID_WEIGHT
 
 
 @pytest.fixture
@@ -130,6 +131,8 @@ def test_plan_default_includes_the_marginal_queries(schema_file, ledger_url):
     assert (default["sensitivity"] / paper["sensitivity"]) ** 2 == pytest.approx(ratio, rel=1e-6)
     assert round(default["sigma"] / default["sensitivity"], 4) == 5.4953  # same privacy, larger Delta
     assert default["marginal_noise_std"] > 0 and paper["marginal_noise_std"] is None
+    ratio = default["marginal_noise_std"] / default["value_noise_std"]
+    assert ratio == pytest.approx(math.sqrt(DEFAULT_GRID_WEIGHT)) and paper["value_noise_std"] is None
     assert default["pair_noise_std"] > 0 and paper["pair_noise_std"] is None and paper["pairs"] == 0
 
 

@@ -712,7 +712,8 @@ def pooled_marginals(measurement: Measurement, fine: Sequence[FineCells] = ()) -
     histograms and, for a numeric column with ``fine`` cells, with its noisy fine table summed over each coarse bin
     (post-processing). A margin of pair (a, b) sums s_b independent noisy cells, so each of its cells has noise
     variance s_b (sigma / w2)^2, against (sigma / w)^2 for the direct histogram; a bin's sum of m fine cells has
-    m (sigma / w)^2. A bin holding no fine cell (no value on the column's public grid) is empty by the schema: 0."""
+    m (sigma / w_f)^2, w_f = sqrt(grid_weight) w for a per-value table, else w. A bin holding no fine cell (no
+    value on the column's public grid) is empty by the schema: 0."""
     tables, _ = _pooled(measurement, fine)
     return np.concatenate(tables) if tables else measurement.noisy_marginals.copy()
 
@@ -741,8 +742,9 @@ def _pooled(measurement: Measurement, fine: Sequence[FineCells] = ()) -> tuple[l
             held = np.bincount(parents, minlength=sizes[i])
             summed = np.bincount(parents, weights=table[: column.n_cells], minlength=sizes[i])
             cells = held > 0
-            total[i][cells] += summed[cells] * precision1 / held[cells]
-            weight[i][cells] += precision1 / held[cells]
+            precision = measurement.fine_noise_std(column.per_value) ** -2
+            total[i][cells] += summed[cells] * precision / held[cells]
+            weight[i][cells] += precision / held[cells]
             empty[i] = ~cells
     pooled = [t / w for t, w in zip(total, weight)]
     stds = [w**-0.5 for w in weight]

@@ -6,6 +6,7 @@ ledger reservation -> noise -> persist -> commit. Everything after it reads only
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
@@ -55,7 +56,13 @@ from splice_assets.private.statistics import (
     moment_sums,
     table_counts,
 )
-from splice_assets.resolution import DEFAULT_FINE_BINS, DEFAULT_FINE_SPLIT, FineCells, fine_cells
+from splice_assets.resolution import (
+    DEFAULT_FINE_BINS,
+    DEFAULT_FINE_SPLIT,
+    DEFAULT_GRID_WEIGHT,
+    FineCells,
+    fine_cells,
+)
 from splice_assets.schema import TableSchema
 
 
@@ -89,6 +96,8 @@ class MeasurementPlan:
     fine_bins: int = 0
     fine: tuple[FineCells, ...] = ()
     fine_split: int = 0
+    #: A per-value fine table counts as this many 1-way tables in Delta^2 (``FineCells.weight_units``).
+    grid_weight: int = 1
     # Pair selection (``pair_selection``): K tables chosen from the candidate ``pairs`` by noisy dependence scores at
     # weight ``score_weight``, which take ``selection_share`` of Delta^2 out of ``pair_share``; 0 = every pair measured.
     selected_pairs: int = 0
@@ -101,6 +110,10 @@ class MeasurementPlan:
     @property
     def fine_sizes(self) -> tuple[int, ...]:
         return tuple(c.size for c in self.fine)
+
+    def fine_table_weight(self, column: FineCells) -> float:
+        """The weight of a fine table's cells: sqrt(units) w, with units = ``column.weight_units(grid_weight)``."""
+        return math.sqrt(column.weight_units(self.grid_weight)) * self.marginal_weight
 
     @property
     def mechanism(self) -> str:
@@ -125,6 +138,7 @@ class MeasurementPlan:
             "numeric_bins": self.numeric_bins,
             "pair_share": self.pair_share,
             **({"fine_bins": self.fine_bins, "fine_split": self.fine_split} if self.fine else {}),
+            **({"grid_weight": self.grid_weight} if self.fine and self.grid_weight != 1 else {}),
             **({"pair_selection": {"candidates": len(self.pairs), "selected": self.selected_pairs,
                                    "share": self.selection_share}} if self.selected_pairs else {}),
             **({"target_triples": len(self.triples)} if self.triples else {}),
@@ -146,6 +160,7 @@ def make_plan(
     relation: str = RELATION_REPLACE_ONE,
     fine_bins: int = DEFAULT_FINE_BINS,
     fine_split: int = DEFAULT_FINE_SPLIT,
+    grid_weight: int = DEFAULT_GRID_WEIGHT,
     pairs_per_coordinate: float = DEFAULT_PAIRS_PER_COORDINATE,
     selection_share: float = DEFAULT_SELECTION_SHARE,
     target_triples: int = DEFAULT_TARGET_TRIPLES,
@@ -154,7 +169,9 @@ def make_plan(
 
     ``marginal_share`` of Delta^2 goes to the 1-way histograms: every coordinate's, on its levels or the
     ``numeric_bins`` coarse bins, and with ``fine_bins`` > 0 every numeric column's fine table and, with
-    ``fine_split`` > 0, the finer table of a column with intervals (``resolution``), all at one weight.
+    ``fine_split`` > 0, the finer table of a column with intervals (``resolution``); the fine table of a column
+    with one cell per grid value counts as ``grid_weight`` tables (its cells weighted sqrt(grid_weight) times a
+    coarse table's), every other table as one.
     ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns (both 0 = the
     paper's moments only); when they number more than ``pairs_per_coordinate`` x d, ``selection_share`` of it buys
     noisy dependence scores and the rest the tables of the pairs they choose (``pair_selection``). Without that
@@ -183,9 +200,10 @@ def make_plan(
         layout, schema.target, target_triples, numeric_bins
     )
     three_way = triple_sizes(layout, triples, numeric_bins)
-    # A fine or finer table is one more 1-way histogram: it counts in the tables that share the 1-way weight; a
-    # 3-way table is one more table at the pair weight (each row adds 1 to one of its cells, as to a pair's).
-    tables, table_cells = len(sizes) + sum(c.tables for c in fine), int(sum(sizes)) + sum(c.size for c in fine)
+    # A fine or finer table weighted sqrt(u) w (u its weight units) moves by as much as u tables at w: it counts u
+    # times; a 3-way table is one more table at the pair weight (each row adds 1 to one of its cells, as to a pair's).
+    tables = len(sizes) + sum(c.weight_units(grid_weight) * c.tables for c in fine)
+    table_cells = int(sum(sizes)) + sum(c.weight_units(grid_weight) * c.size for c in fine)
     weights = privacy.query_weights(
         marginal_share, pair_share - score_share, n_directions, k, tables, measured + len(triples), relation,
         count_share, score_share, len(pairs) if selecting else 0,
@@ -193,7 +211,7 @@ def make_plan(
     plan = MeasurementPlan(
         schema.name, schema.version, public_n, epsilon, delta, n_directions, k, seed, scaling,
         marginal_share, numeric_bins, sizes, weights.marginal, pair_share, pairs, cells, weights.pair, relation,
-        weights.row_count, fine_bins if fine else 0, fine, fine_split if fine else 0,
+        weights.row_count, fine_bins if fine else 0, fine, fine_split if fine else 0, grid_weight,
         measured if selecting else 0, score_share, weights.score, triples, three_way,
     )
     # Before the choice the measured cells are known only up to the K largest candidates (float slack only).
@@ -343,9 +361,10 @@ def measure_exact(
 ) -> Measurement:
     """Check the exact statistics -> reserve the spend -> add noise -> ``on_noisy`` (persist) -> commit.
 
-    Sensitivity: each row adds T_j(z)/n with |T_j| <= 1 to moment (j, l), 1/n to one cell of each of the C 1-way
-    histograms (every coordinate's, and every numeric column's fine table, where a missing value adds to no cell) and
-    of each pair's and each target triple's (P tables in all, at one weight w2); replacing one row moves
+    Sensitivity: each row adds T_j(z)/n with |T_j| <= 1 to moment (j, l), 1/n to one cell of each 1-way histogram
+    (every coordinate's at weight w, and every numeric column's fine table at sqrt(u) w, where a missing value adds
+    to no cell; u = grid_weight for a per-value table, else 1; C counts each table u times) and of each pair's and
+    each target triple's (P tables in all, at one weight w2); replacing one row moves
     [m_j/sqrt(j), w * h1, w2 * h2] by at most sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n. Under add-remove the vector is
     [S_j/sqrt(j), w * c1, w2 * c2, wn * n] of sums and counts, and one row moves it by at most
     sqrt(L H_k + w^2 C + w2^2 P + wn^2). Either is
@@ -381,7 +400,8 @@ def measure_exact(
     try:
         cell_weights = np.concatenate([
             np.full(stats.marginals.size, plan.marginal_weight), np.full(first_pairs.size, plan.pair_weight),
-            np.full(len(counted), plan.count_weight), np.full(stats.fine.size, plan.marginal_weight),
+            np.full(len(counted), plan.count_weight),
+            *(np.full(column.size, plan.fine_table_weight(column)) for column in plan.fine),
         ])
         noisy_moments, noisy_cells = privacy.add_noise_joint(
             stats.moments, np.concatenate([stats.marginals, first_pairs, counted, stats.fine]), cell_weights,
@@ -495,6 +515,7 @@ def measurement_of(
         fine_sizes=() if fine is None else plan.fine_sizes,
         fine_bins=0 if fine is None else plan.fine_bins,
         fine_split=0 if fine is None else plan.fine_split,
+        grid_weight=1 if fine is None else plan.grid_weight,
         noisy_triples=np.zeros(0) if triples is None else triples,
         triples=() if triples is None else plan.triples,
         triple_sizes=() if triples is None else plan.triple_sizes,

@@ -1,0 +1,74 @@
+"""Measurement variants, paired: per seed, every variant measures the train split with the same standard normal
+draws (common random numbers: the product's Gaussian sampler and the entropy of the frequent-value selection are
+replaced by generators seeded with the seed, so these are not releases), and the variants differ only by their
+queries and weights. A variant is a set of ``MeasurementSettings``
+overrides (``key=value``, comma-separated; ``defaults`` for none). Prints per dataset and variant the mean over
+seeds of ``refit_variants``' scores against the train split (TSTR on the real test split). Add-remove, ε = 1.
+
+    .venv/bin/python -m bench.experiments.measurement_variants --datasets shuttle california_housing \\
+        --variants defaults grid_weight=2 grid_weight=4 --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+import numpy as np
+
+from bench.experiments.field_on_off import release_scores
+from bench.experiments.pair_selection import print_means
+from bench.experiments.refit_variants import KEYS, overrides
+from bench.run import prepare
+from splice_assets import MeasurementSettings, Synthesizer
+from splice_assets.private import bounds, mechanism
+
+
+@contextmanager
+def seeded_noise(seed: int) -> Iterator[None]:
+    """The Gaussian sampler and the frequent-value selection's entropy replaced by generators seeded with ``seed``
+    (experiments only)."""
+    rng = np.random.default_rng(seed)
+    product, select = mechanism.gaussian_noise, bounds.select_values
+
+    def seeded(values: np.ndarray, sigma: float) -> np.ndarray:
+        values = np.asarray(values, dtype=np.float64)
+        return values + sigma * rng.standard_normal(values.shape)
+
+    def seeded_selection(counts, columns, sigma, entropy):  # noqa: ANN001, ARG001 (the product's signature)
+        return select(counts, columns, sigma, np.random.default_rng([seed, 1]))
+
+    mechanism.gaussian_noise, bounds.select_values = seeded, seeded_selection
+    try:
+        yield
+    finally:
+        mechanism.gaussian_noise, bounds.select_values = product, select
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", default=["shuttle", "california_housing", "house_16h"])
+    parser.add_argument("--variants", nargs="+", default=["defaults", "grid_weight=2", "grid_weight=4"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    args = parser.parse_args()
+    print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
+    for name in args.datasets:
+        prepared = prepare(name)
+        if prepared is None:
+            continue
+        for variant in args.variants:
+            settings = replace(MeasurementSettings(), **overrides(variant))
+            rows = []
+            for seed in args.seeds:
+                synth = Synthesizer(prepared.schema, args.epsilon, 1e-9, "add-remove", seed, settings)
+                with seeded_noise(seed):
+                    synth.fit(prepared.train, ledger=None)
+                rows.append(release_scores(prepared, synth, seed))
+            print_means(name, variant, rows, KEYS)
+
+
+if __name__ == "__main__":
+    main()
