@@ -219,6 +219,7 @@ def plan(
         "noise_multiplier": cal.noise_multiplier,
         "noise_std_per_order": stds,
         "marginal_share": marginal_share,
+        "one_way_share": measurement_plan.one_way_share,
         "marginal_noise_std": None if cal.marginal_weight == 0 else cal.marginal_noise_std() * per_row,
         "value_noise_std": next((cal.sigma / measurement_plan.fine_table_weight(c) * per_row
                                  for c in measurement_plan.fine if c.per_value), None),
@@ -309,8 +310,10 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
         else "sqrt(L H_k + w^2 C + w2^2 P + wn^2), on sums and counts"
     )
     click.echo(
-        f"sensitivity Delta  {cal.sensitivity:.6g}  ({formula} with marginal share "
-        f"{marginal_share:g}, pair share {pair_share:g} over {cal.pair_count} pairs, float slack {cal.slack:.1e})"
+        f"sensitivity Delta  {cal.sensitivity:.6g}  ({formula} with marginal share {marginal_share:g}"
+        + (f" (1-way share {result['one_way_share']:.4g} with the per-value tables)"
+           if result["one_way_share"] != marginal_share else "")
+        + f", pair share {pair_share:g} over {cal.pair_count} pairs, float slack {cal.slack:.1e})"
     )
     click.echo(f"sigma              {cal.sigma:.6g}  (sigma/Delta = {cal.noise_multiplier:.4f})")
     if cal.count_weight > 0:

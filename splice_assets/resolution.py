@@ -46,9 +46,9 @@ GRID_LIMIT = 256
 DEFAULT_FINE_SPLIT = 0
 MAX_FINE_SPLIT = 64
 #: The fine table of a column on a public grid with one cell per value (``FineCells.per_value``) counts as this
-#: many 1-way tables in the 1-way share of Delta^2, so its cells carry 1/sqrt(grid_weight) of a coarse table's
-#: noise std (docs/decisions/0050).
-DEFAULT_GRID_WEIGHT = 1
+#: many 1-way tables, and the 1-way share of Delta^2 grows by the extra units out of the moments' share: its cells
+#: carry 1/sqrt(grid_weight) of a coarse table's noise std, the other tables keep theirs (docs/decisions/0050).
+DEFAULT_GRID_WEIGHT = 4
 MAX_GRID_WEIGHT = 64
 MAX_FINE_BINS = 4096
 #: Fine cells whose noisy frequency is at most this many noise standard deviations are read as empty before the

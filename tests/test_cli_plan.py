@@ -127,7 +127,10 @@ def test_plan_default_includes_the_marginal_queries(schema_file, ledger_url):
     default = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-9")
     share, pair_share = DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
     assert default["marginal_share"] == share and default["pair_share"] == pair_share
-    ratio = 1 / (1 - share - pair_share)
+    # age's per-value fine table counts DEFAULT_GRID_WEIGHT times: the 1-way share is share x (2 + r) / 3
+    one_way = share * (2 + DEFAULT_GRID_WEIGHT) / 3
+    assert default["one_way_share"] == pytest.approx(one_way)
+    ratio = 1 / (1 - one_way - pair_share)
     assert (default["sensitivity"] / paper["sensitivity"]) ** 2 == pytest.approx(ratio, rel=1e-6)
     assert round(default["sigma"] / default["sensitivity"], 4) == 5.4953  # same privacy, larger Delta
     assert default["marginal_noise_std"] > 0 and paper["marginal_noise_std"] is None

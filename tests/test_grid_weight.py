@@ -1,8 +1,8 @@
-"""The weight of per-value fine tables inside the 1-way share (``MeasurementSettings.grid_weight``): the fine table
-of a column with one cell per grid value counts as r 1-way tables, so Delta keeps its shares, its cells carry
-1/sqrt(r) of a coarse cell's noise, interval tables keep a coarse cell's, and the coarse cells carry
-sqrt((T_c + r T_v + T_i) / (T_c + T_v + T_i)) times their noise at r = 1. The release path's neighbour test
-(``test_release_path_neighbours``) checks the same weights on the vector the sampler is handed."""
+"""The weight of per-value fine tables (``MeasurementSettings.grid_weight``): the fine table of a column with one
+cell per grid value counts as r 1-way tables, and the 1-way share grows by the extra units, out of the moments'
+share. So every other table keeps its noise, a per-value table's cells carry 1/sqrt(r) of it, and the moments
+more. The release path's neighbour test (``test_release_path_neighbours``) checks the same weights and shares on
+the vector the sampler is handed."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from splice_assets import MeasurementSettings
 from splice_assets.measurement import Measurement
 from splice_assets.private import measuring
 from splice_assets.private.encoding import encode
+from splice_assets.private.mechanism import DEFAULT_COUNT_SHARE, DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
 from splice_assets.schema import parse_schema
 
 SCHEMA = parse_schema({
@@ -34,21 +35,26 @@ def table(rng: np.random.Generator, n: int) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
-def test_a_per_value_table_counts_as_grid_weight_tables_and_delta_keeps_its_shares(relation):
+def test_a_per_value_table_counts_as_grid_weight_tables_and_the_moments_pay(relation):
     base, cal1 = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, relation=relation, grid_weight=1)
     heavy, cal4 = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, relation=relation, grid_weight=4)
     age, amount = base.fine
     assert age.per_value and not amount.per_value  # 100 integers, one cell each; 256 intervals
     coarse = len(base.marginal_sizes)
     assert coarse == 3
-    bare = [c.sensitivity / (1.0 + c.slack) for c in (cal1, cal4)]
-    assert bare[0] == pytest.approx(bare[1], rel=1e-12)
-    # sigma carries the float slack (about 1e-6 here)
-    ratio = cal4.marginal_noise_std() / cal1.marginal_noise_std()
-    assert ratio == pytest.approx(math.sqrt((coarse + 4 + 1) / (coarse + 1 + 1)), rel=1e-5)
+    # 3 coarse + 1 interval + 4 units for the per-value table, against 5 tables at one unit each
+    assert heavy.one_way_share == pytest.approx(DEFAULT_MARGINAL_SHARE * 8 / 5)
+    assert base.one_way_share == DEFAULT_MARGINAL_SHARE
+    # sigma carries the float slack (about 1e-6 here); every table at one unit and every pair keeps its noise
+    assert cal4.marginal_noise_std() == pytest.approx(cal1.marginal_noise_std(), rel=1e-5)
+    assert cal4.pair_noise_std() == pytest.approx(cal1.pair_noise_std(), rel=1e-5)
     assert heavy.fine_table_weight(age) == pytest.approx(2.0 * heavy.marginal_weight)
     assert heavy.fine_table_weight(amount) == pytest.approx(heavy.marginal_weight)
-    assert cal4.pair_noise_std() == pytest.approx(cal1.pair_noise_std(), rel=1e-5)
+    # the moments' share falls from 1 - s1 - s2 (- count) to 1 - 1.6 s1 - s2 (- count): their noise rises
+    count = DEFAULT_COUNT_SHARE if relation == "add-remove" else 0.0
+    rest = [1.0 - share - DEFAULT_PAIR_SHARE - count for share in (base.one_way_share, heavy.one_way_share)]
+    moments = cal4.noise_std_per_order()[0] / cal1.noise_std_per_order()[0]
+    assert moments == pytest.approx(math.sqrt(rest[0] / rest[1]), rel=1e-5)
     assert heavy.public_params()["grid_weight"] == 4 and "grid_weight" not in base.public_params()
 
 

@@ -458,7 +458,8 @@ def test_fine_tables_pool_into_the_coarse_targets_and_bins_off_the_grid_stay_emp
         rng.integers(0, 3, n) - 1.0,
     ])
     x[x[:, 2] > 0, 1] = 0.0  # a missing value's coordinate, as encoded
-    plan, cal = measuring.make_plan(schema, n, 1.0, 1e-6, 16, 4, marginal_share=0.5, pair_share=0.0)
+    plan, cal = measuring.make_plan(schema, n, 1.0, 1e-6, 16, 4, marginal_share=0.5, pair_share=0.0,
+                                      grid_weight=1)
     stats = measuring.exact_statistics(x, plan, layout)
     cells = fine_cells(schema, plan.fine_bins)
 

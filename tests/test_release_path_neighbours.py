@@ -139,7 +139,10 @@ def check_shift(diff: np.ndarray, relation: str, n_measured: int, one_row_measur
     delta, bare, plan = nominal_delta(relation, n_measured, grid_weight)
     total = float(np.linalg.norm(diff))
     assert total <= delta * (1 + SLACK_TOLERANCE), f"moved {total / delta:.3f} Delta"
-    shares = {"1-way": DEFAULT_MARGINAL_SHARE, "2-way": DEFAULT_PAIR_SHARE}
+    # A per-value fine table counts grid_weight times, and the 1-way share grows with it (the moments pay).
+    units = len(plan.marginal_sizes) + sum((grid_weight if c.per_value else 1) * c.tables for c in plan.fine)
+    plain = len(plan.marginal_sizes) + sum(c.tables for c in plan.fine)
+    shares = {"1-way": DEFAULT_MARGINAL_SHARE * units / plain, "2-way": DEFAULT_PAIR_SHARE}
     shares["count"] = DEFAULT_COUNT_SHARE if relation == AR else 0.0
     shares["moments"] = 1 - sum(shares.values())
     norms = family_norms(diff, plan)

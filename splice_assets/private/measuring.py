@@ -111,6 +111,11 @@ class MeasurementPlan:
     def fine_sizes(self) -> tuple[int, ...]:
         return tuple(c.size for c in self.fine)
 
+    @property
+    def one_way_share(self) -> float:
+        """The 1-way family's share of Delta^2 (``one_way_share``)."""
+        return one_way_share(self.marginal_share, len(self.marginal_sizes), self.fine, self.grid_weight)
+
     def fine_table_weight(self, column: FineCells) -> float:
         """The weight of a fine table's cells: sqrt(units) w, with units = ``column.weight_units(grid_weight)``."""
         return math.sqrt(column.weight_units(self.grid_weight)) * self.marginal_weight
@@ -138,11 +143,26 @@ class MeasurementPlan:
             "numeric_bins": self.numeric_bins,
             "pair_share": self.pair_share,
             **({"fine_bins": self.fine_bins, "fine_split": self.fine_split} if self.fine else {}),
-            **({"grid_weight": self.grid_weight} if self.fine and self.grid_weight != 1 else {}),
+            **({"grid_weight": self.grid_weight, "one_way_share": self.one_way_share}
+               if self.fine and self.grid_weight != 1 else {}),
             **({"pair_selection": {"candidates": len(self.pairs), "selected": self.selected_pairs,
                                    "share": self.selection_share}} if self.selected_pairs else {}),
             **({"target_triples": len(self.triples)} if self.triples else {}),
         }
+
+
+def one_way_units(coarse_tables: int, fine: tuple[FineCells, ...], grid_weight: int) -> int:
+    """How many 1-way tables the coarse and fine tables count as in Delta^2 (a per-value fine table as
+    ``grid_weight``, ``FineCells.weight_units``)."""
+    return coarse_tables + sum(c.weight_units(grid_weight) * c.tables for c in fine)
+
+
+def one_way_share(marginal_share: float, coarse_tables: int, fine: tuple[FineCells, ...], grid_weight: int) -> float:
+    """The 1-way family's share of Delta^2: ``marginal_share`` times the tables' units over their number, so every
+    table at one unit keeps the noise ``marginal_share`` gives it and the per-value tables' extra units come out of
+    the moments' share (docs/decisions/0050)."""
+    plain = one_way_units(coarse_tables, fine, 1)
+    return marginal_share * one_way_units(coarse_tables, fine, grid_weight) / plain if plain else marginal_share
 
 
 def make_plan(
@@ -202,10 +222,17 @@ def make_plan(
     three_way = triple_sizes(layout, triples, numeric_bins)
     # A fine or finer table weighted sqrt(u) w (u its weight units) moves by as much as u tables at w: it counts u
     # times; a 3-way table is one more table at the pair weight (each row adds 1 to one of its cells, as to a pair's).
-    tables = len(sizes) + sum(c.weight_units(grid_weight) * c.tables for c in fine)
+    tables = one_way_units(len(sizes), fine, grid_weight)
     table_cells = int(sum(sizes)) + sum(c.weight_units(grid_weight) * c.size for c in fine)
+    share1 = one_way_share(marginal_share, len(sizes), fine, grid_weight)
+    if share1 + pair_share + count_share >= 1.0:
+        raise ValueError(
+            f"with grid_weight {grid_weight!r} the per-value fine tables raise the 1-way share from marginal_share "
+            f"{marginal_share!r} to {share1:.4g}, which with pair_share {pair_share!r} (+ the count's {count_share!r}) "
+            "leaves the moments nothing: lower marginal_share, pair_share or grid_weight"
+        )
     weights = privacy.query_weights(
-        marginal_share, pair_share - score_share, n_directions, k, tables, measured + len(triples), relation,
+        share1, pair_share - score_share, n_directions, k, tables, measured + len(triples), relation,
         count_share, score_share, len(pairs) if selecting else 0,
     )
     plan = MeasurementPlan(
