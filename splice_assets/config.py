@@ -61,8 +61,9 @@ def _number(name: str, value: object, low: float, high: float, high_open: bool =
 class MeasurementSettings:
     """The queries of the one Gaussian measurement. ``marginal_share`` of Delta^2 goes to the 1-way tables (every
     coordinate's, and a fine table of ``fine_bins`` cells or one per grid value for every numeric column, 0 = none,
-    with a finer table of ``fine_split`` cells per fine interval, 0 = none; see ``resolution``; a fine table counts
-    as ``grid_weight`` tables there, so its cells get 1/sqrt(grid_weight) of a coarse cell's noise), ``pair_share`` to
+    with a finer table of ``fine_split`` cells per fine interval, 0 = none; see ``resolution``; a per-value fine
+    table counts as ``grid_weight`` tables, its extra units added to the share out of the moments', so its cells get
+    1/sqrt(grid_weight) of a coarse cell's noise and the other tables keep theirs), ``pair_share`` to
     the 2-way tables of every pair of coordinates from different columns, the rest to the sliced Chebyshev moments
     (L directions, orders 1..k). Where the pairs outnumber ``pairs_per_coordinate`` x d (0 = never), that many are
     chosen by noisy dependence scores, which take ``selection_share`` out of the pair share (``pair_selection``);

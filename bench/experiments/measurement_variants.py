@@ -6,7 +6,7 @@ overrides (``key=value``, comma-separated; ``defaults`` for none). Prints per da
 seeds of ``refit_variants``' scores against the train split (TSTR on the real test split). Add-remove, ε = 1.
 
     .venv/bin/python -m bench.experiments.measurement_variants --datasets shuttle california_housing \\
-        --variants defaults grid_weight=2 grid_weight=4 --seeds 0 1 2
+        --variants defaults grid_weight=1 --seeds 0 1 2 3
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ def seeded_noise(seed: int) -> Iterator[None]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=["shuttle", "california_housing", "house_16h"])
-    parser.add_argument("--variants", nargs="+", default=["defaults", "grid_weight=2", "grid_weight=4"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--datasets", nargs="+", default=["shuttle", "california_housing", "adult"])
+    parser.add_argument("--variants", nargs="+", default=["defaults", "grid_weight=1"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3])
     parser.add_argument("--epsilon", type=float, default=1.0)
     args = parser.parse_args()
     print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
