@@ -3,7 +3,8 @@ draws (common random numbers: the product's Gaussian sampler and the entropy of 
 replaced by generators seeded with the seed, so these are not releases), and the variants differ only by their
 queries and weights. A variant is a set of ``MeasurementSettings``
 overrides (``key=value``, comma-separated; ``defaults`` for none). Prints per dataset and variant the mean over
-seeds of ``refit_variants``' scores against the train split (TSTR on the real test split). Add-remove, ε = 1.
+seeds of ``refit_variants``' scores against the train split (TSTR on the real test split). ε = 1, add-remove
+unless ``--relation replace-one``.
 
     .venv/bin/python -m bench.experiments.measurement_variants --datasets shuttle california_housing \\
         --variants defaults grid_weight=1 --seeds 0 1 2 3
@@ -53,6 +54,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["defaults", "grid_weight=1"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3])
     parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--relation", choices=["add-remove", "replace-one"], default="add-remove")
     args = parser.parse_args()
     print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
     for name in args.datasets:
@@ -63,7 +65,7 @@ def main() -> None:
             settings = replace(MeasurementSettings(), **overrides(variant))
             rows = []
             for seed in args.seeds:
-                synth = Synthesizer(prepared.schema, args.epsilon, 1e-9, "add-remove", seed, settings)
+                synth = Synthesizer(prepared.schema, args.epsilon, 1e-9, args.relation, seed, settings)
                 with seeded_noise(seed):
                     synth.fit(prepared.train, ledger=None)
                 rows.append(release_scores(prepared, synth, seed))
