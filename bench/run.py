@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -212,6 +213,15 @@ def prepare(name: str) -> Prepared | None:
 # One run
 # ----------------------------------------------------------------------------------------------------------------
 
+
+
+def prepared_datasets(names: Iterable[str]) -> Iterator[tuple[str, Prepared]]:
+    """Each named dataset with its ``prepare``d split, in order and as it is reached; those ``prepare`` can not
+    find (it says why) are skipped."""
+    for name in names:
+        prepared = prepare(name)
+        if prepared is not None:
+            yield name, prepared
 
 def run_method(
     p: Prepared, method: str, eps: float, seed: int, threads: int, aim_timeout: float

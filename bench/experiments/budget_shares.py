@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from bench.run import prepare, score
+from bench.run import prepared_datasets, score
 from splice_assets import MeasurementSettings, Synthesizer
 from splice_assets.evaluation.metrics import independent_marginals_baseline
 from splice_assets.private.measuring import make_plan
@@ -49,10 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     variants = [tuple(float(x) for x in v.split(":")) for v in args.variants]
     print(" | ".join(("dataset", "marginal_share", "pair_share", *KEYS)), flush=True)
-    for name in args.datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
+    for name, prepared in prepared_datasets(args.datasets):
         print(f"{name}: a median pair table's noise at the default shares is a TVD of "
               f"{pair_table_noise(prepared.schema, args.epsilon):.2f}", flush=True)
         for marginal, pair in variants:

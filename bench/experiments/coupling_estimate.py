@@ -25,7 +25,7 @@ import pandas as pd
 
 from bench.experiments.pair_selection import print_means, scores
 from bench.experiments.within_bin_copula import spearman_errors
-from bench.run import prepare
+from bench.run import prepared_datasets
 from splice_assets import Synthesizer, resolution
 from splice_assets.layout import layout_for, marginal_cells, marginal_sizes, pair_tables
 from splice_assets.model.fit import FitConfig, fit_targets
@@ -84,10 +84,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     args = parser.parse_args()
     print(" | ".join(("dataset", "couplings", *KEYS)), flush=True)
-    for name in args.datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
+    for name, prepared in prepared_datasets(args.datasets):
         schema, train = prepared.schema, prepared.train
         numeric = [spec.name for spec in schema.columns if spec.is_numeric]
         results: dict[str, list[dict[str, float]]] = {"before": [], "0044": []}

@@ -18,7 +18,7 @@ import argparse
 from bench.experiments.pair_selection import scores
 from bench.experiments.schema_variants import gap_share, tail_share
 from bench.experiments.within_bin_copula import spearman_errors
-from bench.run import prepare
+from bench.run import prepared_datasets
 from splice_assets import PostProcessingSettings, Synthesizer
 from splice_assets.evaluation.metrics import tstr
 from splice_assets.sampling import sample_table
@@ -47,10 +47,7 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=1.0)
     args = parser.parse_args()
     print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
-    for name in args.datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
+    for name, prepared in prepared_datasets(args.datasets):
         results: dict[str, list[dict[str, float]]] = {"field": [], "no field": []}
         for seed in args.seeds:
             synth = Synthesizer(prepared.schema, args.epsilon, 1e-9, "add-remove", seed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from bench.experiments.pair_selection import fitted_sample, print_means, scores
-from bench.run import prepare
+from bench.run import prepared_datasets
 from splice_assets import resolution
 
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd1", "tvd2", "missing_values")
@@ -24,10 +24,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     args = parser.parse_args()
     print(" | ".join(("dataset", "grid limit", *KEYS)), flush=True)
-    for name in args.datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
+    for name, prepared in prepared_datasets(args.datasets):
         schema, train = prepared.schema, prepared.train
         for limit in args.limits:
             resolution.GRID_LIMIT = limit  # a public constant of the encoding; set per variant for the experiment

@@ -22,7 +22,7 @@ import numpy as np
 from bench.experiments.field_on_off import release_scores
 from bench.experiments.pair_selection import print_means
 from bench.experiments.refit_variants import KEYS, overrides
-from bench.run import prepare
+from bench.run import prepared_datasets
 from splice_assets import MeasurementSettings, Synthesizer
 from splice_assets.private import bounds, mechanism
 
@@ -57,10 +57,7 @@ def main() -> None:
     parser.add_argument("--relation", choices=["add-remove", "replace-one"], default="add-remove")
     args = parser.parse_args()
     print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
-    for name in args.datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
+    for name, prepared in prepared_datasets(args.datasets):
         for variant in args.variants:
             settings = replace(MeasurementSettings(), **overrides(variant))
             rows = []

@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 
 from bench.offgrid import offgrid_metrics
-from bench.run import prepare
+from bench.run import prepared_datasets
 from splice_assets import Synthesizer
 from splice_assets.evaluation.metrics import independent_marginals_baseline
 from splice_assets.model.fit import DEFAULT_TAIL_Z
@@ -39,10 +39,7 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=1.0)
     args = parser.parse_args()
     print(" | ".join(("dataset", "tails", "shrink", *KEYS)), flush=True)
-    for name in args.datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
+    for name, prepared in prepared_datasets(args.datasets):
         schema, train = prepared.schema, prepared.train
         results: dict[tuple[float, bool], list[list[float]]] = {}
         for seed in args.seeds:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from bench.offgrid import offgrid_metrics
-from bench.run import prepare
+from bench.run import prepared_datasets
 from splice_assets import MeasurementSettings, Synthesizer
 from splice_assets.evaluation.metrics import independent_marginals_baseline, marginal_tvd, tstr
 from splice_assets.sampling import sample_table
@@ -71,10 +71,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     args = parser.parse_args()
     print(" | ".join(("dataset", "pairs per coordinate", *KEYS)), flush=True)
-    for name in args.datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
+    for name, prepared in prepared_datasets(args.datasets):
         schema, train, test = prepared.schema, prepared.train, prepared.test
         for cap in args.caps:
             rows = []

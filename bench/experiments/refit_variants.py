@@ -24,7 +24,7 @@ import yaml
 
 from bench.experiments.field_on_off import release_scores
 from bench.experiments.pair_selection import print_means
-from bench.run import prepare
+from bench.run import prepared_datasets
 from splice_assets import Synthesizer
 
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "tails", "gaps", "strong", "tstr")
@@ -43,10 +43,7 @@ def overrides(variant: str) -> dict[str, Any]:
 def compare(datasets: list[str], seeds: list[int], epsilon: float, variants: Mapping[str, dict[str, Any]]) -> None:
     """Print, per dataset, each variant's mean scores over ``seeds`` (one measurement per seed)."""
     print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
-    for name in datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
+    for name, prepared in prepared_datasets(datasets):
         results: dict[str, list[dict[str, float]]] = {variant: [] for variant in variants}
         for seed in seeds:
             measured = Synthesizer(prepared.schema, epsilon, 1e-9, "add-remove", seed)

@@ -25,7 +25,7 @@ import dataclasses
 import numpy as np
 
 from bench.experiments.pair_selection import best_tstr, measured_seed, print_means, scores
-from bench.run import prepare
+from bench.run import prepared_datasets
 from splice_assets import MeasurementSettings
 from splice_assets.layout import layout_for
 from splice_assets.private.measuring import exact_statistics
@@ -60,10 +60,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     args = parser.parse_args()
     print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
-    for name in args.datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
+    for name, prepared in prepared_datasets(args.datasets):
         train, test = prepared.train, prepared.test
         rows: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
         for seed in args.seeds:

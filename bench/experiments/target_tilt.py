@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from bench.experiments.pair_selection import best_tstr, print_means, scores
-from bench.run import prepare
+from bench.run import prepared_datasets
 from splice_assets import MeasurementSettings, Synthesizer
 from splice_assets.layout import DEFAULT_TARGET_TRIPLES
 from splice_assets.sampling import sample_table
@@ -30,10 +30,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     args = parser.parse_args()
     print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
-    for name in args.datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
+    for name, prepared in prepared_datasets(args.datasets):
         rows: dict[tuple[int, float, float], list[dict[str, float]]] = {v: [] for v in VARIANTS}
         for seed in args.seeds:
             measured: dict[int, Synthesizer] = {}

@@ -27,7 +27,7 @@ import itertools
 import numpy as np
 
 from bench.experiments.pair_selection import best_tstr, measured_seed, print_means, scores
-from bench.run import prepare
+from bench.run import prepared_datasets
 from splice_assets import MeasurementSettings, Synthesizer
 from splice_assets.layout import layout_for, marginal_cells
 from splice_assets.postprocess.tilt import cell_log_weights, fit_tilt, systematic_resample, table_cells, table_starts
@@ -65,10 +65,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     args = parser.parse_args()
     print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
-    for name in args.datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
+    for name, prepared in prepared_datasets(args.datasets):
         train, test = prepared.train, prepared.test
         rows: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
         for seed in args.seeds:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from bench.experiments.pair_selection import fitted_sample, print_means, scores
-from bench.run import prepare
+from bench.run import prepared_datasets
 from splice_assets.layout import layout_for, marginal_sizes
 from splice_assets.resolution import choose_couplings, fine_cells
 from splice_assets.sampling import sample_table
@@ -86,10 +86,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     args = parser.parse_args()
     print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
-    for name in args.datasets:
-        prepared = prepare(name)
-        if prepared is None:
-            continue
+    for name, prepared in prepared_datasets(args.datasets):
         schema, train = prepared.schema, prepared.train
         numeric = [c.name for c in schema.columns if c.is_numeric]
         results: dict[str, list[dict[str, float]]] = {}
