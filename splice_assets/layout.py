@@ -282,8 +282,9 @@ def step_range(lo: float, hi: float, step: float) -> tuple[int, int]:
 
 
 def _on_public_precision(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
-    """Values at the schema's public precision: a declared exact value exactly, others rounded to the ``step`` grid
-    or to ``decimals`` (then clipped again, as rounding may step over a bound finer than the precision)."""
+    """Values at the schema's public precision: a declared exact value (or candidate) exactly, others rounded to
+    the ``step`` grid or to ``decimals`` (then clipped again, as rounding may step over a bound finer than the
+    precision); then, on a ``float32`` column, every value to the float32 number nearest it inside the bounds."""
     assert spec.bounds is not None
     lo, hi = spec.bounds
     out = values
@@ -292,8 +293,14 @@ def _on_public_precision(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
         out = np.clip(np.round(out / spec.step), first, last) * spec.step
     if spec.decimals is not None:
         out = np.clip(np.round(out, spec.decimals), lo, hi)
-    for point in spec.exact_values:  # after rounding: a top code off the step grid stays exact
+    for point in spec.exact_values + spec.candidates:  # after rounding: a top code off the step grid stays exact
         out = np.where(at_point(values, point, lo, hi), point, out)
+    if spec.float32:
+        single = np.asarray(out, dtype=np.float32)
+        wide = single.astype(np.float64)  # compared in float64: a bound rounds to float32 too
+        single = np.where(wide > hi, np.nextafter(single, np.float32(-np.inf)), single)
+        single = np.where(wide < lo, np.nextafter(single, np.float32(np.inf)), single)
+        out = single.astype(np.float64)
     return out
 
 

@@ -21,6 +21,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,10 @@ from splice_assets.measurement import Measurement
 from splice_assets.schema import ColumnSpec, TableSchema
 
 DEFAULT_FINE_BINS = 256
+#: A candidate value's fine cell is drawn where its noisy count clears the threshold that about this many of a
+#: column's candidates that no row holds would clear (``candidate_z``), and never below ``MIN_CANDIDATE_Z`` noise std.
+FALSE_POSITIVES = 0.05
+MIN_CANDIDATE_Z = 4.0
 #: A column on a public grid (integers, a declared ``step``) gets one fine cell per grid value up to this many values
 #: (or ``fine_bins``, if larger); beyond it, intervals. 1,024 helped pol and cost churn (docs/decisions/0025).
 GRID_LIMIT = 256
@@ -97,6 +102,8 @@ class FineCells:
     #: exactly and is not redrawn.
     exact: int | None = None
     declared: tuple[float, ...] = ()
+    #: The points that are the column's ``candidates``: drawn only where their noisy count clears ``candidate_z``.
+    tentative: tuple[float, ...] = ()
 
     @property
     def n_cells(self) -> int:
@@ -114,6 +121,12 @@ class FineCells:
     @property
     def size(self) -> int:
         return self.n_cells + self.intervals * self.split
+
+    def tentative_cells(self) -> np.ndarray:
+        """Which cells are the points of ``tentative`` (a mask over the ``n_cells`` fine cells)."""
+        mask = np.zeros(self.n_cells, dtype=bool)
+        mask[[self.points.index(v) for v in self.tentative]] = True
+        return mask
 
     @property
     def tables(self) -> int:
@@ -192,6 +205,12 @@ class FineCells:
         return out
 
 
+def candidate_z(candidates: int) -> float:
+    """Threshold in noise std above which a candidate's noisy count makes it an exact value: at most
+    ``FALSE_POSITIVES`` of a column's ``candidates`` that no row holds pass in expectation."""
+    return max(MIN_CANDIDATE_Z, NormalDist().inv_cdf(1.0 - FALSE_POSITIVES / max(candidates, 1)))
+
+
 def _grid(spec: ColumnSpec, limit: int) -> np.ndarray | None:
     """The public grid values of a column inside its bounds, if it has a grid of at most ``limit`` values."""
     assert spec.bounds is not None
@@ -219,14 +238,16 @@ def column_fine_cells(
     if grid is not None:
         points, intervals = np.unique(np.concatenate([grid, declared])), 0
     else:
-        points, intervals = np.unique(np.asarray(declared, dtype=np.float64)), fine_bins
+        tentative = [v for v in spec.candidates if lo <= v <= hi]
+        points, intervals = np.unique(np.asarray(declared + tentative, dtype=np.float64)), fine_bins
     cube = cube_of(points, lo, hi, spec.scale, spec.knots)
     point_parents = np.minimum(np.floor((np.clip(cube, -1.0, 1.0) + 1.0) * numeric_bins / 2.0), numeric_bins - 1)
     interval_parents = np.arange(intervals) * numeric_bins // max(intervals, 1)
     parents = np.concatenate([point_parents, interval_parents]).astype(np.int64)
     return FineCells(spec.name, coordinate, missing, float(lo), float(hi), spec.kind == "integer",
                      tuple(float(p) for p in points), intervals, tuple(int(p) for p in parents), spec.scale,
-                     split if intervals else 0, knots=spec.knots)
+                     split if intervals else 0, knots=spec.knots,
+                     tentative=tuple(float(v) for v in spec.candidates if intervals and lo <= v <= hi))
 
 
 def fine_cells(
@@ -310,7 +331,8 @@ class FineTables:
         the noise of many empty cells in a sparse bin and little of a smooth one. Before it, the cells are shrunk
         toward the bin's straight shape, or in a tail bin of intervals toward an exponential one where that fits
         them better (``exponential_tails``). A sentinel's cell is left out
-        (its rows sit on it through the sentinel coordinate), and so is its mass from the bin's."""
+        (its rows sit on it through the sentinel coordinate), and so is its mass from the bin's; so is a candidate's
+        cell whose noisy count is below ``candidate_z``, its rows drawn in the bin's other cells."""
         noise_std = self.noise_std_of(column)
         fine = np.where(column.holds_values(), self.kept(table[: column.n_cells], noise_std), 0.0)
         shrink = self.shrink
@@ -321,9 +343,13 @@ class FineTables:
                 fine[n_points:], shrink = smoothed, False
         declared = np.isin(np.arange(column.n_cells), [column.points.index(v) for v in column.declared
                                                        if v in column.points])
+        tentative = column.tentative_cells()
+        # A candidate the noise cannot tell from absent is no cell at all (not one shrunk toward its bin's shape);
+        # its rows, in the bin's mass, are drawn in the bin's other cells.
+        dropped = tentative & (fine <= candidate_z(int(tentative.sum())) * noise_std)
         parents = np.asarray(column.parents)
         weights = np.zeros(column.n_cells)
-        inside_of = [np.flatnonzero((parents == bin_) & ~declared) for bin_ in range(numeric_bins)]
+        inside_of = [np.flatnonzero((parents == bin_) & ~declared & ~dropped) for bin_ in range(numeric_bins)]
         points = [np.clip(fine[(parents == bin_) & declared], 0.0, None).sum() for bin_ in range(numeric_bins)]
         masses = np.array([fine[inside].sum() if coarse is None else max(coarse[bin_] - points[bin_], 0.0)
                            for bin_, inside in enumerate(inside_of)])
@@ -654,7 +680,8 @@ def below_noise(
         for column, table in zip(cells, per_column(measurement.noisy_fine, cells)):
             points = table[: len(column.points)]
             fine_floor = sigmas * measurement.fine_noise_std(column.per_value)
-            out[column.column] = [column.points[i] for i in np.argsort(points) if points[i] < fine_floor][:limit]
+            out[column.column] = [column.points[i] for i in np.argsort(points)
+                                  if points[i] < fine_floor and column.points[i] not in column.tentative][:limit]
     return {name: values for name, values in out.items() if values}
 
 

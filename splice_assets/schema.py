@@ -72,6 +72,13 @@ class ColumnSpec:
     #: ``values: auto``: the column's frequent exact values are not public; a DP selection among its public
     #: candidates finds them (``private.bounds``, charged with the DP bounds) and adds them to ``values``.
     values_auto: bool = False
+    #: Public values a numeric column may hold often (a share at 1/2 or 2/3): each is a fine cell of its own in the
+    #: measurement, drawn exactly where its noisy count clears the noise (``resolution.candidate_z``) and read as
+    #: empty elsewhere. A ``values: auto`` selection leaves the candidates it did not find here.
+    candidates: tuple[float, ...] = ()
+    #: The column's values are single-precision floats (written out with float64 digits, as 0.6666666865348816 for
+    #: 2/3): synthetic values are rounded to float32 too, so an exact value reads as the data write it.
+    float32: bool = False
     #: Public codes a numeric column holds that are not quantities (not tested, unknown): exact values that also get
     #: a coordinate of their own, so their relations to other columns are measured and kept.
     sentinels: tuple[float, ...] = ()
@@ -184,7 +191,7 @@ def _parse_categories(where: str, raw: Any) -> tuple[Category, ...]:
 
 _COLUMN_KEYS = {
     "name", "kind", "nullable", "bounds", "categories", "other", "decimals", "values", "sentinels", "step", "scale",
-    "knots", "description", "from_data",
+    "knots", "description", "from_data", "candidates", "float32",
 }
 SCALES: tuple[str, ...] = ("linear", "log", "symlog", "logit")
 
@@ -268,6 +275,14 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
         sentinels, _ = _parse_exact_values(where, {"values": raw["sentinels"]}, kind, bounds)
     if set(values) & set(sentinels):
         raise _fail(where, raw, "a value is declared both in values and in sentinels")
+    candidates: tuple[float, ...] = ()
+    if "candidates" in raw:  # parsed by the same rules as values
+        candidates, _ = _parse_exact_values(where, {"values": raw["candidates"]}, kind, bounds)
+    if set(candidates) & set(values + sentinels):
+        raise _fail(where, raw, "a value is declared both as a candidate and in values or sentinels")
+    float32 = raw.get("float32", False)
+    if not isinstance(float32, bool) or (float32 and kind != "continuous"):
+        raise _fail(where, float32, "float32 must be true or false, on a continuous column")
     scale = raw.get("scale", "linear")
     if scale not in SCALES or ("scale" in raw and kind not in NUMERIC_KINDS):
         raise _fail(where, scale, f"scale must be one of {list(SCALES)}, on a numeric column")
@@ -276,6 +291,7 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
         name=name, kind=kind, nullable=nullable, bounds=bounds, categories=categories, other=other, bounds_auto=auto,
         decimals=decimals, values=values, sentinels=sentinels, step=step, scale=scale, values_auto=values_auto,
         known_end=known_end, decimals_auto=decimals_auto, step_auto=step_auto, knots=knots, knots_auto=knots_auto,
+        candidates=candidates, float32=float32,
     )
 
 
@@ -436,7 +452,7 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
                 "auto" if c.known_end == (None, None) else ["auto" if end is None else end for end in c.known_end])
             if c.decimals is not None or c.decimals_auto:
                 entry["decimals"] = "auto" if c.decimals_auto else c.decimals
-            for key, declared in (("values", c.values), ("sentinels", c.sentinels)):
+            for key, declared in (("values", c.values), ("sentinels", c.sentinels), ("candidates", c.candidates)):
                 if declared:
                     entry[key] = [int(v) if c.kind == "integer" else v for v in declared]
             if c.values_auto:
@@ -447,6 +463,8 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
                 entry["step"] = int(c.step) if c.kind == "integer" else c.step
             if c.scale != "linear":
                 entry["scale"] = c.scale
+            if c.float32:
+                entry["float32"] = True
             if c.knots_auto or c.knots:
                 entry["knots"] = "auto" if c.knots_auto else list(c.knots)
         elif c.kind != "boolean":

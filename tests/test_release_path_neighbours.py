@@ -6,7 +6,8 @@ what is compared is the exact statistic the mechanism would have noised, compute
 the holdout split, validation, encoding, the plan's shares and weights, and ``measure_exact``'s assembly. The
 stand-in raises before any noise, so the reservation is aborted and nothing is charged. Both neighbouring
 relations; random neighbours, duplicates, extreme rows, a reordered file. Without a row-order-free split an added
-row moved the vector by 3 to 24 Delta; with the 2-way weight on the 1-way cells the 1-way share is wrong.
+row moved the vector by 3 to 24 Delta; with the 2-way weight on the 1-way cells the 1-way share is wrong. The
+amount column's candidates (0051) are fine cells of their own: a row at one moves that cell and no interval.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ version: 1
 n_min: 100
 target: grade
 columns:
-  - {name: amount, kind: continuous, bounds: [0, 1000], sentinels: [0]}
+  - {name: amount, kind: continuous, bounds: [0, 1000], sentinels: [0], candidates: [60, 1000]}
   - {name: age, kind: integer, bounds: [18, 90]}
   - {name: colour, kind: categorical, categories: [red, green, blue, grey]}
   - {name: grade, kind: ordinal, categories: [1, 2, 3]}
@@ -58,9 +59,10 @@ class Captured(Exception):
 
 
 def private_table(rng: np.random.Generator, n: int) -> pd.DataFrame:
-    """Rows as a CSV gives them (text), a quarter of the amounts on a bound."""
+    """Rows as a CSV gives them (text), a quarter of the amounts on a bound, a tenth on a candidate value."""
     amount = rng.gamma(2.0, 60.0, n).clip(0, 1000)
     amount[rng.uniform(size=n) < 0.25] = 0.0
+    amount[rng.uniform(size=n) < 0.1] = 60.0
     return pd.DataFrame({
         "amount": amount.round(2), "age": rng.integers(18, 91, n), "colour": rng.choice(["red", "green", "blue"], n),
         "grade": rng.integers(1, 4, n),
@@ -285,7 +287,7 @@ def fixed_first_step(tmp_path, monkeypatch, relation: str, name: str, amount: st
     for the estimate's first-step sampler that records its input and hands every run the first run's (so all
     neighbours see the same resolved bounds). Returns the recorded inputs."""
     yaml_text = SCHEMA_YAML.replace("name: toy_neighbours", f"name: {name}").replace(
-        "bounds: [0, 1000], sentinels: [0]", amount).replace("bounds: [18, 90]", age)
+        "bounds: [0, 1000], sentinels: [0], candidates: [60, 1000]", amount).replace("bounds: [18, 90]", age)
     (tmp_path / "schemas").mkdir()
     (tmp_path / "schemas" / f"{name}.yaml").write_text(yaml_text)
     monkeypatch.setenv("SPLICE_SCHEMA_DIR", str(tmp_path / "schemas"))

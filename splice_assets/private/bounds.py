@@ -61,7 +61,7 @@ import pandas as pd
 
 from splice_assets.layout import DEFAULT_NUMERIC_BINS, at_point, cube_of, step_range, value_of
 from splice_assets.measurement import RELATION_REPLACE_ONE
-from splice_assets.resolution import GRID_LIMIT
+from splice_assets.resolution import FALSE_POSITIVES, GRID_LIMIT, candidate_z
 from splice_assets.schema import ColumnSpec, TableSchema
 
 
@@ -132,8 +132,6 @@ DECIMAL_CELLS = MAX_DECIMALS + 2
 #: is. Fewer cells than the 25 divisors of 10,000 (4, 20, 25, 250, ... are left out) mean less noise on the cells off
 #: a grid: five for the grid of 100 instead of sixteen (docs/decisions/0032).
 STEP_CELLS = np.array([1, 2, 5, 10, 50, 100, 500, 1_000, 5_000, 10_000], dtype=np.int64)
-#: ``values: auto``: expected candidates per column that no row holds and still pass the threshold.
-FALSE_POSITIVES = 0.05
 #: ``values: auto``: at most this many values found per column (the largest noisy counts).
 MAX_FOUND = 32
 #: ``values: auto`` on a proportion: the largest denominator of its fraction candidates (45 fractions in (0, 1)).
@@ -377,6 +375,27 @@ def value_candidates(spec: ColumnSpec) -> Candidates | None:
     return Candidates(lo, hi, points=tuple(kept))
 
 
+def unfound_candidates(spec: ColumnSpec, estimated: tuple[bool, bool]) -> tuple[float, ...]:
+    """A resolved column's point candidates that its ``values`` (the selection's finds among them) do not hold,
+    with its declared ``candidates``: they are left to the main measurement, whose noise is several times lower
+    (``ColumnSpec.candidates``). A grid's points are not (there are too many), nor an ``estimated`` bound: rows
+    beyond it are clipped onto it, and a spike there would be an artefact of the clipping."""
+    candidates = value_candidates(spec)
+    if candidates is None or candidates.step:
+        return spec.candidates
+    assert spec.bounds is not None
+    ends = {end for end, is_estimated in zip(spec.bounds, estimated) if is_estimated}
+    return tuple(sorted({*spec.candidates, *(p for p in candidates.points if p not in ends)}))
+
+
+def _with_found(spec: ColumnSpec, found: Sequence[float], estimated: tuple[bool, bool]) -> ColumnSpec:
+    """A ``values: auto`` column resolved: the found values join its ``values``, the unfound point candidates its
+    ``candidates``."""
+    values = tuple(sorted({*spec.values, *found} - set(spec.sentinels)))
+    spec = dataclasses.replace(spec, values_auto=False, values=values)
+    return dataclasses.replace(spec, candidates=unfound_candidates(spec, estimated))
+
+
 #: PRIVATE: a column's exact counts of its candidates (index, count), the candidates held by at least one row.
 ValueCounts = tuple[np.ndarray, np.ndarray]
 
@@ -462,9 +481,9 @@ def select_knots(counts: Sequence[ValueCounts], columns: Sequence[ColumnSpec], s
 
 
 def selection_z(candidates: int) -> float:
-    """Threshold in noise std above which a noisy count selects its candidate: at most ``FALSE_POSITIVES`` of a
-    column's ``candidates`` that no row holds pass in expectation, and never below ``COARSE_Z``."""
-    return max(COARSE_Z, NormalDist().inv_cdf(1.0 - FALSE_POSITIVES / max(candidates, 1)))
+    """Threshold in noise std above which a noisy count selects its candidate: the main measurement's rule for
+    its candidates' cells (``resolution.candidate_z``: about ``FALSE_POSITIVES`` that no row holds pass)."""
+    return candidate_z(candidates)
 
 
 def select_values(
@@ -737,10 +756,10 @@ def estimate_bounds_from_counts(
         assert count_values is not None
         value_columns = values_auto_columns(schema)
         found = select_values(count_values(schema, value_columns), value_columns, sigma, np.random.default_rng())
+        estimated = {c.name: (c.known_end[0] is None, c.known_end[1] is None) for c in columns}
         schema = dataclasses.replace(schema, columns=tuple(
-            dataclasses.replace(c, values_auto=False,
-                                values=tuple(sorted({*c.values, *found.get(c.name, ())} - set(c.sentinels))))
-            if c.values_auto else c for c in schema.columns))
+            _with_found(c, found.get(c.name, ()), estimated.get(c.name, (False, False))) if c.values_auto else c
+            for c in schema.columns))
     knots: dict[str, tuple[float, ...]] = {}
     if knot_columns:  # the last step, on the schema the others resolved (bounds, exact values)
         assert count_knots is not None
