@@ -156,11 +156,16 @@ class FineCells:
             right = np.clip(np.searchsorted(points, values), 1, len(points) - 1)
             nearer_left = values - points[right - 1] <= points[right] - values
             return np.where(nearer_left, right - 1, right).astype(np.int64)
-        cells = len(points) + np.minimum(np.floor((z + 1.0) * self.intervals / 2.0), self.intervals - 1)
-        cells = cells.astype(np.int64)
+        cells = self.interval_cells(z)
         for i, point in enumerate(points):
             cells[at_point(values, point, self.lo, self.hi)] = i
         return cells
+
+    def interval_cells(self, z: np.ndarray) -> np.ndarray:
+        """The interval cell (index among all fine cells) that holds every cube value ``z``, points aside."""
+        z = in_cube(z)
+        return (len(self.points) + np.minimum(np.floor((z + 1.0) * self.intervals / 2.0), self.intervals - 1)).astype(
+            np.int64)
 
     def holds_values(self) -> np.ndarray:
         """Which cells can hold a value: all but the intervals of an integer column with no integer inside (narrow
@@ -332,9 +337,16 @@ class FineTables:
         toward the bin's straight shape, or in a tail bin of intervals toward an exponential one where that fits
         them better (``exponential_tails``). A sentinel's cell is left out
         (its rows sit on it through the sentinel coordinate), and so is its mass from the bin's; so is a candidate's
-        cell whose noisy count is below ``candidate_z``, its rows drawn in the bin's other cells."""
+        cell whose noisy count is below ``candidate_z``, its count added to the interval that holds its value."""
         noise_std = self.noise_std_of(column)
-        fine = np.where(column.holds_values(), self.kept(table[: column.n_cells], noise_std), 0.0)
+        counts = table[: column.n_cells].copy()
+        tentative = column.tentative_cells()
+        # A candidate the noise cannot tell from absent is no cell at all: its noisy count goes back to the interval
+        # that holds its value, as if it had not been measured apart.
+        dropped = tentative & (counts <= candidate_z(int(tentative.sum())) * noise_std)
+        values = np.asarray(column.points, dtype=np.float64)[dropped[: len(column.points)]]
+        np.add.at(counts, column.interval_cells(column.cube(values)), counts[dropped])
+        fine = np.where(column.holds_values() & ~dropped, self.kept(counts, noise_std), 0.0)
         shrink = self.shrink
         if self.smooth and column.intervals >= 8:
             n_points = len(column.points)
@@ -343,10 +355,6 @@ class FineTables:
                 fine[n_points:], shrink = smoothed, False
         declared = np.isin(np.arange(column.n_cells), [column.points.index(v) for v in column.declared
                                                        if v in column.points])
-        tentative = column.tentative_cells()
-        # A candidate the noise cannot tell from absent is no cell at all (not one shrunk toward its bin's shape);
-        # its rows, in the bin's mass, are drawn in the bin's other cells.
-        dropped = tentative & (fine <= candidate_z(int(tentative.sum())) * noise_std)
         parents = np.asarray(column.parents)
         weights = np.zeros(column.n_cells)
         inside_of = [np.flatnonzero((parents == bin_) & ~declared & ~dropped) for bin_ in range(numeric_bins)]

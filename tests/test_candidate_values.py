@@ -49,7 +49,8 @@ def test_values_auto_leaves_its_unfound_point_candidates_and_no_estimated_bound(
 
 def test_a_candidate_below_the_threshold_is_no_cell_and_its_rows_stay_in_the_bin():
     """A bin of 16 equal intervals holding 6% of the rows, with two candidates in it: one at 20 noise sd, one at
-    2 (below ``candidate_z``). The weak one gets no mass, the strong one keeps its count, and the bin its mass."""
+    2 (below ``candidate_z``). The weak one gets no mass (its count goes to its interval), the strong one keeps its
+    count, and the bin its mass."""
     spec = share_schema(candidates=[0.5, 0.51]).column("share")
     column = column_fine_cells(spec, 0, None, 256)
     assert column.tentative == (0.5, 0.51) and column.n_cells == 2 + 256
@@ -67,6 +68,11 @@ def test_a_candidate_below_the_threshold_is_no_cell_and_its_rows_stay_in_the_bin
     assert weights[column.points.index(0.51)] == 0.0
     assert weights[column.points.index(0.5)] == pytest.approx(20 * noise_std, rel=0.05)
     assert weights.sum() == pytest.approx(coarse[bin_])
+    # Unshrunk, the weak candidate's count is back in the interval that holds 0.51.
+    weights, _ = FineTables(table, noise_std, 256, shrink=False).consistent(column, table, coarse)
+    holder = column.interval_cells(column.cube(np.array([0.51])))[0]
+    others = np.setdiff1d(intervals, holder)
+    assert weights[holder] - weights[others].mean() == pytest.approx(2 * noise_std)
     assert candidate_z(2) == 4.0 and candidate_z(10_000) > 4.4
 
 
