@@ -153,7 +153,8 @@ class Synthesizer:
         return make_plan(
             self.schema, n_measured, self.measurement_epsilon, s.delta, m.n_directions, m.k, s.seed,
             marginal_share=m.marginal_share, pair_share=m.pair_share, relation=s.relation, fine_bins=m.fine_bins,
-            fine_split=m.fine_split, grid_weight=m.grid_weight, pairs_per_coordinate=m.pairs_per_coordinate,
+            fine_split=m.fine_split, grid_weight=m.grid_weight, interval_weight=m.interval_weight,
+            pairs_per_coordinate=m.pairs_per_coordinate,
             selection_share=m.selection_share, target_triples=m.target_triples,
         )
 

@@ -223,6 +223,8 @@ def plan(
         "marginal_noise_std": None if cal.marginal_weight == 0 else cal.marginal_noise_std() * per_row,
         "value_noise_std": next((cal.sigma / measurement_plan.fine_table_weight(c) * per_row
                                  for c in measurement_plan.fine if c.per_value), None),
+        "interval_noise_std": next((cal.sigma / measurement_plan.fine_table_weight(c) * per_row
+                                    for c in measurement_plan.fine if not c.per_value), None),
         "pair_share": pair_share,
         "pairs": cal.pair_count,
         "pair_noise_std": None if cal.pair_weight == 0 else cal.pair_noise_std() * per_row,
@@ -311,7 +313,7 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
     )
     click.echo(
         f"sensitivity Delta  {cal.sensitivity:.6g}  ({formula} with marginal share {marginal_share:g}"
-        + (f", 1-way share {result['one_way_share']:.4g} with the per-value tables"
+        + (f", 1-way share {result['one_way_share']:.4g} with the fine tables' weights"
            if result["one_way_share"] != marginal_share else "")
         + f", pair share {pair_share:g} over {cal.pair_count} pairs, float slack {cal.slack:.1e})"
     )
@@ -326,6 +328,9 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
     if result["value_noise_std"] is not None:
         click.echo(f"noise std of one value's frequency in a numeric column's per-value table: "
                    f"{result['value_noise_std']:.6g}")
+    if result["interval_noise_std"] is not None:
+        click.echo(f"noise std of one fine interval's frequency in a numeric column's fine table: "
+                   f"{result['interval_noise_std']:.6g}")
     if cal.pair_weight > 0:
         click.echo(f"noise std of a 2-way (or the target's 3-way) frequency: {cal.pair_noise_std() * per_row:.6g}")
     if budget is None:

@@ -36,6 +36,7 @@ from splice_assets.resolution import (
     DEFAULT_FINE_BINS,
     DEFAULT_FINE_SPLIT,
     DEFAULT_GRID_WEIGHT,
+    DEFAULT_INTERVAL_WEIGHT,
     MAX_FINE_BINS,
     MAX_FINE_SPLIT,
     MAX_GRID_WEIGHT,
@@ -62,8 +63,9 @@ class MeasurementSettings:
     """The queries of the one Gaussian measurement. ``marginal_share`` of Delta^2 goes to the 1-way tables (every
     coordinate's, and a fine table of ``fine_bins`` cells or one per grid value for every numeric column, 0 = none,
     with a finer table of ``fine_split`` cells per fine interval, 0 = none; see ``resolution``; a per-value fine
-    table counts as ``grid_weight`` tables, its extra units added to the share out of the moments', so its cells get
-    1/sqrt(grid_weight) of a coarse cell's noise and the other tables keep theirs), ``pair_share`` to
+    table counts as ``grid_weight`` tables and one of intervals as ``interval_weight``, their extra units added to
+    the share out of the moments', so their cells get 1/sqrt(weight) of a coarse cell's noise and the other tables
+    keep theirs), ``pair_share`` to
     the 2-way tables of every pair of coordinates from different columns, the rest to the sliced Chebyshev moments
     (L directions, orders 1..k). Where the pairs outnumber ``pairs_per_coordinate`` x d (0 = never), that many are
     chosen by noisy dependence scores, which take ``selection_share`` out of the pair share (``pair_selection``);
@@ -78,6 +80,7 @@ class MeasurementSettings:
     fine_bins: int = DEFAULT_FINE_BINS
     fine_split: int = DEFAULT_FINE_SPLIT
     grid_weight: int = DEFAULT_GRID_WEIGHT
+    interval_weight: int = DEFAULT_INTERVAL_WEIGHT
     pairs_per_coordinate: float = DEFAULT_PAIRS_PER_COORDINATE
     selection_share: float = DEFAULT_SELECTION_SHARE
     target_triples: int = DEFAULT_TARGET_TRIPLES
@@ -90,6 +93,7 @@ class MeasurementSettings:
         _integer("fine_bins", self.fine_bins, 0, MAX_FINE_BINS)
         _integer("fine_split", self.fine_split, 0, MAX_FINE_SPLIT)
         _integer("grid_weight", self.grid_weight, 1, MAX_GRID_WEIGHT)
+        _integer("interval_weight", self.interval_weight, 1, MAX_GRID_WEIGHT)
         _number("pairs_per_coordinate", self.pairs_per_coordinate, 0.0, math.inf)
         _number("selection_share", self.selection_share, 0.0, 1.0, low_open=True)
         _integer("target_triples", self.target_triples, 0)

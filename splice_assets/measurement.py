@@ -87,8 +87,10 @@ class Measurement:
     fine_sizes: tuple[int, ...] = ()
     fine_bins: int = 0
     fine_split: int = 0
-    #: A per-value fine table counted as this many 1-way tables in Delta^2 (1 before the setting existed).
+    #: A per-value fine table counted as this many 1-way tables in Delta^2, a fine table of intervals as
+    #: ``interval_weight`` (1 before the settings existed).
     grid_weight: int = 1
+    interval_weight: int = 1
     #: Noisy 3-way frequencies of the target with pairs of other columns (t-major), at the 2-way noise std.
     noisy_triples: np.ndarray = field(default_factory=lambda: np.zeros(0))
     triples: tuple[tuple[int, int, int], ...] = ()
@@ -130,8 +132,8 @@ class Measurement:
 
     def fine_noise_std(self, per_value: bool) -> float:
         """Noise std of one noisy fine frequency: sigma / (sqrt(grid_weight) w) in a per-value table (one cell per
-        grid value, ``FineCells.per_value``), else sigma / w."""
-        return self.marginal_noise_std() / math.sqrt(self.grid_weight if per_value else 1)
+        grid value, ``FineCells.per_value``), else sigma / (sqrt(interval_weight) w)."""
+        return self.marginal_noise_std() / math.sqrt(self.grid_weight if per_value else self.interval_weight)
 
     def directions(self) -> np.ndarray:
         """The L unit directions, recomputed from the public seed."""

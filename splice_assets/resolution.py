@@ -55,6 +55,8 @@ MAX_FINE_SPLIT = 64
 #: carry 1/sqrt(grid_weight) of a coarse table's noise std, the other tables keep theirs (docs/decisions/0050).
 DEFAULT_GRID_WEIGHT = 4
 MAX_GRID_WEIGHT = 64
+#: ... and a fine table of intervals counts as this many (docs/decisions/0052).
+DEFAULT_INTERVAL_WEIGHT = 2
 MAX_FINE_BINS = 4096
 #: Fine cells whose noisy frequency is at most this many noise standard deviations are read as empty before the
 #: projection (0 = the projection alone, measured best in docs/decisions/0017).
@@ -114,9 +116,10 @@ class FineCells:
         """One cell per value of the column's public grid (no intervals): the table users read value by value."""
         return self.intervals == 0
 
-    def weight_units(self, grid_weight: int) -> int:
-        """How many 1-way tables this column's fine table counts as in Delta^2 (``grid_weight`` if ``per_value``)."""
-        return grid_weight if self.per_value else 1
+    def weight_units(self, grid_weight: int, interval_weight: int) -> int:
+        """How many 1-way tables this column's fine table counts as in Delta^2: ``grid_weight`` if ``per_value``,
+        else ``interval_weight``."""
+        return grid_weight if self.per_value else interval_weight
 
     @property
     def size(self) -> int:
@@ -312,11 +315,13 @@ class FineTables:
     #: The rows of a bin take evenly spaced quantiles of its fine table, in random order (a stratified draw: the
     #: bin's values follow the table up to one row per bin instead of up to multinomial noise); else independent.
     stratified: bool = DEFAULT_FINE_STRATIFIED
-    #: A per-value fine table's cells carry noise_std / sqrt(grid_weight) (``FineCells.weight_units``).
+    #: A per-value fine table's cells carry noise_std / sqrt(grid_weight), an interval table's noise_std /
+    #: sqrt(interval_weight) (``FineCells.weight_units``).
     grid_weight: int = 1
+    interval_weight: int = 1
 
     def noise_std_of(self, column: FineCells) -> float:
-        return self.noise_std / math.sqrt(column.weight_units(self.grid_weight))
+        return self.noise_std / math.sqrt(column.weight_units(self.grid_weight, self.interval_weight))
 
     def per_column(self, cells: tuple[FineCells, ...]) -> list[np.ndarray]:
         return per_column(self.frequencies, cells)

@@ -688,7 +688,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
             "split": model.fine.split, "couplings": [list(c) for c in model.fine.couplings],
             "shrink": model.fine.shrink, "smooth": model.fine.smooth, "level_first": model.fine.level_first,
             "exponential_tails": model.fine.exponential_tails, "stratified": model.fine.stratified,
-            "grid_weight": model.fine.grid_weight,
+            "grid_weight": model.fine.grid_weight, "interval_weight": model.fine.interval_weight,
         },
         "field": None if pairwise is None else {
             "numeric_bins": pairwise.numeric_bins, "pairs": [list(pair) for pair in pairwise.pairs],
@@ -764,6 +764,7 @@ def load_model(stem: str | Path) -> FittedMixture:
             bool(fine_meta.get("exponential_tails", False)),
             stratified=bool(fine_meta.get("stratified", False)),
             grid_weight=int(fine_meta.get("grid_weight", 1)),
+            interval_weight=int(fine_meta.get("interval_weight", 1)),
         )
         field_meta = meta.get("field")
         pairwise = None if field_meta is None else PairwiseField(

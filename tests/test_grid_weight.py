@@ -1,8 +1,8 @@
-"""The weight of per-value fine tables (``MeasurementSettings.grid_weight``): the fine table of a column with one
-cell per grid value counts as r 1-way tables, and the 1-way share grows by the extra units, out of the moments'
-share. So every other table keeps its noise, a per-value table's cells carry 1/sqrt(r) of it, and the moments
-more. The release path's neighbour test (``test_release_path_neighbours``) checks the same weights and shares on
-the vector the sampler is handed."""
+"""The weight of fine tables (``MeasurementSettings.grid_weight``, ``interval_weight``): the fine table of a column
+with one cell per grid value counts as r 1-way tables, one of intervals as r', and the 1-way share grows by the
+extra units, out of the moments' share. So every other table keeps its noise, a fine table's cells carry 1/sqrt(r)
+of it, and the moments more. The release path's neighbour test (``test_release_path_neighbours``) checks the same
+weights and shares on the vector the sampler is handed."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def table(rng: np.random.Generator, n: int) -> pd.DataFrame:
 
 @pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
 def test_a_per_value_table_counts_as_grid_weight_tables_and_the_moments_pay(relation):
-    base, cal1 = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, relation=relation, grid_weight=1)
-    heavy, cal4 = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, relation=relation, grid_weight=4)
+    base, cal1 = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, relation=relation, grid_weight=1, interval_weight=1)
+    heavy, cal4 = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, relation=relation, grid_weight=4, interval_weight=1)
     age, amount = base.fine
     assert age.per_value and not amount.per_value  # 100 integers, one cell each; 256 intervals
     coarse = len(base.marginal_sizes)
@@ -58,13 +58,32 @@ def test_a_per_value_table_counts_as_grid_weight_tables_and_the_moments_pay(rela
     assert heavy.public_params()["grid_weight"] == 4 and "grid_weight" not in base.public_params()
 
 
+@pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
+def test_an_interval_table_counts_as_interval_weight_tables_and_the_moments_pay(relation):
+    base, cal1 = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, relation=relation, grid_weight=4, interval_weight=1)
+    heavy, cal2 = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, relation=relation, grid_weight=4, interval_weight=2)
+    age, amount = heavy.fine
+    # 3 coarse + 4 units for the per-value table + 2 for the intervals, against 5 tables at one unit each
+    assert heavy.one_way_share == pytest.approx(DEFAULT_MARGINAL_SHARE * 9 / 5)
+    assert cal2.marginal_noise_std() == pytest.approx(cal1.marginal_noise_std(), rel=1e-5)
+    assert cal2.pair_noise_std() == pytest.approx(cal1.pair_noise_std(), rel=1e-5)
+    assert heavy.fine_table_weight(amount) == pytest.approx(math.sqrt(2) * heavy.marginal_weight)
+    assert heavy.fine_table_weight(age) == pytest.approx(2.0 * heavy.marginal_weight)
+    count = DEFAULT_COUNT_SHARE if relation == "add-remove" else 0.0
+    rest = [1.0 - share - DEFAULT_PAIR_SHARE - count for share in (base.one_way_share, heavy.one_way_share)]
+    moments = cal2.noise_std_per_order()[0] / cal1.noise_std_per_order()[0]
+    assert moments == pytest.approx(math.sqrt(rest[0] / rest[1]), rel=1e-5)
+    assert heavy.public_params()["interval_weight"] == 2
+
+
 def test_the_fine_cells_carry_the_stated_noise():
-    """Statistical (the noise comes from OS entropy, so no seed): 40 measurements of one table at grid_weight 4.
-    The per-value cells' deviations from the exact frequencies have the std ``fine_noise_std(True)`` states, the
-    interval cells and the coarse cells twice it. 40 x 100 deviations estimate a std to about 1.1%, 40 x 256 to
-    0.7%; the tolerance is 5%."""
+    """Statistical (the noise comes from OS entropy, so no seed): 40 measurements of one table at grid_weight 4 and
+    interval_weight 2. The per-value cells' deviations from the exact frequencies have the std
+    ``fine_noise_std(True)`` states, the interval cells sqrt(2) times it and the coarse cells twice it. 40 x 100
+    deviations estimate a std to about 1.1%, 40 x 256 to 0.7%; the tolerance is 5%."""
     rows = table(np.random.default_rng(3), 2000)
-    plan, calibration = measuring.make_plan(SCHEMA, len(rows), 1.0, 1e-6, relation="replace-one", grid_weight=4)
+    plan, calibration = measuring.make_plan(SCHEMA, len(rows), 1.0, 1e-6, relation="replace-one", grid_weight=4,
+                                            interval_weight=2)
     exact = measuring.exact_statistics(encode(rows, SCHEMA), plan, measuring.layout_for(SCHEMA))
     values, intervals, coarse = [], [], []
     for _ in range(40):
@@ -73,27 +92,31 @@ def test_the_fine_cells_carry_the_stated_noise():
         values.append(deviation[:100])
         intervals.append(deviation[100:])
         coarse.append(measured.noisy_marginals - exact.marginals)
-        assert measured.grid_weight == 4
+        assert (measured.grid_weight, measured.interval_weight) == (4, 2)
     std = measured.fine_noise_std(per_value=True)
     assert std == pytest.approx(measured.marginal_noise_std() / 2.0)
-    assert measured.fine_noise_std(per_value=False) == measured.marginal_noise_std()
+    assert measured.fine_noise_std(per_value=False) == pytest.approx(math.sqrt(2) * std)
     assert np.std(values) == pytest.approx(std, rel=0.05)
-    assert np.std(intervals) == pytest.approx(2.0 * std, rel=0.05)
+    assert np.std(intervals) == pytest.approx(math.sqrt(2) * std, rel=0.05)
     assert np.std(coarse) == pytest.approx(2.0 * std, rel=0.05)
 
 
-def test_the_grid_weight_is_saved_and_an_older_measurement_reads_as_one(tmp_path):
+def test_the_fine_weights_are_saved_and_an_older_measurement_reads_as_one(tmp_path):
     rows = table(np.random.default_rng(4), 500)
-    plan, calibration = measuring.make_plan(SCHEMA, len(rows), 1.0, 1e-6, relation="replace-one", grid_weight=3)
+    plan, calibration = measuring.make_plan(SCHEMA, len(rows), 1.0, 1e-6, relation="replace-one", grid_weight=3,
+                                            interval_weight=2)
     measured = measuring.measure(encode(rows, SCHEMA), SCHEMA, plan, calibration)
     measured.save(tmp_path / "m")
-    assert Measurement.load(tmp_path / "m").fine_noise_std(True) == pytest.approx(measured.fine_noise_std(True))
-    meta = (tmp_path / "m.json").read_text().replace('"grid_weight": 3,', "")
+    loaded = Measurement.load(tmp_path / "m")
+    for per_value in (True, False):
+        assert loaded.fine_noise_std(per_value) == pytest.approx(measured.fine_noise_std(per_value))
+    meta = (tmp_path / "m.json").read_text().replace('"grid_weight": 3,', "").replace('"interval_weight": 2,', "")
     (tmp_path / "m.json").write_text(meta)
-    assert Measurement.load(tmp_path / "m").grid_weight == 1
+    assert (Measurement.load(tmp_path / "m").grid_weight, Measurement.load(tmp_path / "m").interval_weight) == (1, 1)
 
 
-def test_grid_weight_setting_is_validated():
+def test_the_fine_weights_are_validated():
     for bad in (0, 1.5, 65):
-        with pytest.raises(ValueError, match=rf"grid_weight must be an integer in \[1, 64\], got {bad!r}"):
-            MeasurementSettings(grid_weight=bad)
+        for name in ("grid_weight", "interval_weight"):
+            with pytest.raises(ValueError, match=rf"{name} must be an integer in \[1, 64\], got {bad!r}"):
+                MeasurementSettings(**{name: bad})

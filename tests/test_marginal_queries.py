@@ -122,7 +122,8 @@ def test_joint_noise_has_the_right_scales():
 
 def test_plan_with_marginals_costs_the_same_privacy_but_more_sensitivity():
     off, cal_off = measuring.make_plan(SCHEMA, 100, 1.0, 1e-6, 64, 8, marginal_share=0.0, pair_share=0.0)
-    on, cal_on = measuring.make_plan(SCHEMA, 100, 1.0, 1e-6, 64, 8, marginal_share=0.2, pair_share=0.0)
+    on, cal_on = measuring.make_plan(SCHEMA, 100, 1.0, 1e-6, 64, 8, marginal_share=0.2, pair_share=0.0,
+                                     interval_weight=1)
     assert off.marginal_sizes == () and on.marginal_sizes == marginal_sizes(LAYOUT)
     assert cal_on.noise_multiplier == pytest.approx(cal_off.noise_multiplier)
     # share of Delta^2: (Delta_on / Delta_off)^2 = 1 / (1 - share)
@@ -347,7 +348,8 @@ def test_joint_noise_with_per_cell_weights():
 
 
 def test_plan_with_pairs_costs_the_same_privacy_and_round_trips(tmp_path):
-    plan, cal = measuring.make_plan(SCHEMA, 500, 1.0, 1e-6, 32, 6, marginal_share=0.2, pair_share=0.4)
+    plan, cal = measuring.make_plan(SCHEMA, 500, 1.0, 1e-6, 32, 6, marginal_share=0.2, pair_share=0.4,
+                                    interval_weight=1)
     off, cal_off = measuring.make_plan(SCHEMA, 500, 1.0, 1e-6, 32, 6, marginal_share=0.0, pair_share=0.0)
     assert plan.pairs == PAIRS and plan.mechanism == "gaussian/sliced-chebyshev+marginals+pairs+fine"
     assert off.mechanism == "gaussian/sliced-chebyshev"
@@ -459,7 +461,7 @@ def test_fine_tables_pool_into_the_coarse_targets_and_bins_off_the_grid_stay_emp
     ])
     x[x[:, 2] > 0, 1] = 0.0  # a missing value's coordinate, as encoded
     plan, cal = measuring.make_plan(schema, n, 1.0, 1e-6, 16, 4, marginal_share=0.5, pair_share=0.0,
-                                      grid_weight=1)
+                                      grid_weight=1, interval_weight=1)
     stats = measuring.exact_statistics(x, plan, layout)
     cells = fine_cells(schema, plan.fine_bins)
 

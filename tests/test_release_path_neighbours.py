@@ -34,7 +34,7 @@ from splice_assets.private.mechanism import (
     DEFAULT_PAIR_SHARE,
 )
 from splice_assets.private.validation import validate
-from splice_assets.resolution import DEFAULT_GRID_WEIGHT
+from splice_assets.resolution import DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT
 from splice_assets.schema import parse_schema
 
 AR, RO = RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
@@ -99,27 +99,29 @@ def capture_sampler(monkeypatch) -> list[np.ndarray]:
 
 
 def library_vector(table: pd.DataFrame, relation: str, holdout: float, seed: int, seen: list,
-                   grid_weight: int = DEFAULT_GRID_WEIGHT) -> np.ndarray:
+                   weights: tuple[int, int] = (DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT)) -> np.ndarray:
     """The release path's functions in the job's order: validate -> split -> encode -> plan -> measure."""
     checked = validate(table, SCHEMA).table
     train, _ = holdout_split.split_holdout(checked, holdout, seed, relation)
     plan, calibration = measuring.make_plan(SCHEMA, len(train), 1.0, 1e-6, relation=relation,
-                                            grid_weight=grid_weight)
+                                            grid_weight=weights[0], interval_weight=weights[1])
     with pytest.raises(Captured):
         measuring.measure(encode(train, SCHEMA), SCHEMA, plan, calibration)
     return seen.pop()
 
 
-def nominal_delta(relation: str, n_measured: int, grid_weight: int = DEFAULT_GRID_WEIGHT,
+def nominal_delta(relation: str, n_measured: int,
+                  weights: tuple[int, int] = (DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT),
                   ) -> tuple[float, float, measuring.MeasurementPlan]:
     """(Delta (1 + slack) as calibrated, Delta without slack, the plan) for ``n_measured`` measured rows."""
-    plan, calibration = measuring.make_plan(SCHEMA, n_measured, 1.0, 1e-6, relation=relation, grid_weight=grid_weight)
+    plan, calibration = measuring.make_plan(SCHEMA, n_measured, 1.0, 1e-6, relation=relation, grid_weight=weights[0],
+                                            interval_weight=weights[1])
     return calibration.sensitivity, calibration.sensitivity / (1.0 + calibration.slack), plan
 
 
 def family_norms(diff: np.ndarray, plan: measuring.MeasurementPlan) -> dict[str, float]:
     """The l2 shift of each query family in the sampler's input: moments, 1-way cells (the coordinates' tables and
-    the numeric columns' fine tables, these weighted sqrt(grid_weight) times those), 2-way cells (the pairs' and the
+    the numeric columns' fine tables, these weighted sqrt(grid_weight) or sqrt(interval_weight) times those), 2-way cells (the pairs' and the
     target's 3-way tables, one family at one weight), count."""
     assert plan.fine, "the product's plan measures fine tables"
     assert plan.triples, "the product's plan measures the target's 3-way tables"
@@ -134,15 +136,16 @@ def family_norms(diff: np.ndarray, plan: measuring.MeasurementPlan) -> dict[str,
 
 
 def check_shift(diff: np.ndarray, relation: str, n_measured: int, one_row_measured: bool | None,
-                grid_weight: int = DEFAULT_GRID_WEIGHT) -> float:
+                weights: tuple[int, int] = (DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT)) -> float:
     """Assert the whole shift is within Delta (1 + slack) and each family within its share; where one measured
     row is added or removed, or replaced by one in another cell of every table, the tables' shares are met
     exactly. Returns the shift in units of Delta."""
-    delta, bare, plan = nominal_delta(relation, n_measured, grid_weight)
+    delta, bare, plan = nominal_delta(relation, n_measured, weights)
     total = float(np.linalg.norm(diff))
     assert total <= delta * (1 + SLACK_TOLERANCE), f"moved {total / delta:.3f} Delta"
-    # A per-value fine table counts grid_weight times, and the 1-way share grows with it (the moments pay).
-    units = len(plan.marginal_sizes) + sum((grid_weight if c.per_value else 1) * c.tables for c in plan.fine)
+    # A per-value fine table counts grid_weight times, one of intervals interval_weight times, and the 1-way share
+    # grows with them (the moments pay).
+    units = len(plan.marginal_sizes) + sum((weights[0] if c.per_value else weights[1]) * c.tables for c in plan.fine)
     plain = len(plan.marginal_sizes) + sum(c.tables for c in plan.fine)
     shares = {"1-way": DEFAULT_MARGINAL_SHARE * units / plain, "2-way": DEFAULT_PAIR_SHARE}
     shares["count"] = DEFAULT_COUNT_SHARE if relation == AR else 0.0
@@ -159,23 +162,23 @@ def check_shift(diff: np.ndarray, relation: str, n_measured: int, one_row_measur
 # -- through the library calls, many neighbours ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("grid_weight", sorted({DEFAULT_GRID_WEIGHT, 1, 5}))
+@pytest.mark.parametrize("weights", sorted({(DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT), (1, 1), (5, 3)}))
 @pytest.mark.parametrize("relation", [AR, RO])
 @pytest.mark.parametrize("holdout", [0.0, 0.2])
-def test_neighbours_move_the_sampler_input_by_at_most_delta(monkeypatch, relation, holdout, grid_weight):
+def test_neighbours_move_the_sampler_input_by_at_most_delta(monkeypatch, relation, holdout, weights):
     seen = capture_sampler(monkeypatch)
     rng = np.random.default_rng(31)
     worst = 0.0
     for trial in range(4):
         n = int(rng.integers(300, 700))
         table = private_table(rng, n)
-        base = library_vector(table, relation, holdout, trial, seen, grid_weight)
+        base = library_vector(table, relation, holdout, trial, seen, weights)
         n_measured = n - int(round(holdout * n))
         for _name, other in neighbours(rng, table, relation).items():
-            diff = library_vector(other, relation, holdout, trial, seen, grid_weight) - base
+            diff = library_vector(other, relation, holdout, trial, seen, weights) - base
             # With no holdout an added or removed row is always measured: it moves one cell of every table.
             exact = holdout == 0 and relation == AR
-            worst = max(worst, check_shift(diff, relation, n_measured, exact, grid_weight))
+            worst = max(worst, check_shift(diff, relation, n_measured, exact, weights))
     assert worst > 0.5  # the neighbours reach a large part of Delta
 
 

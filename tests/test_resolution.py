@@ -357,8 +357,8 @@ def test_the_projection_is_non_negative_sums_to_the_bin_and_keeps_the_order():
 
 
 def test_a_finer_table_is_one_more_table_in_the_plan_and_resolves_inside_the_intervals():
-    plain, _ = make_plan(SCHEMA, 5000, 1.0, 1e-6, fine_split=0, grid_weight=1)
-    split, _ = make_plan(SCHEMA, 5000, 1.0, 1e-6, fine_split=16, grid_weight=1)
+    plain, _ = make_plan(SCHEMA, 5000, 1.0, 1e-6, fine_split=0, grid_weight=1, interval_weight=1)
+    split, _ = make_plan(SCHEMA, 5000, 1.0, 1e-6, fine_split=16, grid_weight=1, interval_weight=1)
     with_intervals = sum(c.intervals > 0 for c in split.fine)  # amount and ratio
     assert with_intervals == 2 and sum(c.tables for c in split.fine) == len(split.fine) + with_intervals
     # the 1-way share spread over two more tables: w^2 falls by their ratio

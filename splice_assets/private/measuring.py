@@ -60,6 +60,7 @@ from splice_assets.resolution import (
     DEFAULT_FINE_BINS,
     DEFAULT_FINE_SPLIT,
     DEFAULT_GRID_WEIGHT,
+    DEFAULT_INTERVAL_WEIGHT,
     FineCells,
     fine_cells,
 )
@@ -96,8 +97,10 @@ class MeasurementPlan:
     fine_bins: int = 0
     fine: tuple[FineCells, ...] = ()
     fine_split: int = 0
-    #: A per-value fine table counts as this many 1-way tables in Delta^2 (``FineCells.weight_units``).
+    #: A per-value fine table counts as this many 1-way tables in Delta^2, a fine table of intervals as
+    #: ``interval_weight`` (``FineCells.weight_units``).
     grid_weight: int = 1
+    interval_weight: int = 1
     # Pair selection (``pair_selection``): K tables chosen from the candidate ``pairs`` by noisy dependence scores at
     # weight ``score_weight``, which take ``selection_share`` of Delta^2 out of ``pair_share``; 0 = every pair measured.
     selected_pairs: int = 0
@@ -114,11 +117,12 @@ class MeasurementPlan:
     @property
     def one_way_share(self) -> float:
         """The 1-way family's share of Delta^2 (``one_way_share``)."""
-        return one_way_share(self.marginal_share, len(self.marginal_sizes), self.fine, self.grid_weight)
+        return one_way_share(self.marginal_share, len(self.marginal_sizes), self.fine, self.grid_weight,
+                             self.interval_weight)
 
     def fine_table_weight(self, column: FineCells) -> float:
-        """The weight of a fine table's cells: sqrt(units) w, with units = ``column.weight_units(grid_weight)``."""
-        return math.sqrt(column.weight_units(self.grid_weight)) * self.marginal_weight
+        """The weight of a fine table's cells: sqrt(units) w, with units = ``column.weight_units``."""
+        return math.sqrt(column.weight_units(self.grid_weight, self.interval_weight)) * self.marginal_weight
 
     @property
     def mechanism(self) -> str:
@@ -143,26 +147,29 @@ class MeasurementPlan:
             "numeric_bins": self.numeric_bins,
             "pair_share": self.pair_share,
             **({"fine_bins": self.fine_bins, "fine_split": self.fine_split} if self.fine else {}),
-            **({"grid_weight": self.grid_weight, "one_way_share": self.one_way_share}
-               if self.fine and self.grid_weight != 1 else {}),
+            **({"grid_weight": self.grid_weight, "interval_weight": self.interval_weight,
+                "one_way_share": self.one_way_share}
+               if self.fine and (self.grid_weight, self.interval_weight) != (1, 1) else {}),
             **({"pair_selection": {"candidates": len(self.pairs), "selected": self.selected_pairs,
                                    "share": self.selection_share}} if self.selected_pairs else {}),
             **({"target_triples": len(self.triples)} if self.triples else {}),
         }
 
 
-def one_way_units(coarse_tables: int, fine: tuple[FineCells, ...], grid_weight: int) -> int:
+def one_way_units(coarse_tables: int, fine: tuple[FineCells, ...], grid_weight: int, interval_weight: int) -> int:
     """How many 1-way tables the coarse and fine tables count as in Delta^2 (a per-value fine table as
-    ``grid_weight``, ``FineCells.weight_units``)."""
-    return coarse_tables + sum(c.weight_units(grid_weight) * c.tables for c in fine)
+    ``grid_weight``, one of intervals as ``interval_weight``, ``FineCells.weight_units``)."""
+    return coarse_tables + sum(c.weight_units(grid_weight, interval_weight) * c.tables for c in fine)
 
 
-def one_way_share(marginal_share: float, coarse_tables: int, fine: tuple[FineCells, ...], grid_weight: int) -> float:
+def one_way_share(marginal_share: float, coarse_tables: int, fine: tuple[FineCells, ...], grid_weight: int,
+                  interval_weight: int) -> float:
     """The 1-way family's share of Delta^2: ``marginal_share`` times the tables' units over their number, so every
-    table at one unit keeps the noise ``marginal_share`` gives it and the per-value tables' extra units come out of
-    the moments' share (docs/decisions/0050)."""
-    plain = one_way_units(coarse_tables, fine, 1)
-    return marginal_share * one_way_units(coarse_tables, fine, grid_weight) / plain if plain else marginal_share
+    table at one unit keeps the noise ``marginal_share`` gives it and the fine tables' extra units come out of the
+    moments' share (docs/decisions/0050, 0052)."""
+    plain = one_way_units(coarse_tables, fine, 1, 1)
+    units = one_way_units(coarse_tables, fine, grid_weight, interval_weight)
+    return marginal_share * units / plain if plain else marginal_share
 
 
 def make_plan(
@@ -181,6 +188,7 @@ def make_plan(
     fine_bins: int = DEFAULT_FINE_BINS,
     fine_split: int = DEFAULT_FINE_SPLIT,
     grid_weight: int = DEFAULT_GRID_WEIGHT,
+    interval_weight: int = DEFAULT_INTERVAL_WEIGHT,
     pairs_per_coordinate: float = DEFAULT_PAIRS_PER_COORDINATE,
     selection_share: float = DEFAULT_SELECTION_SHARE,
     target_triples: int = DEFAULT_TARGET_TRIPLES,
@@ -191,7 +199,7 @@ def make_plan(
     ``numeric_bins`` coarse bins, and with ``fine_bins`` > 0 every numeric column's fine table and, with
     ``fine_split`` > 0, the finer table of a column with intervals (``resolution``); the fine table of a column
     with one cell per grid value counts as ``grid_weight`` tables (its cells weighted sqrt(grid_weight) times a
-    coarse table's), every other table as one.
+    coarse table's), that of a column with intervals as ``interval_weight``, every other table as one.
     ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns (both 0 = the
     paper's moments only); when they number more than ``pairs_per_coordinate`` x d, ``selection_share`` of it buys
     noisy dependence scores and the rest the tables of the pairs they choose (``pair_selection``). Without that
@@ -222,14 +230,15 @@ def make_plan(
     three_way = triple_sizes(layout, triples, numeric_bins)
     # A fine or finer table weighted sqrt(u) w (u its weight units) moves by as much as u tables at w: it counts u
     # times; a 3-way table is one more table at the pair weight (each row adds 1 to one of its cells, as to a pair's).
-    tables = one_way_units(len(sizes), fine, grid_weight)
-    table_cells = int(sum(sizes)) + sum(c.weight_units(grid_weight) * c.size for c in fine)
-    share1 = one_way_share(marginal_share, len(sizes), fine, grid_weight)
+    tables = one_way_units(len(sizes), fine, grid_weight, interval_weight)
+    table_cells = int(sum(sizes)) + sum(c.weight_units(grid_weight, interval_weight) * c.size for c in fine)
+    share1 = one_way_share(marginal_share, len(sizes), fine, grid_weight, interval_weight)
     if share1 + pair_share + count_share >= 1.0:
         raise ValueError(
-            f"with grid_weight {grid_weight!r} the per-value fine tables raise the 1-way share from marginal_share "
-            f"{marginal_share!r} to {share1:.4g}, which with pair_share {pair_share!r} (+ the count's {count_share!r}) "
-            "leaves the moments nothing: lower marginal_share, pair_share or grid_weight"
+            f"with grid_weight {grid_weight!r} and interval_weight {interval_weight!r} the fine tables raise the 1-way "
+            f"share from marginal_share {marginal_share!r} to {share1:.4g}, which with pair_share {pair_share!r} (+ the "
+            f"count's {count_share!r}) leaves the moments nothing: lower marginal_share, pair_share, grid_weight or "
+            "interval_weight"
         )
     weights = privacy.query_weights(
         share1, pair_share - score_share, n_directions, k, tables, measured + len(triples), relation,
@@ -238,7 +247,7 @@ def make_plan(
     plan = MeasurementPlan(
         schema.name, schema.version, public_n, epsilon, delta, n_directions, k, seed, scaling,
         marginal_share, numeric_bins, sizes, weights.marginal, pair_share, pairs, cells, weights.pair, relation,
-        weights.row_count, fine_bins if fine else 0, fine, fine_split if fine else 0, grid_weight,
+        weights.row_count, fine_bins if fine else 0, fine, fine_split if fine else 0, grid_weight, interval_weight,
         measured if selecting else 0, score_share, weights.score, triples, three_way,
     )
     # Before the choice the measured cells are known only up to the K largest candidates (float slack only).
@@ -390,7 +399,8 @@ def measure_exact(
 
     Sensitivity: each row adds T_j(z)/n with |T_j| <= 1 to moment (j, l), 1/n to one cell of each 1-way histogram
     (every coordinate's at weight w, and every numeric column's fine table at sqrt(u) w, where a missing value adds
-    to no cell; u = grid_weight for a per-value table, else 1; C counts each table u times) and of each pair's and
+    to no cell; u = grid_weight for a per-value table, interval_weight for one of intervals; C counts each table u
+    times) and of each pair's and
     each target triple's (P tables in all, at one weight w2); replacing one row moves
     [m_j/sqrt(j), w * h1, w2 * h2] by at most sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n. Under add-remove the vector is
     [S_j/sqrt(j), w * c1, w2 * c2, wn * n] of sums and counts, and one row moves it by at most
@@ -543,6 +553,7 @@ def measurement_of(
         fine_bins=0 if fine is None else plan.fine_bins,
         fine_split=0 if fine is None else plan.fine_split,
         grid_weight=1 if fine is None else plan.grid_weight,
+        interval_weight=1 if fine is None else plan.interval_weight,
         noisy_triples=np.zeros(0) if triples is None else triples,
         triples=() if triples is None else plan.triples,
         triple_sizes=() if triples is None else plan.triple_sizes,

@@ -140,8 +140,10 @@ def accuracy_statement(measurement: Measurement) -> str:
         + (
             f" Each cell of the {len(measurement.marginal_sizes)} noisy 1-way marginals (frequencies) carries noise of "
             f"standard deviation {measurement.marginal_noise_std():.3g}"
-            + (f", each cell of a numeric column's per-value table {measurement.fine_noise_std(True):.3g}."
-               if measurement.grid_weight != 1 else ".")
+            + (f", each cell of a numeric column's per-value table {measurement.fine_noise_std(True):.3g}"
+               if measurement.grid_weight != 1 else "")
+            + (f", each cell of a numeric column's fine intervals {measurement.fine_noise_std(False):.3g}."
+               if measurement.interval_weight != 1 else ".")
             if getattr(measurement, "marginal_sizes", ())
             else ""
         )
