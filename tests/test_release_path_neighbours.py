@@ -121,8 +121,8 @@ def nominal_delta(relation: str, n_measured: int,
 
 def family_norms(diff: np.ndarray, plan: measuring.MeasurementPlan) -> dict[str, float]:
     """The l2 shift of each query family in the sampler's input: moments, 1-way cells (the coordinates' tables and
-    the numeric columns' fine tables, these weighted sqrt(grid_weight) or sqrt(interval_weight) times those), 2-way cells (the pairs' and the
-    target's 3-way tables, one family at one weight), count."""
+    the numeric columns' fine tables, these weighted sqrt(grid_weight) or sqrt(interval_weight) times those), 2-way
+    cells (the pairs' and the target's 3-way tables, one family at one weight), count."""
     assert plan.fine, "the product's plan measures fine tables"
     assert plan.triples, "the product's plan measures the target's 3-way tables"
     count_cells = int(plan.relation == AR)

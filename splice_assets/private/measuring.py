@@ -235,10 +235,10 @@ def make_plan(
     share1 = one_way_share(marginal_share, len(sizes), fine, grid_weight, interval_weight)
     if share1 + pair_share + count_share >= 1.0:
         raise ValueError(
-            f"with grid_weight {grid_weight!r} and interval_weight {interval_weight!r} the fine tables raise the 1-way "
-            f"share from marginal_share {marginal_share!r} to {share1:.4g}, which with pair_share {pair_share!r} (+ the "
-            f"count's {count_share!r}) leaves the moments nothing: lower marginal_share, pair_share, grid_weight or "
-            "interval_weight"
+            f"with grid_weight {grid_weight!r} and interval_weight {interval_weight!r} the fine tables raise the "
+            f"1-way share from marginal_share {marginal_share!r} to {share1:.4g}, which with pair_share "
+            f"{pair_share!r} (+ the count's {count_share!r}) leaves the moments nothing: lower marginal_share, "
+            "pair_share, grid_weight or interval_weight"
         )
     weights = privacy.query_weights(
         share1, pair_share - score_share, n_directions, k, tables, measured + len(triples), relation,
