@@ -54,9 +54,10 @@ MAX_FINE_SPLIT = 64
 #: many 1-way tables, and the 1-way share of Delta^2 grows by the extra units out of the moments' share: its cells
 #: carry 1/sqrt(grid_weight) of a coarse table's noise std, the other tables keep theirs (docs/decisions/0050).
 DEFAULT_GRID_WEIGHT = 4
-MAX_GRID_WEIGHT = 64
 #: ... and a fine table of intervals counts as this many (docs/decisions/0052).
 DEFAULT_INTERVAL_WEIGHT = 2
+#: The largest either weight may be.
+MAX_GRID_WEIGHT = 64
 MAX_FINE_BINS = 4096
 #: Fine cells whose noisy frequency is at most this many noise standard deviations are read as empty before the
 #: projection (0 = the projection alone, measured best in docs/decisions/0017).
