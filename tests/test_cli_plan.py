@@ -17,7 +17,7 @@ from splice_assets.private.ledger import BudgetLedger
 from splice_assets.private.mechanism import DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
 from splice_assets.private.row_count import input_row_count
 from splice_assets.private.validation import read_table
-from splice_assets.resolution import DEFAULT_GRID_WEIGHT
+from splice_assets.resolution import DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT
 
 
 @pytest.fixture
@@ -137,6 +137,18 @@ def test_plan_default_includes_the_marginal_queries(schema_file, ledger_url):
     ratio = default["marginal_noise_std"] / default["value_noise_std"]
     assert ratio == pytest.approx(math.sqrt(DEFAULT_GRID_WEIGHT)) and paper["value_noise_std"] is None
     assert default["pair_noise_std"] > 0 and paper["pair_noise_std"] is None and paper["pairs"] == 0
+
+
+def test_plan_states_the_noise_of_a_fine_interval(tmp_path, ledger_url):
+    """California's schema has fine tables of both kinds: an interval's frequency carries 1/sqrt(interval_weight)
+    of a 1-way frequency's noise, a value's 1/sqrt(grid_weight); the text output says so too."""
+    schema = Path(__file__).resolve().parents[1] / "schemas" / "california_housing.yaml"
+    out = plan_json(schema, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-9")
+    assert out["marginal_noise_std"] / out["interval_noise_std"] == pytest.approx(math.sqrt(DEFAULT_INTERVAL_WEIGHT))
+    assert out["marginal_noise_std"] / out["value_noise_std"] == pytest.approx(math.sqrt(DEFAULT_GRID_WEIGHT))
+    text = run("plan", "--schema", str(schema), "--ledger-url", ledger_url, "--n", "20000", "--epsilon", "1",
+               "--delta", "1e-9", "--holdout", "0").output
+    assert f"fine interval's frequency in a numeric column's fine table: {out['interval_noise_std']:.6g}" in text
 
 
 def test_plan_does_not_create_a_ledger(schema_file, tmp_path):
