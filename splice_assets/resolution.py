@@ -244,10 +244,10 @@ def column_fine_cells(
     lo, hi = spec.bounds
     declared = [v for v in spec.exact_values if lo <= v <= hi]
     grid = _grid(spec, max(fine_bins, GRID_LIMIT))
+    tentative = [float(v) for v in spec.candidates if lo <= v <= hi] if grid is None else []
     if grid is not None:
         points, intervals = np.unique(np.concatenate([grid, declared])), 0
     else:
-        tentative = [v for v in spec.candidates if lo <= v <= hi]
         points, intervals = np.unique(np.asarray(declared + tentative, dtype=np.float64)), fine_bins
     cube = cube_of(points, lo, hi, spec.scale, spec.knots)
     point_parents = np.minimum(np.floor((np.clip(cube, -1.0, 1.0) + 1.0) * numeric_bins / 2.0), numeric_bins - 1)
@@ -255,8 +255,7 @@ def column_fine_cells(
     parents = np.concatenate([point_parents, interval_parents]).astype(np.int64)
     return FineCells(spec.name, coordinate, missing, float(lo), float(hi), spec.kind == "integer",
                      tuple(float(p) for p in points), intervals, tuple(int(p) for p in parents), spec.scale,
-                     split if intervals else 0, knots=spec.knots,
-                     tentative=tuple(float(v) for v in spec.candidates if intervals and lo <= v <= hi))
+                     split if intervals else 0, knots=spec.knots, tentative=tuple(tentative))
 
 
 def fine_cells(

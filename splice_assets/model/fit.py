@@ -712,8 +712,8 @@ def pooled_marginals(measurement: Measurement, fine: Sequence[FineCells] = ()) -
     histograms and, for a numeric column with ``fine`` cells, with its noisy fine table summed over each coarse bin
     (post-processing). A margin of pair (a, b) sums s_b independent noisy cells, so each of its cells has noise
     variance s_b (sigma / w2)^2, against (sigma / w)^2 for the direct histogram; a bin's sum of m fine cells has
-    m (sigma / w_f)^2, w_f = sqrt(grid_weight) w for a per-value table, else w. A bin holding no fine cell (no
-    value on the column's public grid) is empty by the schema: 0."""
+    m (sigma / w_f)^2, w_f = sqrt(grid_weight) w for a per-value table, sqrt(interval_weight) w for one of
+    intervals. A bin holding no fine cell (no value on the column's public grid) is empty by the schema: 0."""
     tables, _ = _pooled(measurement, fine)
     return np.concatenate(tables) if tables else measurement.noisy_marginals.copy()
 
