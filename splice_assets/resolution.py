@@ -319,6 +319,8 @@ class FineTables:
     #: sqrt(interval_weight) (``FineCells.weight_units``).
     grid_weight: int = 1
     interval_weight: int = 1
+    #: Followers (``couplings``) that take their bin from the copula too, not only their place inside it.
+    followers: tuple[int, ...] = ()
 
     def noise_std_of(self, column: FineCells) -> float:
         return self.noise_std / math.sqrt(column.weight_units(self.grid_weight, self.interval_weight))
@@ -425,7 +427,10 @@ class FineTables:
             u_column = rng.uniform(size=len(x))
             if c in leader_of:
                 leader, r = leader_of[c]
-                u_column = _conditional_uniforms(u_column, latent[leader], row_bins, below, r)
+                if c in self.followers:
+                    _follow_leader(u_column, row_bins, present, latent[leader], below, r)
+                else:
+                    u_column = _conditional_uniforms(u_column, latent[leader], row_bins, below, r)
             if c in leaders:
                 latent[c] = np.full(len(x), np.nan)
             # The present rows grouped by bin, each group in row order (a stable sort of small integers).
@@ -473,6 +478,23 @@ def _rehome_off_sentinel_rows(
     stray = np.flatnonzero(present & hidden[row_bins])
     if len(stray) and held.sum() > 0:
         row_bins[stray] = rng.choice(len(held), size=len(stray), p=held / held.sum())
+
+
+def _follow_leader(
+    own: np.ndarray, row_bins: np.ndarray, present: np.ndarray, leader_score: np.ndarray, below: np.ndarray, r: float,
+) -> None:
+    """In place: each present row whose leader was drawn takes its bin and its uniform inside the bin from the
+    Gaussian copula, score r z + sqrt(1 - r^2) N(0, 1) read at the follower's own bin masses (``below``)."""
+    from scipy.special import ndtr
+
+    rows = np.flatnonzero(present & np.isfinite(leader_score))
+    r = float(np.clip(r, -MAX_COUPLING, MAX_COUPLING))
+    score = r * leader_score[rows] + math.sqrt(1.0 - r * r) * _normal_score(own[rows])
+    quantile = np.clip(ndtr(score) * below[-1], 0.0, below[-1] * (1.0 - 1e-12))
+    bins = np.clip(np.searchsorted(below, quantile, side="right") - 1, 0, len(below) - 2)
+    width = below[bins + 1] - below[bins]
+    row_bins[rows] = bins
+    own[rows] = np.clip((quantile - below[bins]) / np.maximum(width, 1e-300), 0.0, 1.0 - 1e-12)
 
 
 def _normal_score(quantile: np.ndarray) -> np.ndarray:

@@ -689,6 +689,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
             "shrink": model.fine.shrink, "smooth": model.fine.smooth, "level_first": model.fine.level_first,
             "exponential_tails": model.fine.exponential_tails, "stratified": model.fine.stratified,
             "grid_weight": model.fine.grid_weight, "interval_weight": model.fine.interval_weight,
+            "followers": list(model.fine.followers),
         },
         "field": None if pairwise is None else {
             "numeric_bins": pairwise.numeric_bins, "pairs": [list(pair) for pair in pairwise.pairs],
@@ -765,6 +766,7 @@ def load_model(stem: str | Path) -> FittedMixture:
             stratified=bool(fine_meta.get("stratified", False)),
             grid_weight=int(fine_meta.get("grid_weight", 1)),
             interval_weight=int(fine_meta.get("interval_weight", 1)),
+            followers=tuple(int(f) for f in fine_meta.get("followers", ())),
         )
         field_meta = meta.get("field")
         pairwise = None if field_meta is None else PairwiseField(

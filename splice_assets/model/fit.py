@@ -212,6 +212,9 @@ class FitConfig:
     fine_exponential_tails: bool = DEFAULT_FINE_EXPONENTIAL_TAILS
     #: Draw a bin's rows at evenly spaced quantiles of its fine table (``FineTables.stratified``).
     fine_stratified: bool = DEFAULT_FINE_STRATIFIED
+    #: A coupled follower takes its bin from the copula too where the noisy tables stay within this many sd of
+    #: their chi^2 with it (``chain.choose_followers``; None = never).
+    fine_follow_z: float | None = 3.0
 
     def __post_init__(self) -> None:
         for name in ("K", "bin_refinement", "max_steps", "window", "field_chains", "field_sweeps", "tilt_pool_factor"):
@@ -235,6 +238,9 @@ class FitConfig:
                      "fine_level_first", "fine_exponential_tails", "fine_stratified"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        z = self.fine_follow_z
+        if z is not None and (isinstance(z, bool) or not isinstance(z, (int, float)) or not 0 <= z < math.inf):
+            raise ValueError(f"fine_follow_z must be a finite number >= 0 or null (never), got {z!r}")
         if not 0.0 <= self.holdout_direction_fraction < 1.0:
             raise ValueError(f"holdout_direction_fraction must be in [0, 1), got {self.holdout_direction_fraction!r}")
         if self.numeric_model not in NUMERIC_MODELS:
