@@ -610,8 +610,8 @@ columns:
 
 def test_a_follower_takes_its_bin_from_the_copula_and_keeps_its_own_margin():
     """The mixture put the two columns in independent bins; a follower (``followers``) redraws its bin from the
-    copula given its leader's score: at r = 0.9999 (score sd .014) it shares its leader's bin in >= 93% of 16,000 rows (1/16
-    without), and its bins still follow its own uniform table (chi-square test, seed fixed)."""
+    copula given its leader's score: at r = 0.9999 (score sd .014) it shares its leader's bin in >= 93% of 16,000
+    rows (1/16 without), and its bins still follow its own uniform table (chi-square test, seed fixed)."""
     from scipy.stats import chisquare
 
     cells = fine_cells(PAIR_SCHEMA, 256)
@@ -643,9 +643,10 @@ columns:
 """))
     rng = np.random.default_rng(12)
     length, position = rng.uniform(0, 16, (2, 12_000))
+    line = 4.0 * (rng.uniform(size=12_000) < 0.5)  # which of the two lines
     table = pd.DataFrame({
-        "length": length, "width": np.clip(length + rng.normal(0, 0.05, length.size), 0, 16), "position": position,
-        "band": np.clip(0.75 * position + 4 * (rng.uniform(size=length.size) < 0.5) + rng.normal(0, 0.2, 12_000), 0, 16),
+        "length": length, "width": np.clip(length + rng.normal(0, 0.05, 12_000), 0, 16), "position": position,
+        "band": np.clip(0.75 * position + line + rng.normal(0, 0.2, 12_000), 0, 16),
     })
     synth = Synthesizer(schema, epsilon=1.0, delta=1e-6, seed=0).fit(table, ledger=None)
     assert synth.model is not None and synth.model.fine is not None
