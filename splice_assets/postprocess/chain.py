@@ -101,7 +101,7 @@ def choose_followers(
     1.0 -> 2.1 following longitude; total_bedrooms' 1.04 -> 1.06). Post-processing: the measurement's noisy tables
     and draws under the public seed."""
     assert model.fine is not None and model.marginal_targets is not None
-    layout, bins = layout_for(schema), measurement.numeric_bins
+    tables, layout, bins = model.fine, layout_for(schema), measurement.numeric_bins
     sizes = marginal_sizes(layout, bins)
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_FOLLOW]))
     pool = matched_rows(model, config.tilt_pool_factor * min(measurement.n, TILT_CHUNK_ROWS), rng,
@@ -114,8 +114,8 @@ def choose_followers(
 
     def cells_with(followers: tuple[int, ...]) -> np.ndarray:
         refine_rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_FOLLOW, 1]))
-        fine = replace(model.fine, followers=followers)
-        return marginal_cells(fine.refine(pool, columns, refine_rng, coarse, bins), layout, bins)
+        refined = replace(tables, followers=followers).refine(pool, columns, refine_rng, coarse, bins)
+        return marginal_cells(refined, layout, bins)
 
     def chi2(cells: np.ndarray, coordinate: int) -> tuple[float, int]:
         tables = [(cells[:, coordinate], one_way[coordinate], std1)] + [
@@ -131,7 +131,7 @@ def choose_followers(
 
     followers: tuple[int, ...] = ()
     current = cells_with(followers)
-    for follower, _, _ in model.fine.couplings:
+    for follower, _, _ in tables.couplings:
         coordinate = columns[follower].coordinate
         trial = cells_with(followers + (follower,))
         without, count = chi2(current, coordinate)
