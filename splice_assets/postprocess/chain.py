@@ -80,19 +80,19 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     if config.fine_follow_z is None or not couplings or not measurement.pairs or model.marginal_targets is None:
         return model
     with progress.stage("couplings over whole columns"):
-        followers = choose_followers(model, measurement, schema, columns, config.fine_follow_z, config)
+        followers = choose_followers(model, measurement, schema, columns, config)
     return replace(model, fine=replace(fine, followers=followers))
 
 
 def choose_followers(
-    model: FittedMixture, measurement: Measurement, schema: TableSchema, columns: tuple[FineCells, ...], z: float,
+    model: FittedMixture, measurement: Measurement, schema: TableSchema, columns: tuple[FineCells, ...],
     config: FitConfig,
 ) -> tuple[int, ...]:
     """The couplings whose follower takes its bin from the copula too (``FineTables.followers``), one at a time in
-    the couplings' order (leaders first): a follower is taken if, with it, the chi^2 per cell of the noisy 1-/2-way
-    tables that hold its coordinate stays within ``z`` of its noise sd (sqrt(2 / cells)) of the larger of the noise
-    level (1) and the chi^2 without it. The tables are read on a pool of the model's rows (``tilt_pool_factor`` per
-    measured row, at most ``TILT_CHUNK_ROWS`` each), the pool's own sampling variance taken out.
+    the couplings' order (leaders first). A follower is taken if, with it, the chi^2 per cell of the noisy 1-/2-way
+    tables that hold its coordinate stays within ``config.fine_follow_z`` noise sd (sqrt(2 / cells)) of the larger
+    of the noise level (1) and the chi^2 without it. The tables are read on a pool of the model's rows
+    (``tilt_pool_factor`` per measured row, at most ``TILT_CHUNK_ROWS``), the pool's own sampling variance taken out.
 
     Between its bins the mixture blurs a near-identical pair (California's ``total_bedrooms`` ~ ``households``:
     4.9% of the rows two or more coarse bins off the diagonal, against 0.9% in the data); the copula does not, but
@@ -100,8 +100,8 @@ def choose_followers(
     longitude ~ latitude is no Gaussian copula. The noisy tables tell the two apart (chi^2 over latitude's tables
     1.0 -> 2.1 following longitude; total_bedrooms' 1.04 -> 1.06). Post-processing: the measurement's noisy tables
     and draws under the public seed."""
-    assert model.fine is not None and model.marginal_targets is not None
-    tables, layout, bins = model.fine, layout_for(schema), measurement.numeric_bins
+    assert model.fine is not None and model.marginal_targets is not None and config.fine_follow_z is not None
+    tables, layout, bins, z = model.fine, layout_for(schema), measurement.numeric_bins, config.fine_follow_z
     sizes = marginal_sizes(layout, bins)
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_FOLLOW]))
     pool = matched_rows(model, config.tilt_pool_factor * min(measurement.n, TILT_CHUNK_ROWS), rng,
@@ -118,12 +118,12 @@ def choose_followers(
         return marginal_cells(refined, layout, bins)
 
     def chi2(cells: np.ndarray, coordinate: int) -> tuple[float, int]:
-        tables = [(cells[:, coordinate], one_way[coordinate], std1)] + [
+        held = [(cells[:, coordinate], one_way[coordinate], std1)] + [
             (cells[:, a] * sizes[b] + cells[:, b], two_way[i], std2)
             for i, (a, b) in enumerate(measurement.pairs) if coordinate in (a, b)
         ]
         total, count = 0.0, 0
-        for index, noisy, std in tables:
+        for index, noisy, std in held:
             p = np.bincount(index, minlength=noisy.size) / len(cells)
             total += float(np.sum((p - noisy) ** 2 - p * (1.0 - p) / len(cells))) / std**2
             count += noisy.size
