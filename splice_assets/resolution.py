@@ -80,6 +80,9 @@ DEFAULT_FINE_COUPLING = 0.5
 COUPLING_MAX_ERROR = 0.04
 #: The largest copula correlation a coupling uses (at 1 a follower's draw inside its bin would be degenerate).
 MAX_COUPLING = 0.9999
+#: A follower's row whose bin lies wholly outside this many sd of its copula score given its leader takes its bin
+#: from the copula (``FineTables.followers``; docs/decisions/0053). At 2 house_16h lost .007 of qtvd2.
+FOLLOW_BAND = 3.0
 
 
 @dataclass(frozen=True)
@@ -319,7 +322,8 @@ class FineTables:
     #: sqrt(interval_weight) (``FineCells.weight_units``).
     grid_weight: int = 1
     interval_weight: int = 1
-    #: Followers (``couplings``) that take their bin from the copula too, not only their place inside it.
+    #: Followers (``couplings``) whose bins the copula corrects too, not only their places inside the bins: a row
+    #: far outside the copula's band given its leader takes its bin from the copula (``_follow_leader``).
     followers: tuple[int, ...] = ()
 
     def noise_std_of(self, column: FineCells) -> float:
@@ -429,8 +433,7 @@ class FineTables:
                 leader, r = leader_of[c]
                 if c in self.followers:
                     _follow_leader(u_column, row_bins, present, latent[leader], below, r)
-                else:
-                    u_column = _conditional_uniforms(u_column, latent[leader], row_bins, below, r)
+                u_column = _conditional_uniforms(u_column, latent[leader], row_bins, below, r)
             if c in leaders:
                 latent[c] = np.full(len(x), np.nan)
             # The present rows grouped by bin, each group in row order (a stable sort of small integers).
@@ -482,19 +485,36 @@ def _rehome_off_sentinel_rows(
 
 def _follow_leader(
     own: np.ndarray, row_bins: np.ndarray, present: np.ndarray, leader_score: np.ndarray, below: np.ndarray, r: float,
+    band: float = FOLLOW_BAND,
 ) -> None:
-    """In place: each present row whose leader was drawn takes its bin and its uniform inside the bin from the
-    Gaussian copula, score r z + sqrt(1 - r^2) N(0, 1) read at the follower's own bin masses (``below``)."""
+    """In place: a present row whose leader was drawn and whose bin lies wholly outside the copula's band given its
+    leader (the follower's score r z +- ``band`` sqrt(1 - r^2)) takes its bin and its uniform inside it from the
+    copula: score r z + sqrt(1 - r^2) N(0, 1), read at the follower's own bin masses (``below``). Then every
+    present row's bin is matched back onto those masses by the rank of its quantile, so the column keeps them
+    (the moved rows left the mixture's tails: without it, California's on-grid 1-way TVD rose .0111 -> .0145)."""
     from scipy.special import ndtr
 
-    rows = np.flatnonzero(present & np.isfinite(leader_score))
     r = float(np.clip(r, -MAX_COUPLING, MAX_COUPLING))
-    score = r * leader_score[rows] + math.sqrt(1.0 - r * r) * _normal_score(own[rows])
+    spread = math.sqrt(1.0 - r * r)
+    rows = np.flatnonzero(present & np.isfinite(leader_score))
+    centre = r * leader_score[rows]
+    low, high = ndtr(centre - band * spread), ndtr(centre + band * spread)
+    far = rows[(below[row_bins[rows] + 1] < low) | (below[row_bins[rows]] > high)]
+    score = r * leader_score[far] + spread * _normal_score(own[far])
     quantile = np.clip(ndtr(score) * below[-1], 0.0, below[-1] * (1.0 - 1e-12))
-    bins = np.clip(np.searchsorted(below, quantile, side="right") - 1, 0, len(below) - 2)
-    width = below[bins + 1] - below[bins]
-    row_bins[rows] = bins
-    own[rows] = np.clip((quantile - below[bins]) / np.maximum(width, 1e-300), 0.0, 1.0 - 1e-12)
+    row_bins[far] = _bin_of(quantile, below)
+    own[far] = np.clip((quantile - below[row_bins[far]]) / np.maximum(np.diff(below)[row_bins[far]], 1e-300),
+                       0.0, 1.0 - 1e-12)
+    rows = np.flatnonzero(present)
+    position = below[row_bins[rows]] + own[rows] * np.diff(below)[row_bins[rows]]
+    rank = np.empty(len(rows))
+    rank[np.argsort(position, kind="stable")] = np.arange(len(rows))
+    row_bins[rows] = _bin_of((rank + 0.5) / max(len(rows), 1) * below[-1], below)
+
+
+def _bin_of(quantile: np.ndarray, below: np.ndarray) -> np.ndarray:
+    """The bin whose cumulative range [below[b], below[b + 1]) holds each quantile."""
+    return np.clip(np.searchsorted(below, quantile, side="right") - 1, 0, len(below) - 2)
 
 
 def _normal_score(quantile: np.ndarray) -> np.ndarray:
