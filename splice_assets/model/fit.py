@@ -212,8 +212,8 @@ class FitConfig:
     fine_exponential_tails: bool = DEFAULT_FINE_EXPONENTIAL_TAILS
     #: Draw a bin's rows at evenly spaced quantiles of its fine table (``FineTables.stratified``).
     fine_stratified: bool = DEFAULT_FINE_STRATIFIED
-    #: A coupled follower takes its bin from the copula too where the noisy tables stay within this many sd of
-    #: their chi^2 with it (``chain.choose_followers``; None = never).
+    #: A coupled follower's rows far outside its copula's band take their bins from the copula where the noisy tables
+    #: that hold it stay within this many sd of their chi^2 without it (``chain.choose_followers``; None = never).
     fine_follow_z: float | None = 3.0
 
     def __post_init__(self) -> None:

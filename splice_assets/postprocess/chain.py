@@ -88,18 +88,19 @@ def choose_followers(
     model: FittedMixture, measurement: Measurement, schema: TableSchema, columns: tuple[FineCells, ...],
     config: FitConfig,
 ) -> tuple[int, ...]:
-    """The couplings whose follower takes its bin from the copula too (``FineTables.followers``), one at a time in
-    the couplings' order (leaders first). A follower is taken if, with it, the chi^2 per cell of the noisy 1-/2-way
-    tables that hold its coordinate stays within ``config.fine_follow_z`` noise sd (sqrt(2 / cells)) of the larger
-    of the noise level (1) and the chi^2 without it. The tables are read on a pool of the model's rows
-    (``tilt_pool_factor`` per measured row, at most ``TILT_CHUNK_ROWS``), the pool's own sampling variance taken out.
+    """The couplings whose follower's bins the copula corrects too (``FineTables.followers``: a row whose bin lies
+    far outside the copula's band given its leader takes its bin from the copula), one at a time in the couplings'
+    order (leaders first). A follower is taken if, with it, the chi^2 per cell of the noisy 1-/2-way tables that
+    hold its coordinate stays within ``config.fine_follow_z`` noise sd (sqrt(2 / cells)) of the larger of the noise
+    level (1) and the chi^2 without it. The tables are read on a pool of the model's rows (``tilt_pool_factor`` per
+    measured row, at most ``TILT_CHUNK_ROWS``), the pool's own sampling variance taken out.
 
     Between its bins the mixture blurs a near-identical pair (California's ``total_bedrooms`` ~ ``households``:
-    4.9% of the rows two or more coarse bins off the diagonal, against 0.9% in the data); the copula does not, but
-    it is a model of the pair alone: a follower keeps its other dependences only through its leader, and
-    longitude ~ latitude is no Gaussian copula. The noisy tables tell the two apart (chi^2 over latitude's tables
-    1.0 -> 2.1 following longitude; total_bedrooms' 1.04 -> 1.06). Post-processing: the measurement's noisy tables
-    and draws under the public seed."""
+    4.9% of the rows two or more coarse bins off the diagonal, against 0.9% in the data): single off-diagonal cells
+    hold a few rows, far below the noise, so the tilt can not see them, but the copula, fitted to the whole table,
+    can. It is a model of the pair alone, though, and a pair it does not describe (a second line of rows, a curved
+    band) would be pulled onto its diagonal; the noisy tables then show it. Post-processing: the measurement's noisy
+    tables and draws under the public seed."""
     assert model.fine is not None and model.marginal_targets is not None and config.fine_follow_z is not None
     tables, layout, bins, z = model.fine, layout_for(schema), measurement.numeric_bins, config.fine_follow_z
     sizes = marginal_sizes(layout, bins)
