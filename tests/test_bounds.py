@@ -294,3 +294,30 @@ def test_bounds_that_clip_a_thin_tail_are_reported_and_empty_decades_rarely_are(
     alarms = sum(clipped_tails(inside + rng.normal(0, 30.0, inside.size), 30.0, (10.0, 100.0)) > 0
                  for _ in range(300))
     assert alarms <= 4  # about 0.24% per column; 1.3% of 300 draws allowed
+
+
+def test_a_found_value_at_a_bound_with_many_digits_stays_inside_it():
+    """A DP estimate's bound has all its digits (house_16h drew 0.25118864315095824), and rows clipped onto it make
+    it a frequent value. The found value, rounded to 12 decimals for the schema, must not land past the bound (it
+    did: 0.251188643151, and the resolved schema was refused when read back)."""
+    import dataclasses
+
+    from splice_assets.private.bounds import _with_found, select_values, value_candidates
+    from splice_assets.schema import schema_to_dict
+
+    high = 0.25118864315095824
+    schema = parse_schema(yaml.safe_load(f"""
+name: toy_bound_value
+version: 1
+n_min: 100
+columns:
+  - {{name: share, kind: continuous, bounds: [0.01584893192461114, {high!r}], values: auto}}
+"""))
+    spec = schema.columns[0]
+    candidates = value_candidates(spec)
+    assert candidates is not None
+    at_bound = candidates.index_of(np.array([high]))
+    found = select_values([(at_bound, np.array([5000]))], [spec], 1.0, np.random.default_rng(0))
+    assert found["share"] == (high,)
+    resolved = dataclasses.replace(schema, columns=(_with_found(spec, found["share"], (False, True)),))
+    assert parse_schema(schema_to_dict(resolved)).columns[0].values == (high,)

@@ -517,7 +517,10 @@ def select_values(
             chosen.append((z * sigma, drawn))  # ranked last: their noisy counts are just above the threshold
         chosen.sort(key=lambda item: -item[0])
         kept = np.array(sorted({i for _, i in chosen[:MAX_FOUND]}), dtype=np.int64)
-        found[spec.name] = tuple(round(float(v), 12) for v in candidates.value(kept))
+        # Rounded so that the schema reads well (2/3 as 0.666666666667), but never past a bound: a DP estimate's
+        # bound has all its digits, and clipped rows make it a frequent value.
+        found[spec.name] = tuple(min(max(round(float(v), 12), candidates.lo), candidates.hi)
+                                 for v in candidates.value(kept))
     return found
 
 
