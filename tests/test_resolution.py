@@ -3,6 +3,8 @@ and output precision (``splice_assets.resolution``)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -633,16 +635,8 @@ def test_a_follower_is_kept_only_where_the_noisy_tables_support_its_copula(tmp_p
     ``band`` is ``position``, but 15% of its rows sit on a second line 7 above: a coupling (r ~ .97) whose copula
     band (+-3 sd: +-0.7 normal scores) would pull that line back onto the first, so it only keeps its place inside
     the bins. The followers are saved with the model."""
-    schema = parse_schema(yaml.safe_load("""
-name: toy_follow
-version: 1
-n_min: 100
-columns:
-  - {name: length, kind: continuous, bounds: [0, 16]}
-  - {name: width, kind: continuous, bounds: [0, 16]}
-  - {name: position, kind: continuous, bounds: [0, 16]}
-  - {name: band, kind: continuous, bounds: [0, 16]}
-"""))
+    extra = tuple(dataclasses.replace(PAIR_SCHEMA.columns[0], name=name) for name in ("position", "band"))
+    schema = dataclasses.replace(PAIR_SCHEMA, name="toy_follow", columns=PAIR_SCHEMA.columns + extra)
     rng = np.random.default_rng(12)
     length, position = rng.uniform(0, 16, (2, 12_000))
     line = 7.0 * (rng.uniform(size=12_000) < 0.15)  # the second line
