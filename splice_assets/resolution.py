@@ -494,6 +494,8 @@ def _follow_leader(
     (the moved rows left the mixture's tails: without it, California's on-grid 1-way TVD rose .0111 -> .0145)."""
     from scipy.special import ndtr
 
+    if not below[-1] > 0:  # no mass in any bin: the rows keep their values (``refine``)
+        return
     r = float(np.clip(r, -MAX_COUPLING, MAX_COUPLING))
     spread = math.sqrt(1.0 - r * r)
     rows = np.flatnonzero(present & np.isfinite(leader_score))

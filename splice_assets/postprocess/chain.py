@@ -59,7 +59,8 @@ FIELD_NEEDS_CHI2 = 1.05
 
 def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
     """Post-processing only: the fit sees the measurement and the public schema, never rows (``fit_tables``); the
-    model then carries the measurement's noisy fine tables, if it has any, for sampling inside the bins."""
+    model then carries the measurement's noisy fine tables, if it has any, for sampling inside the bins, with their
+    couplings and followers (``choose_followers``)."""
     model = fit_tables(measurement, schema, config)
     if not measurement.fine_sizes:
         return model
@@ -79,7 +80,7 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     model = replace(model, fine=fine)
     if config.fine_follow_z is None or not couplings or not measurement.pairs or model.marginal_targets is None:
         return model
-    with progress.stage("couplings over whole columns"):
+    with progress.stage("coupled columns between their bins"):
         followers = choose_followers(model, measurement, schema, columns, config)
     return replace(model, fine=replace(fine, followers=followers))
 
