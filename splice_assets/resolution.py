@@ -485,10 +485,9 @@ def _rehome_off_sentinel_rows(
 
 def _follow_leader(
     own: np.ndarray, row_bins: np.ndarray, present: np.ndarray, leader_score: np.ndarray, below: np.ndarray, r: float,
-    band: float = FOLLOW_BAND,
 ) -> None:
     """In place: a present row whose leader was drawn and whose bin lies wholly outside the copula's band given its
-    leader (the follower's score r z +- ``band`` sqrt(1 - r^2)) takes its bin and its uniform inside it from the
+    leader (the follower's score r z +- ``FOLLOW_BAND`` sqrt(1 - r^2)) takes its bin and its uniform inside it from the
     copula: score r z + sqrt(1 - r^2) N(0, 1), read at the follower's own bin masses (``below``). Then every
     present row's bin is matched back onto those masses by the rank of its quantile, so the column keeps them
     (the moved rows left the mixture's tails: without it, California's on-grid 1-way TVD rose .0111 -> .0145)."""
@@ -500,7 +499,7 @@ def _follow_leader(
     spread = math.sqrt(1.0 - r * r)
     rows = np.flatnonzero(present & np.isfinite(leader_score))
     centre = r * leader_score[rows]
-    low, high = ndtr(centre - band * spread), ndtr(centre + band * spread)
+    low, high = ndtr(centre - FOLLOW_BAND * spread), ndtr(centre + FOLLOW_BAND * spread)
     far = rows[(below[row_bins[rows] + 1] < low) | (below[row_bins[rows]] > high)]
     score = r * leader_score[far] + spread * _normal_score(own[far])
     quantile = np.clip(ndtr(score) * below[-1], 0.0, below[-1] * (1.0 - 1e-12))

@@ -114,28 +114,28 @@ def choose_followers(
     two_way = [table.ravel() for table in pair_tables(measurement.noisy_pairs, measurement.pairs, sizes)]
     std1, std2 = measurement.marginal_noise_std(), measurement.pair_noise_std()
 
-    def cells_with(followers: tuple[int, ...]) -> np.ndarray:
+    def refined_with(followers: tuple[int, ...]) -> np.ndarray:
         refine_rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_FOLLOW, 1]))
-        refined = replace(tables, followers=followers).refine(pool, columns, refine_rng, coarse, bins)
-        return marginal_cells(refined, layout, bins)
+        return replace(tables, followers=followers).refine(pool, columns, refine_rng, coarse, bins)
 
-    def chi2(cells: np.ndarray, coordinate: int) -> tuple[float, int]:
-        held = [(cells[:, coordinate], one_way[coordinate], std1)] + [
-            (cells[:, a] * sizes[b] + cells[:, b], two_way[i], std2)
-            for i, (a, b) in enumerate(measurement.pairs) if coordinate in (a, b)
+    def chi2(rows: np.ndarray, coordinate: int) -> tuple[float, int]:
+        held = [i for i, pair in enumerate(measurement.pairs) if coordinate in pair]
+        cells = table_cells(rows, layout, bins, [measurement.pairs[i] for i in held], local=True)
+        observed = [(cells[:, coordinate], one_way[coordinate], std1)] + [
+            (cells[:, layout.d + j], two_way[i], std2) for j, i in enumerate(held)
         ]
         total, count = 0.0, 0
-        for index, noisy, std in held:
-            p = np.bincount(index, minlength=noisy.size) / len(cells)
-            total += float(np.sum((p - noisy) ** 2 - p * (1.0 - p) / len(cells))) / std**2
+        for index, noisy, std in observed:
+            p = np.bincount(index, minlength=noisy.size) / len(rows)
+            total += float(np.sum((p - noisy) ** 2 - p * (1.0 - p) / len(rows))) / std**2
             count += noisy.size
         return total / count, count
 
     followers: tuple[int, ...] = ()
-    current = cells_with(followers)
+    current = refined_with(followers)
     for follower, _, _ in tables.couplings:
         coordinate = columns[follower].coordinate
-        trial = cells_with(followers + (follower,))
+        trial = refined_with(followers + (follower,))
         without, count = chi2(current, coordinate)
         if chi2(trial, coordinate)[0] <= max(without, 1.0) + z * math.sqrt(2.0 / count):
             followers, current = followers + (follower,), trial
