@@ -2,9 +2,10 @@
 
 One add-remove release at the given ε on a shared dataset's train split (the bench's split and schema), then per
 column: its off-grid 1-way TVD (bench/offgrid.py's cells), the distinct values, the most frequent value and its
-share, the share of values with more decimals than the real column ever has, and the 1/50/99% quantiles, real
-beside synthetic. Rows are sorted worst first. Then the numeric pairs with real |Spearman| >= 0.8, real beside
-synthetic (near-identical columns should stay so). Internal: it prints statistics of real rows (bench data only).
+share, the share of values with more decimals than the real column ever has, the 1/50/99% quantiles, real
+beside synthetic, and spikes (synthetic values holding >= 0.2% of the rows and 3x their real share). Rows are
+sorted worst first. Then the numeric pairs with real |Spearman| >= 0.8, real beside synthetic (near-identical
+columns should stay so). Internal: it prints statistics of real rows (bench data only).
 
     .venv/bin/python -m bench.look churn pol --epsilon 1 --seed 0
 """
@@ -51,6 +52,9 @@ def look(name: str, epsilon: float, seed: int, top: int) -> None:
         if spec.is_numeric:
             real_text, places = describe(train[spec.name], None)
             synth_text, _ = describe(synthetic[spec.name], places)
+            spikes = _spikes(train[spec.name], synthetic[spec.name])
+            if spikes:
+                synth_text += ", spikes " + ", ".join(f"{v:g} ({s:.2%} vs {r:.2%})" for v, s, r in spikes)
             if spec.kind == "integer":
                 shares = train[spec.name].value_counts(normalize=True)
                 lost = shares[(shares >= 0.01) & ~shares.index.isin(synthetic[spec.name].unique())]
@@ -71,6 +75,16 @@ def look(name: str, epsilon: float, seed: int, top: int) -> None:
         print(f"{column} ({kind}) TVD {tvd:.3f}\n    real  {real_text}\n    synth {synth_text}")
     for a, b, real_rho, synth_rho in strong_pairs(train, synthetic, [s.name for s in schema.columns if s.is_numeric]):
         print(f"pair {a} ~ {b}: Spearman real {real_rho:.3f}, synth {synth_rho:.3f}")
+
+
+def _spikes(real: pd.Series, synthetic: pd.Series, least: float = 0.002, ratio: float = 3.0, show: int = 3):
+    """(value, synthetic share, real share) of the synthetic values that hold at least ``least`` of the rows and
+    ``ratio`` times their real share: point masses the data do not have. Largest first, at most ``show``."""
+    r = pd.to_numeric(real, errors="coerce").value_counts(normalize=True)
+    s = pd.to_numeric(synthetic, errors="coerce").value_counts(normalize=True)
+    s = s[s >= least]
+    excess = s[s >= ratio * r.reindex(s.index).fillna(0.0)]
+    return [(float(v), float(share), float(r.get(v, 0.0))) for v, share in excess.head(show).items()]
 
 
 def strong_pairs(real: pd.DataFrame, synthetic: pd.DataFrame, numeric: list[str], least: float = 0.8):

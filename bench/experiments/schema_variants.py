@@ -70,6 +70,36 @@ def tail_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
     return float(np.mean(shares)) if shares else float("nan")
 
 
+def spike_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema, least: float = 0.002, ratio: float = 3.0
+                ) -> float:
+    """Mean over the numeric columns of the share of synthetic rows on spikes: values (at 6 significant digits, so a
+    float32 copy matches) that hold at least ``least`` of the synthetic rows and ``ratio`` times their real share,
+    counted beyond ``ratio`` times that share. Point masses the data do not have (``bench.look``'s spikes)."""
+    shares = []
+    for c in schema.columns:
+        if c.is_numeric:
+            real, drawn = (pd.Series(np.float64(pd.to_numeric(t[c.name], errors="coerce").dropna()))
+                           .map(lambda v: float(f"{v:.6g}")).value_counts(normalize=True) for t in (train, synthetic))
+            drawn = drawn[drawn >= least]
+            excess = drawn - ratio * real.reindex(drawn.index).fillna(0.0)
+            shares.append(float(excess[excess > 0].sum()))
+    return float(np.mean(shares)) if shares else float("nan")
+
+
+def tail_error(train: pd.DataFrame, synthetic: pd.DataFrame, schema, q: float = 0.01) -> float:
+    """Mean over the numeric columns of the error of the share of synthetic values below the real ``q`` quantile and
+    above the real 1 - ``q`` quantile (each against the real share there), halved: a tail lost or grown."""
+    errors = []
+    for c in schema.columns:
+        if c.is_numeric:
+            real = pd.to_numeric(train[c.name], errors="coerce").dropna().to_numpy(dtype=float)
+            drawn = pd.to_numeric(synthetic[c.name], errors="coerce").dropna().to_numpy(dtype=float)
+            low, high = np.quantile(real, [q, 1 - q])
+            errors.append((abs(np.mean(drawn < low) - np.mean(real < low))
+                           + abs(np.mean(drawn > high) - np.mean(real > high))) / 2)
+    return float(np.mean(errors)) if errors else float("nan")
+
+
 def described(train: pd.DataFrame, synthetic: pd.DataFrame, schema, column: str) -> tuple[float, ...]:
     """One column of one release: its synthetic distinct values, the share no real row holds, its own off-grid
     1-way TVD, and the share of its nonzero synthetic values below the smallest nonzero real value or above the

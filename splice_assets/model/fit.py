@@ -68,6 +68,9 @@ from splice_assets.resolution import (
 
 #: ``FitConfig.marginal_tail_z``: a run of outer coarse bins within this many noise std of zero is read as empty.
 DEFAULT_TAIL_Z = 1.0
+#: ``FitConfig.marginal_island_z``: an outer run of coarse bins cut off from the rest by bins that look empty is read
+#: as noise while its mass stays within this many noise std (0 = never).
+DEFAULT_ISLAND_Z = 3.0
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,11 @@ class FitConfig:
     #: replace-one, whose larger noise let z = 2 cut thin real tails (docs/decisions/0021); z = 0.5 left more values
     #: beyond the real extremes on eight of nine tables (0040).
     marginal_tail_z: float = DEFAULT_TAIL_Z
+    #: After that cut, an outer run of bins separated from the others by bins within ``marginal_tail_z`` noise std of
+    #: zero is cut too while its mass stays within this many noise std (``trimmed_tails``; 0 = never): one bin of
+    #: noise above z sd ends the run the first cut may take, and in a narrow bin of an integer column (a log-scale
+    #: count's 0-1) its mass became a spike at one value. z = 2 left California's spikes (docs/decisions/0054).
+    marginal_island_z: float = DEFAULT_ISLAND_Z
     #: Pool each numeric column's noisy fine table into its coarse 1-way target (``pooled_marginals``).
     pool_fine_tables: bool = True
     #: Shrink each categorical column's pooled 1-way target toward its mean cell (``resolution.shrunk_toward``).
@@ -229,7 +237,8 @@ class FitConfig:
         for name, positive in (("lr", True), ("tol", False), ("tail_sigmas", True), ("sd_min", True),
                                ("tail_penalty", False), ("init_jitter", False), ("marginal_loss_weight", False),
                                ("pair_loss_weight", False), ("joint_min_misfit", False), ("fine_threshold", False),
-                               ("fine_coupling", False), ("marginal_tail_z", False)):
+                               ("fine_coupling", False), ("marginal_tail_z", False),
+                               ("marginal_island_z", False)):
             value = getattr(self, name)
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
@@ -759,7 +768,8 @@ def _pooled(measurement: Measurement, fine: Sequence[FineCells] = ()) -> tuple[l
     return pooled, stds
 
 
-def trimmed_tails(frequencies: np.ndarray, noise_std: float | np.ndarray, z: float = DEFAULT_TAIL_Z) -> np.ndarray:
+def trimmed_tails(frequencies: np.ndarray, noise_std: float | np.ndarray, z: float = DEFAULT_TAIL_Z,
+                  island_z: float = 0.0) -> np.ndarray:
     """A numeric column's noisy coarse table as a distribution over the bins left when its outermost runs of bins
     that look empty are cut: from each end, the longest run of k bins whose noisy mass is at most z times its
     noise std (noise_std * sqrt(k) for equal stds) and whose innermost bin is at most z times its own; the kept bins
@@ -767,7 +777,11 @@ def trimmed_tails(frequencies: np.ndarray, noise_std: float | np.ndarray, z: flo
     std noise_std * sqrt(k), so a run of truly empty bins is kept with probability about Phi(-z), and a run holding
     more than about 2 z noise_std * sqrt(k) of mass is never cut. (Projecting the whole table instead would give
     every cut bin back a share of the mass the noise left missing.) A bin of noise std 0 is empty by the schema
-    (``_pooled``): it stays 0."""
+    (``_pooled``): it stays 0.
+
+    With ``island_z`` > 0 the cut then goes on past an island (``_island_cut``): an outer run of bins whose mass is
+    within ``island_z`` of its noise std, separated from the rest by a gap of bins each within z of its own. One
+    bin of noise above z sd otherwise keeps every empty bin inside it."""
     out = np.array(frequencies, dtype=np.float64)
     std = np.broadcast_to(np.asarray(noise_std, dtype=np.float64), out.shape)
     if not z > 0 or not np.any(std > 0) or len(out) < 2:
@@ -779,6 +793,8 @@ def trimmed_tails(frequencies: np.ndarray, noise_std: float | np.ndarray, z: flo
         spread = np.sqrt(np.cumsum(view_std[:-1] ** 2))
         within = np.flatnonzero((runs <= z * spread) & (view[:-1] <= z * view_std[:-1]))
         cut = int(within[-1]) + 1 if len(within) else 0
+        if island_z > 0:
+            cut += _island_cut(view[cut:], view_std[cut:], z, island_z)
         if from_top:
             hi -= cut
         else:
@@ -791,9 +807,30 @@ def trimmed_tails(frequencies: np.ndarray, noise_std: float | np.ndarray, z: flo
     return trimmed
 
 
+def _island_cut(view: np.ndarray, std: np.ndarray, z: float, island_z: float) -> int:
+    """How many bins to cut from the start of ``view`` (outermost first): the largest a + g such that the first a
+    bins (the island, its innermost bin above z times its noise std) hold at most ``island_z`` times their noise
+    std and the next g (the gap) each at most z times their own, with at least one bin left after them; 0 when there
+    is none. Post-processing of the noisy table."""
+    bins = len(view)
+    empty = view <= z * std  # a bin of noise std 0 is empty by the schema
+    island_mass = np.cumsum(view)
+    island_spread = np.sqrt(np.cumsum(std ** 2))
+    best = 0
+    for a in range(1, bins - 1):
+        if empty[a - 1] or island_mass[a - 1] > island_z * island_spread[a - 1]:
+            continue
+        g = 0
+        while a + g < bins - 1 and empty[a + g]:
+            g += 1
+        if g:
+            best = max(best, a + g)
+    return best
+
+
 def marginal_targets(
     measurement: Measurement, layout: EncodingLayout | None = None, tail_z: float = 0.0,
-    fine: Sequence[FineCells] = (), shrink_categories: bool = False,
+    fine: Sequence[FineCells] = (), shrink_categories: bool = False, island_z: float = 0.0,
 ) -> MarginalTargets | None:
     """The measurement's noisy 1-way marginals, pooled with its 2-way margins and its ``fine`` tables
     (``pooled_marginals``), as targets (None without them); with ``layout`` and ``tail_z`` > 0, every numeric
@@ -806,7 +843,7 @@ def marginal_targets(
         for i, coordinate in enumerate(layout.coordinates):
             if coordinate.is_binned or not coordinate.is_discrete:
                 if tail_z > 0:
-                    tables[i] = trimmed_tails(tables[i], stds[i], tail_z)
+                    tables[i] = trimmed_tails(tables[i], stds[i], tail_z, island_z)
             elif shrink_categories and np.all(stds[i] > 0):
                 tables[i] = shrunk_toward(tables[i], np.full(len(tables[i]), np.mean(tables[i])), float(stds[i][0]))
     return MarginalTargets(np.concatenate(tables), measurement.marginal_weight, measurement.numeric_bins)
@@ -818,7 +855,7 @@ def fit_targets(
     """The 1-way targets a fit with ``config`` reads (``marginal_targets`` with its tail cut, fine-table pooling and
     category shrinkage); the couplings and the shrunk pair tables take their margins from the same ones."""
     return marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else (),
-                            config.shrink_categories)
+                            config.shrink_categories, config.marginal_island_z)
 
 
 def shrunk_pairs(measurement: Measurement, margins: Sequence[np.ndarray]) -> np.ndarray:
