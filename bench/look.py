@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from bench.experiments.pair_selection import fitted_sample
-from bench.offgrid import column_tvd, offgrid_metrics
+from bench.offgrid import column_tvd, offgrid_metrics, spike_values
 from bench.run import prepare
 from splice_assets.private.bounds import decimals_needed
 
@@ -52,9 +52,10 @@ def look(name: str, epsilon: float, seed: int, top: int) -> None:
         if spec.is_numeric:
             real_text, places = describe(train[spec.name], None)
             synth_text, _ = describe(synthetic[spec.name], places)
-            spikes = _spikes(train[spec.name], synthetic[spec.name])
-            if spikes:
-                synth_text += ", spikes " + ", ".join(f"{v:g} ({s:.2%} vs {r:.2%})" for v, s, r in spikes)
+            spikes = spike_values(train[spec.name], synthetic[spec.name]).head(3)
+            if len(spikes):
+                synth_text += ", spikes " + ", ".join(f"{v:g} ({row.synthetic:.2%} vs {row.real:.2%})"
+                                                      for v, row in spikes.iterrows())
             if spec.kind == "integer":
                 shares = train[spec.name].value_counts(normalize=True)
                 lost = shares[(shares >= 0.01) & ~shares.index.isin(synthetic[spec.name].unique())]
@@ -75,16 +76,6 @@ def look(name: str, epsilon: float, seed: int, top: int) -> None:
         print(f"{column} ({kind}) TVD {tvd:.3f}\n    real  {real_text}\n    synth {synth_text}")
     for a, b, real_rho, synth_rho in strong_pairs(train, synthetic, [s.name for s in schema.columns if s.is_numeric]):
         print(f"pair {a} ~ {b}: Spearman real {real_rho:.3f}, synth {synth_rho:.3f}")
-
-
-def _spikes(real: pd.Series, synthetic: pd.Series, least: float = 0.002, ratio: float = 3.0, show: int = 3):
-    """(value, synthetic share, real share) of the synthetic values that hold at least ``least`` of the rows and
-    ``ratio`` times their real share: point masses the data do not have. Largest first, at most ``show``."""
-    r = pd.to_numeric(real, errors="coerce").value_counts(normalize=True)
-    s = pd.to_numeric(synthetic, errors="coerce").value_counts(normalize=True)
-    s = s[s >= least]
-    excess = s[s >= ratio * r.reindex(s.index).fillna(0.0)]
-    return [(float(v), float(share), float(r.get(v, 0.0))) for v, share in excess.head(show).items()]
 
 
 def strong_pairs(real: pd.DataFrame, synthetic: pd.DataFrame, numeric: list[str], least: float = 0.8):

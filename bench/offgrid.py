@@ -46,6 +46,17 @@ def cells(real: pd.Series, synthetic: pd.Series, spec) -> tuple[np.ndarray, np.n
     return _codes_of(real.astype(object).to_numpy(), synthetic.astype(object).to_numpy())
 
 
+def spike_values(real: pd.Series, synthetic: pd.Series, least: float = 0.002, ratio: float = 3.0) -> pd.DataFrame:
+    """Synthetic point masses the data do not have: the values (at 6 significant digits, so a float32 copy matches)
+    holding at least ``least`` of the synthetic rows and ``ratio`` times their real share, largest first, with
+    columns ``synthetic`` and ``real`` (shares)."""
+    drawn, held = (pd.to_numeric(t, errors="coerce").dropna().astype(float).map(lambda v: float(f"{v:.6g}"))
+                   .value_counts(normalize=True) for t in (synthetic, real))
+    drawn = drawn[drawn >= least]
+    shares = pd.DataFrame({"synthetic": drawn, "real": held.reindex(drawn.index).fillna(0.0)})
+    return shares[shares.synthetic >= ratio * shares.real]
+
+
 def column_tvd(real: pd.Series, synthetic: pd.Series, spec) -> float:
     """One column's off-grid 1-way TVD (its ``cells``; missing values as a level of their own)."""
     r, s = cells(real, synthetic, spec)

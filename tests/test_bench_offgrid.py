@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.offgrid import bootstrap, dp_marginals, offgrid_metrics
+from bench.offgrid import bootstrap, dp_marginals, offgrid_metrics, spike_values
 from splice_assets.schema import parse_schema
 
 SCHEMA = parse_schema({
@@ -73,3 +73,15 @@ def test_the_dp_noise_floor_falls_with_epsilon_to_the_bootstrap():
     sample = dp_marginals(t, SCHEMA, 1.0, 1e-9, 9)
     assert list(sample.columns) == list(t.columns) and len(sample) == len(t)
     assert set(sample["colour"]) <= {"red", "green", "blue"} and sample["age"].between(18, 90).all()
+
+
+def test_spikes_are_point_masses_the_data_do_not_have():
+    """A value at 2% of the synthetic rows that 0.1% of the real rows hold is a spike; a real point mass copied at
+    float32 precision (0.0251188636 for 0.025118864315095824) is not, nor is a value below 0.2% of the rows."""
+    real = pd.Series(np.r_[np.arange(1000.0), np.full(30, 0.025118864315095824)])
+    synthetic = pd.Series(np.r_[np.arange(1000.0), np.full(30, np.float32(0.025118864315)), np.full(20, 7.0),
+                                [500.5]])
+    spikes = spike_values(real, synthetic)
+    assert list(spikes.index) == [7.0]
+    assert spikes.loc[7.0, "synthetic"] == pytest.approx(21 / 1051)
+    assert spikes.loc[7.0, "real"] == pytest.approx(1 / 1030)

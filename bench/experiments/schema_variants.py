@@ -27,7 +27,7 @@ import pandas as pd
 
 from bench.common import DATASETS_DIR, split_train_test
 from bench.experiments.pair_selection import best_tstr, fitted_sample, print_means, scores
-from bench.offgrid import column_tvd
+from bench.offgrid import column_tvd, spike_values
 from bench.run import dp_estimate
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
@@ -70,19 +70,14 @@ def tail_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
     return float(np.mean(shares)) if shares else float("nan")
 
 
-def spike_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema, least: float = 0.002, ratio: float = 3.0
-                ) -> float:
-    """Mean over the numeric columns of the share of synthetic rows on spikes: values (at 6 significant digits, so a
-    float32 copy matches) that hold at least ``least`` of the synthetic rows and ``ratio`` times their real share,
-    counted beyond ``ratio`` times that share. Point masses the data do not have (``bench.look``'s spikes)."""
+def spike_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema, ratio: float = 3.0) -> float:
+    """Mean over the numeric columns of the share of synthetic rows on spikes (``offgrid.spike_values``), counted
+    beyond ``ratio`` times the real share of their values."""
     shares = []
     for c in schema.columns:
         if c.is_numeric:
-            real, drawn = (pd.Series(np.float64(pd.to_numeric(t[c.name], errors="coerce").dropna()))
-                           .map(lambda v: float(f"{v:.6g}")).value_counts(normalize=True) for t in (train, synthetic))
-            drawn = drawn[drawn >= least]
-            excess = drawn - ratio * real.reindex(drawn.index).fillna(0.0)
-            shares.append(float(excess[excess > 0].sum()))
+            spikes = spike_values(train[c.name], synthetic[c.name], ratio=ratio)
+            shares.append(float((spikes.synthetic - ratio * spikes.real).sum()))
     return float(np.mean(shares)) if shares else float("nan")
 
 
