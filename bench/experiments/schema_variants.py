@@ -58,41 +58,43 @@ def gap_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
     return float(np.mean(shares)) if shares else float("nan")
 
 
+def _numeric_values(train: pd.DataFrame, synthetic: pd.DataFrame, schema):
+    """(real, synthetic) values of each numeric column as floats, missing values left out."""
+    for c in schema.columns:
+        if c.is_numeric:
+            yield tuple(pd.to_numeric(t[c.name], errors="coerce").dropna().to_numpy(dtype=float)
+                        for t in (train, synthetic))
+
+
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else float("nan")
+
+
 def tail_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:
     """Mean over the numeric columns of the share of synthetic values beyond the real 0.1% and 99.9% quantiles."""
     shares = []
-    for c in schema.columns:
-        if c.is_numeric:
-            real = pd.to_numeric(train[c.name], errors="coerce").dropna().to_numpy(dtype=float)
-            drawn = pd.to_numeric(synthetic[c.name], errors="coerce").dropna().to_numpy(dtype=float)
-            low, high = np.quantile(real, [0.001, 0.999])
-            shares.append(float(np.mean((drawn < low) | (drawn > high))))
-    return float(np.mean(shares)) if shares else float("nan")
+    for real, drawn in _numeric_values(train, synthetic, schema):
+        low, high = np.quantile(real, [0.001, 0.999])
+        shares.append(float(np.mean((drawn < low) | (drawn > high))))
+    return _mean(shares)
 
 
 def spike_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema, ratio: float = 3.0) -> float:
     """Mean over the numeric columns of the share of synthetic rows on spikes (``offgrid.spike_values``), counted
     beyond ``ratio`` times the real share of their values."""
-    shares = []
-    for c in schema.columns:
-        if c.is_numeric:
-            spikes = spike_values(train[c.name], synthetic[c.name], ratio=ratio)
-            shares.append(float((spikes.synthetic - ratio * spikes.real).sum()))
-    return float(np.mean(shares)) if shares else float("nan")
+    spikes = [spike_values(train[c.name], synthetic[c.name], ratio=ratio) for c in schema.columns if c.is_numeric]
+    return _mean([float((s.synthetic - ratio * s.real).sum()) for s in spikes])
 
 
 def tail_error(train: pd.DataFrame, synthetic: pd.DataFrame, schema, q: float = 0.01) -> float:
     """Mean over the numeric columns of the error of the share of synthetic values below the real ``q`` quantile and
     above the real 1 - ``q`` quantile (each against the real share there), halved: a tail lost or grown."""
     errors = []
-    for c in schema.columns:
-        if c.is_numeric:
-            real = pd.to_numeric(train[c.name], errors="coerce").dropna().to_numpy(dtype=float)
-            drawn = pd.to_numeric(synthetic[c.name], errors="coerce").dropna().to_numpy(dtype=float)
-            low, high = np.quantile(real, [q, 1 - q])
-            errors.append((abs(np.mean(drawn < low) - np.mean(real < low))
-                           + abs(np.mean(drawn > high) - np.mean(real > high))) / 2)
-    return float(np.mean(errors)) if errors else float("nan")
+    for real, drawn in _numeric_values(train, synthetic, schema):
+        low, high = np.quantile(real, [q, 1 - q])
+        errors.append((abs(np.mean(drawn < low) - np.mean(real < low))
+                       + abs(np.mean(drawn > high) - np.mean(real > high))) / 2)
+    return _mean(errors)
 
 
 def described(train: pd.DataFrame, synthetic: pd.DataFrame, schema, column: str) -> tuple[float, ...]:
