@@ -40,6 +40,8 @@ class Coordinate:
     column: str
     role: Role
     levels: int
+    #: How many of the levels, from the first, are an ordinal column's categories in their public order (0: none).
+    ordered: int = 0
 
     @property
     def is_discrete(self) -> bool:
@@ -80,7 +82,8 @@ class EncodingLayout:
 def _column_coordinates(spec: ColumnSpec) -> list[Coordinate]:
     if spec.is_discrete:
         assert spec.categories is not None
-        return [Coordinate(spec.name, "value", len(spec.categories) + int(spec.nullable))]
+        ordered = len(spec.categories) if spec.kind == "ordinal" else 0
+        return [Coordinate(spec.name, "value", len(spec.categories) + int(spec.nullable), ordered)]
     coords = [Coordinate(spec.name, "value", 0)]
     if spec.sentinels:
         coords.append(Coordinate(spec.name, "exact", len(spec.sentinels) + 1))
@@ -158,6 +161,11 @@ def value_of(z: np.ndarray, lo: float, hi: float, scale: str = "linear", knots: 
 def _knot_map(knots: tuple[float, ...], lo: float, hi: float, scale: str) -> tuple[np.ndarray, np.ndarray]:
     """The knots' positions on the scale, and the equally spaced points of [-1, 1] they map to."""
     return _scaled(np.asarray(knots, dtype=np.float64), lo, hi, scale), np.linspace(-1.0, 1.0, len(knots))
+
+
+def bin_widths_on_scale(knots: tuple[float, ...], lo: float, hi: float, scale: str) -> np.ndarray:
+    """The width on the column's scale of each bin between consecutive ``knots`` (lo first and hi last)."""
+    return np.diff(_scaled(np.asarray(knots, dtype=np.float64), lo, hi, scale))
 
 
 def _scaled(values: np.ndarray, lo: float, hi: float, scale: str) -> np.ndarray:

@@ -29,6 +29,7 @@ import numpy as np
 from splice_assets.layout import (
     DEFAULT_NUMERIC_BINS,
     at_point,
+    bin_widths_on_scale,
     cube_of,
     in_cube,
     layout_for,
@@ -70,6 +71,12 @@ DEFAULT_FINE_LEVEL_FIRST = True
 #: ... and a column's tail bins toward an exponential density where it fits them better than a straight one
 #: (``FineTables.exponential_tails``; docs/decisions/0043).
 DEFAULT_FINE_EXPONENTIAL_TAILS = True
+#: ... in every bin of a tail's falling run, not only the outermost (``FineTables.tail_runs``). Off: it cost
+#: California's qtvd1 .0006-.0011 and gave magic nothing on top of ``knot_shapes`` (docs/decisions/0057).
+DEFAULT_FINE_TAIL_RUNS = False
+#: ... and the bin shapes read densities on the column's scale where its bins have unequal widths
+#: (``FineTables.knot_shapes``; magic's qtvd1 -9 to -14%, values beyond the real extremes -36%: docs/decisions/0057).
+DEFAULT_FINE_KNOT_SHAPES = True
 #: Draw the rows of a bin at evenly spaced quantiles of its fine table, in random order (``FineTables.stratified``;
 #: docs/decisions/0045).
 DEFAULT_FINE_STRATIFIED = True
@@ -128,6 +135,14 @@ class FineCells:
     @property
     def size(self) -> int:
         return self.n_cells + self.intervals * self.split
+
+    def bin_widths(self, numeric_bins: int) -> np.ndarray:
+        """The width of each coarse bin on the column's scale (all equal without ``knots``), which the bin shapes
+        read densities by: with knots a wide outer bin and a narrow inner one hold similar masses at very different
+        densities."""
+        if not self.knots or len(self.knots) != numeric_bins + 1:
+            return np.ones(numeric_bins)
+        return bin_widths_on_scale(self.knots, self.lo, self.hi, self.scale)
 
     def tentative_cells(self) -> np.ndarray:
         """Which cells are the points of ``tentative`` (a mask over the ``n_cells`` fine cells)."""
@@ -315,6 +330,11 @@ class FineTables:
     #: Shrink a column's tail bins toward an exponential density where it fits their cells better than the straight
     #: one (``_tail_bins``, ``_steeper_tail``).
     exponential_tails: bool = DEFAULT_FINE_EXPONENTIAL_TAILS
+    #: ... not only the outermost bin on each side but every bin of the run that falls toward it (``_tail_bins``).
+    tail_runs: bool = DEFAULT_FINE_TAIL_RUNS
+    #: The bin shapes read the neighbours' densities on the column's scale (mass / ``FineCells.bin_widths``), not
+    #: their masses: a column with ``knots`` has bins of unequal widths.
+    knot_shapes: bool = DEFAULT_FINE_KNOT_SHAPES
     #: The rows of a bin take evenly spaced quantiles of its fine table, in random order (a stratified draw: the
     #: bin's values follow the table up to one row per bin instead of up to multinomial noise); else independent.
     stratified: bool = DEFAULT_FINE_STRATIFIED
@@ -372,16 +392,17 @@ class FineTables:
         points = [np.clip(fine[(parents == bin_) & declared], 0.0, None).sum() for bin_ in range(numeric_bins)]
         masses = np.array([fine[inside].sum() if coarse is None else max(coarse[bin_] - points[bin_], 0.0)
                            for bin_, inside in enumerate(inside_of)])
-        tails = _tail_bins(masses) if self.exponential_tails and column.intervals else {}
+        widths = column.bin_widths(numeric_bins) if self.knot_shapes else np.ones(numeric_bins)
+        tails = (_tail_bins(masses / widths, self.tail_runs) if self.exponential_tails and column.intervals else {})
         for bin_, inside in enumerate(inside_of):
             if len(inside):
                 cells = fine[inside]
                 if shrink:
                     if self.level_first:  # the projection's own first move, so the shrinkage sees only the shape
                         cells = cells + (masses[bin_] - cells.sum()) / len(cells)
-                    shape = _bin_shape(masses, bin_, len(inside))
+                    shape = _bin_shape(masses, bin_, len(inside), widths)
                     if bin_ in tails and inside[0] >= len(column.points):  # intervals only, in value order
-                        shape = _steeper_tail(cells, shape, _tail_shape(masses, bin_, cells, tails[bin_]),
+                        shape = _steeper_tail(cells, shape, _tail_shape(masses, bin_, cells, tails[bin_], widths),
                                               noise_std)
                     cells = shrunk_toward(cells, shape, noise_std)
                 weights[inside] = _project(cells[None, :], np.array([masses[bin_]]))[0]
@@ -623,22 +644,29 @@ def _smoothed(cells: np.ndarray, holds: np.ndarray, noise_std: float) -> np.ndar
     return out
 
 
-def _tail_bins(masses: np.ndarray) -> dict[int, bool]:
+def _tail_bins(masses: np.ndarray, runs: bool = False) -> dict[int, bool]:
     """The outermost bins with mass on each side that hold less than their inner neighbour (the column's tails), each
-    with whether its density rises with the value (the lower tail) or falls (the upper one)."""
+    with whether its density rises with the value (the lower tail) or falls (the upper one); with ``runs``, every
+    bin of the run inward from each of them that holds less than its inner neighbour too (the bins of a
+    falling tail: with ``knots`` its outer bins are wide, and the density falls steeply inside several)."""
     occupied = np.flatnonzero(masses > 0)
     if len(occupied) < 2:
         return {}
     first, last = int(occupied[0]), int(occupied[-1])
     tails = {}
-    if masses[first] < masses[first + 1]:
-        tails[first] = True
-    if masses[last] < masses[last - 1]:
-        tails[last] = False
+    bin_ = first
+    while bin_ < last and masses[bin_] < masses[bin_ + 1] and (bin_ == first or runs):
+        tails[bin_] = True
+        bin_ += 1
+    bin_ = last
+    while bin_ > first and masses[bin_] < masses[bin_ - 1] and (bin_ == last or runs) and bin_ not in tails:
+        tails[bin_] = False
+        bin_ -= 1
     return tails
 
 
-def _tail_shape(masses: np.ndarray, bin_: int, cells: np.ndarray, rising: bool) -> np.ndarray:
+def _tail_shape(masses: np.ndarray, bin_: int, cells: np.ndarray, rising: bool,
+                widths: np.ndarray | None = None) -> np.ndarray:
     """A tail bin's mass spread over its ``cells`` along the exponential density, rising with the value in the lower
     tail and falling in the upper one, nearest to the noisy cells in least squares (post-processing: one parameter
     read from the noisy cells). A straight density (``_bin_shape``) cannot follow a tail that falls steeply inside
@@ -656,8 +684,12 @@ def _tail_shape(masses: np.ndarray, bin_: int, cells: np.ndarray, rising: bool) 
         density = np.exp(rate * (position - 1.0))
         return density * (mass / density.sum())
 
-    # At least as steep as the fall from the inner neighbour's mass to this bin's, over one bin.
-    least = math.log(float(masses[bin_ + 1] if rising else masses[bin_ - 1]) / mass)
+    # At least as steep as the fall from the inner neighbour's density to this bin's, over the distance between
+    # their centres (one bin when the widths are equal), per width of this bin.
+    widths = np.ones(len(masses)) if widths is None else widths
+    inner = bin_ + 1 if rising else bin_ - 1
+    fall = math.log(float(masses[inner] / widths[inner]) / (mass / float(widths[bin_])))
+    least = fall * float(widths[bin_]) / (0.5 * float(widths[inner] + widths[bin_]))
     fit = minimize_scalar(lambda rate: float(np.sum((cells - shape(rate)) ** 2)), bounds=(least, least + 50.0),
                           method="bounded", options={"xatol": 1e-3})
     return shape(float(fit.x))
@@ -670,14 +702,20 @@ def _steeper_tail(cells: np.ndarray, straight: np.ndarray, steep: np.ndarray, no
     return steep if gain > 2.0 * noise_std**2 else straight
 
 
-def _bin_shape(masses: np.ndarray, bin_: int, cells: int) -> np.ndarray:
+def _bin_shape(masses: np.ndarray, bin_: int, cells: int, widths: np.ndarray | None = None) -> np.ndarray:
     """The mass of coarse bin ``bin_`` spread over its ``cells`` equal cells along a straight density whose slope
-    is the difference of the neighbouring bins' masses (a missing neighbour counts as this bin), clipped at 0."""
+    is that between the neighbouring bins' densities (mass / width, ``widths`` equal by default; a missing
+    neighbour counts as this bin) at their centres, clipped at 0."""
+    widths = np.ones(len(masses)) if widths is None else widths
+    centres = np.cumsum(widths) - 0.5 * widths
     here = max(float(masses[bin_]), 0.0)
-    below = max(float(masses[bin_ - 1]), 0.0) if bin_ > 0 else here
-    above = max(float(masses[bin_ + 1]), 0.0) if bin_ + 1 < len(masses) else here
-    position = (np.arange(cells) + 0.5) / cells - 0.5
-    density = np.clip(here + (above - below) / 2.0 * position, 0.0, None)
+    density_here = here / float(widths[bin_])
+    low, high = max(bin_ - 1, 0), min(bin_ + 1, len(masses) - 1)
+    below = max(float(masses[low]), 0.0) / float(widths[low]) if low < bin_ else density_here
+    above = max(float(masses[high]), 0.0) / float(widths[high]) if high > bin_ else density_here
+    span = float(centres[high] - centres[low]) if high > low else 1.0
+    position = ((np.arange(cells) + 0.5) / cells - 0.5) * float(widths[bin_])
+    density = np.clip(density_here + (above - below) / span * position, 0.0, None)
     total = density.sum()
     return density * (here / total) if total > 0 else np.full(cells, here / cells)
 

@@ -540,6 +540,62 @@ def test_only_categorical_targets_are_shrunk():
             np.testing.assert_array_equal(before, after)
 
 
+def test_ordinal_tables_shrunk_toward_their_smooth_shape_are_nearer_the_truth():
+    """An ordinal column's noisy 1-way table shrunk toward its log-quadratic shape (``ordinal_shape``) is nearer the
+    truth than one shrunk toward its mean cell: three of coil2000's 10-level ordinals (income and purchasing-power
+    codes: skewed, unimodal with a heavy tail, decreasing), 1.4% noise std per cell (its pooled targets'),
+    300 draws each, TVD after the projection onto the simplex. Measured: 0.93 of the mean-cell error (tolerance
+    0.95), and fewer of the 1%-levels zeroed (49 against 122)."""
+    from splice_assets.model.fit import ordinal_shape, simplex_projection
+    from splice_assets.resolution import shrunk_toward
+
+    truths = np.array([[0.4, 0.8, 11.2, 32.9, 31.5, 12.7, 6.5, 2.4, 1.2, 0.4],
+                       [7.3, 6.5, 16.8, 23.8, 24.3, 12.4, 5.3, 2.4, 0.6, 0.7],
+                       [55.7, 22.9, 12.8, 4.3, 2.9, 1.1, 0.1, 0.0, 0.1, 0.1]]) / 100.0
+    rng = np.random.default_rng(21)
+    std = 0.014
+    error = {"mean": 0.0, "shape": 0.0}
+    zeroed = {"mean": 0, "shape": 0}
+    for truth in truths:
+        truth = truth / truth.sum()
+        for _ in range(300):
+            noisy = truth + rng.standard_normal(len(truth)) * std
+            for name, target in (("mean", np.full(len(truth), noisy.mean())), ("shape", ordinal_shape(noisy))):
+                out = simplex_projection(shrunk_toward(noisy, target, std))
+                error[name] += 0.5 * float(np.abs(out - truth).sum())
+                zeroed[name] += int(np.sum((truth >= 0.01) & (out <= 0.0)))
+    assert error["shape"] < 0.95 * error["mean"], error
+    assert zeroed["shape"] <= zeroed["mean"], zeroed
+
+
+def test_smooth_ordinals_touch_only_ordinal_columns_with_six_levels_or_more():
+    """``marginal_targets(smooth_ordinals=True)`` changes the table of an ordinal column of 6 or more categories (not
+    its missing level, left as pooled) and leaves a 5-level ordinal and the other columns as the mean-cell shrinkage
+    has them."""
+    from splice_assets.model.fit import marginal_targets
+
+    schema = parse_schema({"name": "ordinals", "version": 1, "n_min": 2, "columns": [
+        {"name": "b", "kind": "categorical", "categories": list("uvwxyz")},
+        {"name": "c", "kind": "ordinal", "categories": [1, 2, 3, 4, 5]},
+        {"name": "e", "kind": "ordinal", "categories": list(range(10)), "nullable": True},
+    ]})
+    layout = layout_for(schema)
+    assert [c.ordered for c in layout.coordinates] == [0, 5, 10]
+    plan, cal = measuring.make_plan(schema, 400, 1.0, 1e-6, 16, 4, marginal_share=0.2, pair_share=0.5)
+    rng = np.random.default_rng(5)
+    x = np.column_stack([c.grid()[rng.integers(c.levels, size=400)] for c in layout.coordinates])
+    stats = measuring.exact_statistics(x, plan, layout)
+    h1 = stats.marginals + rng.standard_normal(stats.marginals.shape) * cal.marginal_noise_std()
+    h2 = stats.pairs + rng.standard_normal(stats.pairs.shape) * cal.pair_noise_std()
+    noisy = measuring.measurement_of(plan, cal, layout.d, stats.moments, h1, h2)
+    plain = marginal_targets(noisy, layout, shrink_categories=True).per_coordinate(layout)
+    smooth = marginal_targets(noisy, layout, shrink_categories=True, smooth_ordinals=True).per_coordinate(layout)
+    np.testing.assert_array_equal(plain[0], smooth[0])
+    np.testing.assert_array_equal(plain[1], smooth[1])
+    assert not np.allclose(plain[2][:10], smooth[2][:10])
+    assert smooth[2][10] == marginal_targets(noisy, layout).per_coordinate(layout)[2][10]
+
+
 def test_pair_shrinkage_moves_noise_toward_independence_and_keeps_strong_dependence():
     """``shrunk_pairs`` (an option, measured and not adopted: docs/decisions/0037) on tables built here: each pair of
     independent columns is the exact product of its margins plus the mechanism's noise, and shrinking moves it

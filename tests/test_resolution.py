@@ -656,3 +656,35 @@ def test_a_follower_is_kept_only_where_the_noisy_tables_support_its_copula(tmp_p
     save_model(synth.model, tmp_path / "model")
     loaded = load_model(tmp_path / "model").fine
     assert loaded is not None and loaded.followers == synth.model.fine.followers
+
+
+def test_bin_shapes_read_densities_across_knotted_bins_of_unequal_widths():
+    """A column with ``knots`` at the quantiles of an exponential density (mean 5 on bounds [0, 100]: magic's rows
+    sit far inside its public bounds): its 16 bins hold equal masses, so their masses show no slope, while the
+    density falls steeply inside the wider outer ones. With noise as large as a fine cell's mass, a straight shape
+    drawn from the neighbours' masses spreads the outer bin toward the bound; drawn from their densities on the
+    scale (``knot_shapes``), it falls with the data. Over 50 noise draws (fixed seed) the squared error of the fine
+    weights falls to 0.34 of the mass-slope one (tolerance 0.6); without knots the two are identical."""
+    from splice_assets.resolution import column_fine_cells
+
+    quantile = lambda p: -5.0 * np.log1p(-p * (1.0 - np.exp(-20.0)))  # noqa: E731 (the truncated exponential)
+    knots = [0.0, *np.round(quantile(np.arange(1, 16) / 16), 6), 100.0]
+    spec = parse_schema({"name": "knotted", "version": 1, "n_min": 10, "columns": [
+        {"name": "x", "kind": "continuous", "bounds": [0, 100], "knots": knots}]}).columns[0]
+    column = column_fine_cells(spec, 0, None, 256)
+    edges = column.values(np.linspace(-1.0, 1.0, 257))
+    cdf = (1.0 - np.exp(-edges / 5.0)) / (1.0 - np.exp(-20.0))
+    truth = np.diff(cdf)
+    masses = truth.reshape(16, 16).sum(axis=1)
+    rng = np.random.default_rng(23)
+    error = {True: 0.0, False: 0.0}
+    for _ in range(50):
+        noisy = truth + rng.normal(0.0, 0.004, truth.size)
+        for knot_shapes in (True, False):
+            weights, _ = FineTables(noisy, 0.004, 256, knot_shapes=knot_shapes).consistent(column, noisy, masses)
+            error[knot_shapes] += float(np.sum((weights - truth) ** 2))
+    assert error[True] < 0.6 * error[False], error
+    plain = column_fine_cells(dataclasses.replace(spec, knots=()), 0, None, 256)
+    noisy = truth + rng.normal(0.0, 0.004, truth.size)
+    np.testing.assert_array_equal(FineTables(noisy, 0.004, 256, knot_shapes=True).consistent(plain, noisy, masses)[0],
+                                  FineTables(noisy, 0.004, 256).consistent(plain, noisy, masses)[0])

@@ -57,7 +57,9 @@ from splice_assets.resolution import (
     COUPLING_MAX_ERROR,
     DEFAULT_FINE_COUPLING,
     DEFAULT_FINE_EXPONENTIAL_TAILS,
+    DEFAULT_FINE_KNOT_SHAPES,
     DEFAULT_FINE_STRATIFIED,
+    DEFAULT_FINE_TAIL_RUNS,
     DEFAULT_FINE_THRESHOLD,
     FineCells,
     FineTables,
@@ -68,6 +70,9 @@ from splice_assets.resolution import (
 
 #: ``FitConfig.marginal_tail_z``: a run of outer coarse bins within this many noise std of zero is read as empty.
 DEFAULT_TAIL_Z = 1.0
+#: ``FitConfig.smooth_ordinals``: only ordinal columns with at least this many categories (the shape has three
+#: parameters, and James-Stein gains from the cells beyond them).
+MIN_SMOOTHED_LEVELS = 6
 #: ``FitConfig.marginal_island_z``: an outer run of coarse bins cut off from the rest by bins that look empty is read
 #: as noise while its mass stays within this many noise std (0 = never).
 DEFAULT_ISLAND_Z = 3.0
@@ -203,6 +208,10 @@ class FitConfig:
     pool_fine_tables: bool = True
     #: Shrink each categorical column's pooled 1-way target toward its mean cell (``resolution.shrunk_toward``).
     shrink_categories: bool = True
+    #: Shrink each ordinal column's pooled 1-way target toward its nearest log-quadratic shape (``ordinal_shape``)
+    #: instead of its mean cell, its frequent cells left alone: coil2000's qtvd1 .0309 -> .0286, qtvd2 .0836 ->
+    #: .0797 (docs/decisions/0056).
+    smooth_ordinals: bool = True
     #: Shrink each noisy 2-way table toward the product of its columns' 1-way targets (``shrunk_pairs``) before the
     #: fit, the links, the tilt and the field read it. Off: it cost adult and California (docs/decisions/0037).
     shrink_pairs: bool = False
@@ -218,6 +227,11 @@ class FitConfig:
     #: Shrink a column's tail bins toward an exponential density where it fits them better than a straight one
     #: (``FineTables.exponential_tails``).
     fine_exponential_tails: bool = DEFAULT_FINE_EXPONENTIAL_TAILS
+    #: ... in every bin of a tail's falling run, not only the outermost (``FineTables.tail_runs``).
+    fine_tail_runs: bool = DEFAULT_FINE_TAIL_RUNS
+    #: The bin shapes read densities on the column's scale where its knots make the bins unequal
+    #: (``FineTables.knot_shapes``).
+    fine_knot_shapes: bool = DEFAULT_FINE_KNOT_SHAPES
     #: Draw a bin's rows at evenly spaced quantiles of its fine table (``FineTables.stratified``).
     fine_stratified: bool = DEFAULT_FINE_STRATIFIED
     #: A coupled follower's rows far outside its copula's band take their bins from the copula where the noisy tables
@@ -243,8 +257,9 @@ class FitConfig:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
                 raise ValueError(f"{name} must be a number {'in (0, inf)' if positive else '>= 0'}, got {value!r}")
-        for name in ("pool_fine_tables", "shrink_categories", "shrink_pairs", "shrink_strong_pairs", "fine_smoothing",
-                     "fine_level_first", "fine_exponential_tails", "fine_stratified"):
+        for name in ("pool_fine_tables", "shrink_categories", "smooth_ordinals", "shrink_pairs", "shrink_strong_pairs",
+                     "fine_smoothing", "fine_level_first", "fine_exponential_tails", "fine_tail_runs",
+                     "fine_knot_shapes", "fine_stratified"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         z = self.fine_follow_z
@@ -831,11 +846,14 @@ def _island_cut(view: np.ndarray, std: np.ndarray, z: float, island_z: float) ->
 def marginal_targets(
     measurement: Measurement, layout: EncodingLayout | None = None, tail_z: float = 0.0,
     fine: Sequence[FineCells] = (), shrink_categories: bool = False, island_z: float = 0.0,
+    smooth_ordinals: bool = False,
 ) -> MarginalTargets | None:
     """The measurement's noisy 1-way marginals, pooled with its 2-way margins and its ``fine`` tables
     (``pooled_marginals``), as targets (None without them); with ``layout`` and ``tail_z`` > 0, every numeric
     column's tails trimmed (``trimmed_tails``), and with ``shrink_categories`` every other coordinate's table
-    shrunk toward its mean cell, its frequent cells left alone (``resolution.shrunk_toward``)."""
+    shrunk toward its mean cell, its frequent cells left alone (``resolution.shrunk_toward``); with
+    ``smooth_ordinals`` too, an ordinal column of ``MIN_SMOOTHED_LEVELS`` categories or more toward its
+    log-quadratic shape instead (``ordinal_shape``; its missing level as pooled)."""
     if not measurement.marginal_sizes:
         return None
     tables, stds = _pooled(measurement, fine)
@@ -844,18 +862,42 @@ def marginal_targets(
             if coordinate.is_binned or not coordinate.is_discrete:
                 if tail_z > 0:
                     tables[i] = trimmed_tails(tables[i], stds[i], tail_z, island_z)
+            elif (shrink_categories and smooth_ordinals and coordinate.ordered >= MIN_SMOOTHED_LEVELS
+                  and np.all(stds[i] > 0)):
+                k = coordinate.ordered
+                tables[i][:k] = shrunk_toward(tables[i][:k], ordinal_shape(tables[i][:k]), float(stds[i][0]))
             elif shrink_categories and np.all(stds[i] > 0):
                 tables[i] = shrunk_toward(tables[i], np.full(len(tables[i]), np.mean(tables[i])), float(stds[i][0]))
     return MarginalTargets(np.concatenate(tables), measurement.marginal_weight, measurement.numeric_bins)
+
+
+def ordinal_shape(table: np.ndarray) -> np.ndarray:
+    """The discretised log-quadratic density exp(a + b t + c t^2) over an ordinal column's levels (t evenly spaced in
+    [-1, 1]) nearest to its noisy frequencies in least squares: a smooth, possibly skewed, unimodal (or U-shaped)
+    shape of three parameters that ``marginal_targets`` shrinks the table toward. Post-processing of the noisy
+    table."""
+    from scipy.optimize import least_squares
+
+    t = np.linspace(-1.0, 1.0, len(table))
+    design = np.column_stack([np.ones_like(t), t, t * t])
+
+    def shape(theta: np.ndarray) -> np.ndarray:
+        return np.exp(np.clip(design @ theta, -50.0, 50.0))
+
+    floor = max(float(np.clip(table, 0.0, None).sum()), 1e-12) / (10.0 * len(table))
+    start = np.linalg.lstsq(design, np.log(np.maximum(table, floor)), rcond=None)[0]
+    fitted = least_squares(lambda theta: shape(theta) - table, start, jac=lambda theta: design * shape(theta)[:, None])
+    return shape(fitted.x)
 
 
 def fit_targets(
     measurement: Measurement, layout: EncodingLayout, config: FitConfig, fine: Sequence[FineCells] = ()
 ) -> MarginalTargets | None:
     """The 1-way targets a fit with ``config`` reads (``marginal_targets`` with its tail cut, fine-table pooling and
-    category shrinkage); the couplings and the shrunk pair tables take their margins from the same ones."""
+    category shrinkage, an ordinal's toward its shape); the couplings and the shrunk pair tables take their margins
+    from the same ones."""
     return marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else (),
-                            config.shrink_categories, config.marginal_island_z)
+                            config.shrink_categories, config.marginal_island_z, config.smooth_ordinals)
 
 
 def shrunk_pairs(measurement: Measurement, margins: Sequence[np.ndarray]) -> np.ndarray:

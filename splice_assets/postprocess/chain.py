@@ -75,6 +75,7 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
     fine = FineTables(measurement.noisy_fine, measurement.marginal_noise_std(), measurement.fine_bins,
                       config.fine_threshold, measurement.fine_split, couplings, smooth=config.fine_smoothing,
                       level_first=config.fine_level_first, exponential_tails=config.fine_exponential_tails,
+                      tail_runs=config.fine_tail_runs, knot_shapes=config.fine_knot_shapes,
                       stratified=config.fine_stratified, grid_weight=measurement.grid_weight,
                       interval_weight=measurement.interval_weight)
     model = replace(model, fine=fine)
