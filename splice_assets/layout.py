@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -41,7 +41,8 @@ class Coordinate:
     role: Role
     levels: int
     #: How many of the levels, from the first, are an ordinal column's categories in their public order (0: none).
-    ordered: int = 0
+    #: Read by the fit alone: it takes no part in comparing layouts, so a bundle's saved layout still matches.
+    ordered: int = field(default=0, compare=False)
 
     @property
     def is_discrete(self) -> bool:

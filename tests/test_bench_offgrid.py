@@ -85,3 +85,27 @@ def test_spikes_are_point_masses_the_data_do_not_have():
     assert list(spikes.index) == [7.0]
     assert spikes.loc[7.0, "synthetic"] == pytest.approx(21 / 1051)
     assert spikes.loc[7.0, "real"] == pytest.approx(1 / 1030)
+
+
+def test_rules_between_discrete_columns_are_found_and_scored():
+    """``rule_share``: b = a // 2 in every real row is a rule; the synthetic rows keep it in half of them (the other
+    half draw b at random from another level, or hold an a no real row holds). c, independent of a and b, makes
+    no rule, and neither does a column nearly constant."""
+    from bench.experiments.schema_variants import rule_share
+
+    schema = parse_schema({"name": "rules", "version": 1, "n_min": 2, "columns": [
+        {"name": "a", "kind": "categorical", "categories": list(range(8))},
+        {"name": "b", "kind": "categorical", "categories": list(range(4))},
+        {"name": "c", "kind": "categorical", "categories": [0, 1]},
+        {"name": "d", "kind": "categorical", "categories": [0, 1]},
+    ]})
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 8, 4000)
+    real = pd.DataFrame({"a": a, "b": a // 2, "c": rng.integers(0, 2, 4000), "d": (rng.random(4000) < 0.001) * 1})
+    assert rule_share(real, real, schema) == 1.0
+    synthetic = real.copy()
+    broken = np.arange(4000) % 2 == 1
+    synthetic.loc[broken, "b"] = (synthetic.loc[broken, "b"] + 1) % 4
+    synthetic.loc[np.arange(4000) % 4 == 1, "a"] = 9  # an a no real row holds breaks the rule too
+    assert rule_share(real, synthetic, schema) == pytest.approx(0.5)
+    assert np.isnan(rule_share(real.drop(columns="b").assign(b=rng.integers(0, 4, 4000)), real, schema))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from bench.experiments.pair_selection import scores
-from bench.experiments.schema_variants import gap_share, spike_share, tail_error, tail_share
+from bench.experiments.schema_variants import gap_share, rule_share, spike_share, tail_error, tail_share
 from bench.experiments.within_bin_copula import spearman_errors
 from bench.run import prepared_datasets
 from splice_assets import PostProcessingSettings, Synthesizer
@@ -27,8 +27,8 @@ KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd2", "tvd3", "tstr", "chi2")
 
 
 def release_scores(prepared, synth: Synthesizer, seed: int) -> dict[str, float]:
-    """``pair_selection.scores`` of the release's rows, ``schema_variants.tail_share``, ``gap_share``, ``spike_share``
-    and ``tail_error``, ``strong``
+    """``pair_selection.scores`` of the release's rows, ``schema_variants.tail_share``, ``gap_share``, ``spike_share``,
+    ``tail_error`` and ``rule_share``, ``strong``
     (the mean |Spearman error| over the numeric pairs with real |Spearman| >= 0.8; NaN: none) and TSTR (the best
     learner's primary metric)."""
     rows = sample_table(synth.model, synth.schema, len(prepared.train), seed)
@@ -40,7 +40,8 @@ def release_scores(prepared, synth: Synthesizer, seed: int) -> dict[str, float]:
     return {**scores(prepared.train, rows, prepared.schema), "tails": tail_share(prepared.train, rows, prepared.schema),
             "spikes": spike_share(prepared.train, rows, prepared.schema),
             "tail_error": tail_error(prepared.train, rows, prepared.schema),
-            "gaps": gap_share(prepared.train, rows, prepared.schema), "strong": strong, "tstr": best, "chi2": chi2}
+            "gaps": gap_share(prepared.train, rows, prepared.schema),
+            "rules": rule_share(prepared.train, rows, prepared.schema), "strong": strong, "tstr": best, "chi2": chi2}
 
 
 def main() -> None:

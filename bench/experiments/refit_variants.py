@@ -9,6 +9,8 @@ synthetic values beyond the real 0.1%/99.9% quantiles, ``schema_variants.tail_sh
 integer column's values held by 0.1% of the real rows that are never drawn, ``schema_variants.gap_share``),
 ``spikes`` (the share of rows on synthetic point masses the data do not have, ``schema_variants.spike_share``),
 ``tail_error`` (the error of the shares beyond the real 1% and 99% quantiles, ``schema_variants.tail_error``),
+``rules`` (the share of synthetic rows that keep the real rows' functions between discrete columns,
+``schema_variants.rule_share``),
 ``strong`` (the mean |Spearman error| over the numeric pairs with real |Spearman| >= 0.8) and TSTR
 (the best learner's AUC or R² on the real test split).
 
@@ -30,7 +32,7 @@ from bench.run import prepared_datasets
 from splice_assets import Synthesizer
 
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "tails", "gaps", "spikes",
-        "tail_error", "strong", "tstr")
+        "tail_error", "rules", "strong", "tstr")
 
 
 def overrides(variant: str) -> dict[str, Any]:

@@ -86,6 +86,37 @@ def spike_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema, ratio: flo
     return _mean([float((s.synthetic - ratio * s.real).sum()) for s in spikes])
 
 
+#: ``rule_share``: integer columns with at most this many distinct real values can hold or make a rule.
+MAX_RULE_VALUES = 100
+
+
+def rule_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema, holds: float = 0.99) -> float:
+    """Mean over the rules of the share of synthetic rows that keep them, where a rule is a discrete column b that is
+    a function of another, a, in the real rows: b equals its most frequent value given a in at least ``holds`` of
+    them, and b's own most frequent value holds fewer (coil2000's customer subtype fixes its main type). A row
+    whose a the real rows do not hold breaks the rule. Integer columns of at most ``MAX_RULE_VALUES`` real values
+    count as discrete (adult's education fixes its `education_num`). NaN: no rule."""
+    names = [c.name for c in schema.columns
+             if c.is_discrete or (c.kind == "integer" and train[c.name].nunique() <= MAX_RULE_VALUES)]
+    codes, synthetic_codes, levels = {}, {}, {}
+    for name in names:
+        values = pd.Index(pd.unique(train[name].astype(str)))
+        codes[name] = values.get_indexer(train[name].astype(str))
+        synthetic_codes[name] = values.get_indexer(synthetic[name].astype(str))  # -1: a value no real row holds
+        levels[name] = len(values)
+    shares = []
+    for a in names:
+        for b in names:
+            if a == b or np.bincount(codes[b]).max() >= holds * len(train):
+                continue
+            counts = np.bincount(codes[a] * levels[b] + codes[b], minlength=levels[a] * levels[b])
+            counts = counts.reshape(levels[a], levels[b])
+            if counts.max(axis=1).sum() >= holds * len(train):
+                rule = np.append(counts.argmax(axis=1), -2)  # index -1 (unseen a) maps to no b
+                shares.append(float(np.mean(synthetic_codes[b] == rule[synthetic_codes[a]])))
+    return _mean(shares)
+
+
 def tail_error(train: pd.DataFrame, synthetic: pd.DataFrame, schema, q: float = 0.01) -> float:
     """Mean over the numeric columns of the error of the share of synthetic values below the real ``q`` quantile and
     above the real 1 - ``q`` quantile (each against the real share there), halved: a tail lost or grown."""
