@@ -96,13 +96,19 @@ def rule_share(train: pd.DataFrame, synthetic: pd.DataFrame, schema, holds: floa
     them, and b's own most frequent value holds fewer (coil2000's customer subtype fixes its main type). A row
     whose a the real rows do not hold breaks the rule. Integer columns of at most ``MAX_RULE_VALUES`` real values
     count as discrete (adult's education fixes its `education_num`). NaN: no rule."""
-    names = [c.name for c in schema.columns
-             if c.is_discrete or (c.kind == "integer" and train[c.name].nunique() <= MAX_RULE_VALUES)]
+    integer = {c.name for c in schema.columns if c.kind == "integer" and train[c.name].nunique() <= MAX_RULE_VALUES}
+    names = [c.name for c in schema.columns if c.is_discrete or c.name in integer]
+
+    def keys(column: pd.Series, name: str) -> pd.Series:  # 3 and 3.0 are one integer value
+        if name in integer:
+            return pd.to_numeric(column, errors="coerce").astype(float).astype(str)
+        return column.astype(str)
+
     codes, synthetic_codes, levels = {}, {}, {}
     for name in names:
-        values = pd.Index(pd.unique(train[name].astype(str)))
-        codes[name] = values.get_indexer(train[name].astype(str))
-        synthetic_codes[name] = values.get_indexer(synthetic[name].astype(str))  # -1: a value no real row holds
+        values = pd.Index(pd.unique(keys(train[name], name)))
+        codes[name] = values.get_indexer(keys(train[name], name))
+        synthetic_codes[name] = values.get_indexer(keys(synthetic[name], name))  # -1: a value no real row holds
         levels[name] = len(values)
     shares = []
     for a in names:
