@@ -618,15 +618,9 @@ def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], ver
 def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any], verbose: bool) -> dict[str, Any]:
     from splice_assets import progress
 
-    if not os.environ.get("DAGSTER_HOME"):
-        os.environ["DAGSTER_HOME"] = str(dagster_home())
-    home = Path(os.environ["DAGSTER_HOME"])
-    home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        # The repository's embedded defaults (SQLite storage under $DAGSTER_HOME, as in dagster_home/dagster.yaml).
-        (home / "dagster.yaml").write_text(DAGSTER_YAML)
+    prepare_dagster_home()
     if not verbose:
-        _quiet_mlflow()
+        quiet_mlflow()
     with warnings.catch_warnings(), progress.stage("load Dagster and the release job"):
         if not verbose:
             warnings.simplefilter("ignore")
@@ -660,6 +654,18 @@ def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any],
         raise fail(f"release failed (Dagster run {result.run_id}): {_failure_reason(result)}")
 
 
+def prepare_dagster_home() -> Path:
+    """$DAGSTER_HOME (set to the default when unset), created with the repository's embedded defaults (SQLite storage
+    under it, telemetry off, as in dagster_home/dagster.yaml) when it has no dagster.yaml."""
+    if not os.environ.get("DAGSTER_HOME"):
+        os.environ["DAGSTER_HOME"] = str(dagster_home())
+    home = Path(os.environ["DAGSTER_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        (home / "dagster.yaml").write_text(DAGSTER_YAML)
+    return home
+
+
 DAGSTER_YAML = """# Written by `splice release` (embedded defaults): run/event/schedule storage in SQLite under $DAGSTER_HOME.
 storage:
   sqlite:
@@ -680,7 +686,8 @@ def _without_class_path(message: str | None, cls_name: str | None) -> str:
     return " ".join(first.split()) or "the step failed without a message (rerun with --verbose)"
 
 
-def _quiet_mlflow() -> None:
+def quiet_mlflow() -> None:
+    """MLflow's INFO chatter (store creation, registry) off: a release prints its own progress."""
     import logging
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -1076,7 +1083,7 @@ def refit_command(release_id: str, components: int | None, steps: int | None, ro
     from splice_assets.release.budget_text import release_text
     from splice_assets.release.refit import refit_release
 
-    _quiet_mlflow()
+    quiet_mlflow()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         record = refit_release(release_id, components, steps, rows, seed)

@@ -30,12 +30,6 @@ def environment(tmp: Path) -> dict[str, str]:
     }
 
 
-
-
-
-
-
-
 def run_process(*args: str) -> subprocess.CompletedProcess:
     """`splice ...` in a fresh process (the in-process Dagster run binds log handlers to the real streams)."""
     return subprocess.run([sys.executable, "-m", "splice_assets.cli", *map(str, args)], env=dict(os.environ),
@@ -75,6 +69,7 @@ def test_release_shows_its_stages_and_no_debug_log(cli_env):
     stderr = cli_env["stderr"]
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert not [line for line in lines if "DEBUG" in line or "STEP_START" in line], stderr[-3000:]
+    assert "INFO mlflow" not in stderr, stderr[-3000:]  # its store creation on a new tracking URI included
     stages = [line.split()[1:3] for line in lines if PROGRESS_LINE.match(line)]
     for stage in (["load", "Dagster"], ["validate", "and"], ["measure", "the"], ["fit", "the"],
                   ["mixture:", "gradient"], ["sample", "2,000"], ["report:", "metrics"], ["write", "the"]):
