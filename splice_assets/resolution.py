@@ -593,7 +593,8 @@ def _truncated_normal_ppf(u: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.nda
     return np.where(upper, -x, x)
 
 
-def shrunk_toward(cells: np.ndarray, target: np.ndarray, noise_std: float, spike: float = 3.0) -> np.ndarray:
+def shrunk_toward(cells: np.ndarray, target: np.ndarray, noise_std: float | np.ndarray,
+                  spike: float = 3.0, fitted: int = 0) -> np.ndarray:
     """Noisy cells of equal noise std shrunk toward ``target`` by positive-part James-Stein, which never raises the
     expected squared error for three or more cells; spikes (cells more than ``spike`` noise std above the target)
     are left alone, and the others' target holds the total less theirs. Post-processing. Used on a coarse bin's
@@ -601,15 +602,21 @@ def shrunk_toward(cells: np.ndarray, target: np.ndarray, noise_std: float, spike
     projection alone zeroes every cell whose count is below the bin's noise level, so a smooth integer column came
     out with half its values never drawn; with it cells the noise cannot tell apart follow the coarse shape. And on
     a categorical column's 1-way table, toward its mean cell (``model.fit.marginal_targets``): categories the noise
-    hides keep a common share instead of the noise, the frequent ones (spikes) stay as measured."""
+    hides keep a common share instead of the noise, the frequent ones (spikes) stay as measured. Cells of unequal
+    noise std (an array) are shrunk by one factor read from their standardised residuals. A target with ``fitted``
+    parameters read from the same cells takes that many fewer degrees of freedom (Lindley's estimator)."""
     out = cells.astype(np.float64, copy=True)
     rest = out <= target + spike * noise_std
-    k = int(rest.sum())
-    if k < 3 or not noise_std > 0:
+    k = int(rest.sum()) - fitted
+    if k < 3 or not np.all(np.asarray(noise_std) > 0):
         return out
     level = target[rest] * max(target.sum() - out[~rest].sum(), 0.0) / max(target[rest].sum(), 1e-300)
     residual = out[rest] - level
-    spread = float(residual @ residual)
+    if np.ndim(noise_std):
+        standardised = residual / np.asarray(noise_std)[rest]
+        spread, noise_std = float(standardised @ standardised), 1.0
+    else:
+        spread = float(residual @ residual)
     factor = max(0.0, 1.0 - (k - 2) * noise_std**2 / spread) if spread > 0 else 0.0
     out[rest] = level + factor * residual
     return out

@@ -668,3 +668,66 @@ def test_strong_numeric_pairs_shrink_toward_their_copula_and_other_pairs_stay_as
             else:
                 np.testing.assert_array_equal(kept, raw)
     assert after <= 0.5 * before, after / before
+
+
+def _numeric_truths() -> dict[str, np.ndarray]:
+    """Coarse 1-way tables of 16 equal bins: a bell, a uniform, a point mass of 40% in the first bin over a bell, and
+    two bells (the shape does not describe it)."""
+    from scipy.stats import norm
+
+    edges = np.linspace(0.0, 1.0, 17)
+    bell = np.diff(norm.cdf(edges, 0.55, 0.13))
+    truths = {"bell": bell, "uniform": np.ones(16),
+              "spike": 0.4 * np.eye(16)[0] + 0.6 * np.diff(norm.cdf(edges, 0.5, 0.15)),
+              "two bells": 0.5 * np.diff(norm.cdf(edges, 0.3, 0.06)) + 0.5 * np.diff(norm.cdf(edges, 0.7, 0.1))}
+    return {name: table / table.sum() for name, table in truths.items()}
+
+
+def test_numeric_targets_shrunk_toward_their_smooth_density_are_nearer_the_truth():
+    """``smoothed_numeric`` after the tail cut, against the tail cut alone, at 1% noise std per bin (churn's pooled
+    coarse targets carry about that), 200 draws per table, TVD: measured 0.69 (bell), 0.42 (uniform) and 0.64 (the
+    bell under a point mass, which stays where it was measured) of the error without it (tolerance 0.8), and 1.02 on
+    two bells, which the shape does not describe (tolerance 1.1)."""
+    from splice_assets.model.fit import smoothed_numeric, trimmed_tails
+
+    rng = np.random.default_rng(33)
+    std = np.full(16, 0.01)
+    for name, truth in _numeric_truths().items():
+        error = {"cut": 0.0, "smoothed": 0.0}
+        for _ in range(200):
+            noisy = truth + rng.standard_normal(16) * std
+            cut = trimmed_tails(noisy, std, 1.0, 3.0)
+            smoothed = smoothed_numeric(noisy, cut, std)
+            assert smoothed.sum() == pytest.approx(1.0) and np.all(smoothed >= 0.0)
+            kept = np.flatnonzero(cut > 0.0)
+            outside = (np.arange(16) < kept[0]) | (np.arange(16) > kept[-1])
+            assert np.all(smoothed[outside] == 0.0)  # the cut tails stay cut
+            if name == "spike":
+                assert abs(smoothed[0] - noisy[0]) < 0.02, (noisy[0], smoothed[0])
+            error["cut"] += 0.5 * float(np.abs(cut - truth).sum())
+            error["smoothed"] += 0.5 * float(np.abs(smoothed - truth).sum())
+        ratio = error["smoothed"] / error["cut"]
+        assert ratio < (1.1 if name == "two bells" else 0.8), (name, ratio)
+
+
+def test_smooth_numerics_touch_only_numeric_columns():
+    """``marginal_targets(smooth_numerics=True)`` changes a numeric column's table and leaves the categorical one as
+    it was."""
+    from splice_assets.model.fit import marginal_targets
+
+    schema = parse_schema({"name": "numerics", "version": 1, "n_min": 2, "columns": [
+        {"name": "b", "kind": "categorical", "categories": list("uvwxyz")},
+        {"name": "v", "kind": "continuous", "bounds": [0.0, 1.0]},
+    ]})
+    layout = layout_for(schema)
+    plan, cal = measuring.make_plan(schema, 400, 1.0, 1e-6, 16, 4, marginal_share=0.2, pair_share=0.5)
+    rng = np.random.default_rng(5)
+    x = np.column_stack([rng.choice(layout.coordinates[0].grid(), size=400), np.clip(rng.normal(0.0, 0.4, 400), -1, 1)])
+    stats = measuring.exact_statistics(x, plan, layout)
+    h1 = stats.marginals + rng.standard_normal(stats.marginals.shape) * cal.marginal_noise_std()
+    h2 = stats.pairs + rng.standard_normal(stats.pairs.shape) * cal.pair_noise_std()
+    noisy = measuring.measurement_of(plan, cal, layout.d, stats.moments, h1, h2)
+    plain = marginal_targets(noisy, layout, 1.0, shrink_categories=True).per_coordinate(layout)
+    smooth = marginal_targets(noisy, layout, 1.0, shrink_categories=True, smooth_numerics=True).per_coordinate(layout)
+    np.testing.assert_array_equal(plain[0], smooth[0])
+    assert not np.allclose(plain[1], smooth[1]) and smooth[1].sum() == pytest.approx(1.0)
