@@ -1,8 +1,11 @@
-"""Start-up time of the ``splice`` CLI: medians of ``--help`` and ``plan`` against ``python -c pass`` in one run.
+"""Start-up time of the ``splice`` CLI: medians of ``--help``, ``budget`` and ``plan`` against ``python -c pass`` in
+one run.
 
 Each command runs in a fresh process ``--runs`` times (after one warm-up run each, so the file cache is warm for
 all); the table reports median seconds and the ratio to the bare interpreter, so figures taken on a loaded machine
-stay comparable. ``plan`` reads no data but pays for the privacy accountant (dp_accounting and scipy).
+stay comparable. ``budget`` reads a ledger holding one release of a toy dataset, whose spend the ledger has composed
+once (its composition cache); ``plan`` reads no data but pays for the privacy accountant (dp_accounting and scipy)
+to calibrate the release it plans.
 
     python -m bench.cli_startup [--runs 5]
 """
@@ -18,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from splice_assets.private.ledger import BudgetLedger
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,6 +31,7 @@ def commands(home: Path) -> dict[str, list[str]]:
     return {
         "python -c pass": [sys.executable, "-c", "pass"],
         "splice --help": [*cli, "--help"],
+        "splice budget": [*cli, "budget", "toy"],  # the ledger under DAGSTER_HOME
         "splice plan": [*cli, "plan", "--schema", str(ROOT / "schemas" / "fair_affairs.yaml"), "--n", "6366",
                         "--epsilon", "1", "--delta", "1e-9", "--ledger-url", f"sqlite:///{home / 'ledger.sqlite'}"],
     }
@@ -47,6 +53,10 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "DAGSTER_HOME": tmp}
+        with BudgetLedger(f"sqlite:///{Path(tmp) / 'ledger.sqlite'}") as book:  # one release, its spend composed
+            book.set_budget("toy", 3.0, 1e-6, actor="bench")
+            book.commit(book.reserve("toy", "r1", "gaussian", 4.0, 4.0, 1.0, 1.2, 1e-9, "replace-one", "bench"))
+            book.spent("toy")
         medians = {name: median_seconds(argv, args.runs, env) for name, argv in commands(Path(tmp)).items()}
     base = medians["python -c pass"]
     print(f"| command | median s ({args.runs} runs) | ratio to python -c pass |")

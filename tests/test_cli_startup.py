@@ -61,3 +61,24 @@ args = json.loads(sys.argv[1])""")
     loaded = run_probe(probe, ["releases"])
     assert "sqlalchemy" in loaded  # the probe did reach the ledger
     assert not loaded & {"dp_accounting", "numba", "pandas", "torch", "dagster", "mlflow", "opendp", "scipy"}
+
+
+def test_the_lifetime_spend_is_read_without_the_accountant_once_composed(tmp_path):
+    # A release composes its dataset's spend at reservation; `splice budget` then reads it from the ledger's
+    # composition cache: SQLAlchemy, but not dp_accounting or scipy.
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    probe = PROBE.replace("args = json.loads(sys.argv[1])", f"""import os
+os.environ.update(SPLICE_LEDGER_URL="{url}", SPLICE_ARTIFACT_DIR="{tmp_path}")
+args = json.loads(sys.argv[1])""")
+    setup = f"""
+from splice_assets.private.ledger import BudgetLedger
+with BudgetLedger("{url}") as book:
+    book.set_budget("toy", 3.0, 1e-6, actor="test")
+    book.commit(book.reserve("toy", "r1", "gaussian", 4.0, 4.0, 1.0, 1.2, 1e-9, "replace-one", "h"))
+    book.spent("toy")
+"""
+    subprocess.run([sys.executable, "-c", setup], check=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT},
+                   cwd=ROOT)
+    loaded = run_probe(probe, ["budget", "toy"])
+    assert "sqlalchemy" in loaded
+    assert not loaded & {"dp_accounting", "scipy", "numba", "pandas", "torch", "dagster", "mlflow"}

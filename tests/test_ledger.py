@@ -452,3 +452,30 @@ def test_admin_abort_is_recorded(ledger, dataset):
     protocol = reserve(ledger, dataset, release_id="protocol")
     ledger.abort(protocol)  # the release protocol's own abort: no actor, not an administrator's resolution
     assert ledger.entry(protocol).status == "aborted" and len(ledger.resolutions(dataset)) == 1
+
+
+def test_compositions_are_kept_and_reused_across_ledger_instances(tmp_path, monkeypatch):
+    """The accountant composes a set of entries once: another ledger on the same database reads the result (the
+    accountant is not called), whatever the entries' order; zero-cost entries do not change the key, a different
+    delta_total does."""
+    import splice_assets.private.ledger as ledger_module
+
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    with BudgetLedger(url) as book:
+        book.set_budget("toy", 5.0, 1e-6, actor="test")
+        for release, nm in (("a", 4.0), ("b", 6.0)):
+            book.commit(book.reserve("toy", release, "gaussian", nm, nm, 1.0, 1.0, 1e-9, "replace-one", "h"))
+        spent, _ = book.spent("toy")
+        assert spent == compose_epsilon([4.0, 6.0], 1e-6)
+        projected = book.projected("toy", [5.0])
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the accountant was called for a kept composition")
+
+    monkeypatch.setattr(ledger_module, "_compose_epsilon", refuse)
+    with BudgetLedger(url) as book:
+        assert book.spent("toy") == (spent, 1e-6)
+        assert book.projected("toy", [5.0]) == projected
+    key = ledger_module._composition_key
+    assert key([6.0, 4.0, None, float("inf")], 1e-6, []) == key([4.0, 6.0], 1e-6, [])
+    assert key([4.0, 6.0], 1e-7, []) != key([4.0, 6.0], 1e-6, [])

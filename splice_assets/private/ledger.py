@@ -123,6 +123,17 @@ resolutions_table = sa.Table(
 )
 
 
+# The accountant's results, keyed by what it composed: a pure function of public parameters, kept so that reading
+# the lifetime spend (`splice budget`) does not load the accountant again. The key names the accountant's version.
+compositions_table = sa.Table(
+    "splice_compositions",
+    _metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("epsilon", sa.Double, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
 class LedgerError(RuntimeError):
     """A ledger operation was refused (unknown dataset or entry, wrong state, relation mismatch)."""
 
@@ -243,6 +254,22 @@ def _compose_epsilon(
     from splice_assets.private.mechanism import compose_epsilon
 
     return compose_epsilon(noise_multipliers, delta_total, pure_epsilons)
+
+
+def _composition_key(noise_multipliers: Sequence[float | None], delta_total: float,
+                     pure_epsilons: Sequence[float]) -> str:
+    """The cache key of one composition: the accountant's version and its inputs as ``compose_epsilon`` reads them
+    (zero-cost entries skipped, order ignored)."""
+    from importlib.metadata import version
+
+    gaussian = sorted(float(m) for m in noise_multipliers if m is not None and not (math.isinf(m) and m > 0))
+    return params_hash({"accountant": f"dp-accounting {version('dp-accounting')}, {COMPOSITION_RULE}",
+                        "gaussian": gaussian, "pure": sorted(float(e) for e in pure_epsilons if float(e) > 0.0),
+                        "delta_total": float(delta_total)})
+
+
+#: Names ``mechanism.compose_epsilon``'s rule in the composition cache's keys: change it when that rule changes.
+COMPOSITION_RULE = "PLD pessimistic, min with the exact Gaussian, rounded up to 1e-6"
 
 
 def default_ledger_url() -> str:
@@ -563,9 +590,9 @@ class BudgetLedger:
             budget = self._require_budget(conn, dataset)
             self._check_relation(conn, budget, relation)
             existing, existing_pure = self._counted(conn, dataset)
-            total = _compose_epsilon([*existing, *multipliers], budget.delta_total, [*existing_pure, *pure])
+            total = self._composed(conn, [*existing, *multipliers], budget.delta_total, [*existing_pure, *pure])
             if total > budget.epsilon_total + BUDGET_TOLERANCE:
-                spent = _compose_epsilon(existing, budget.delta_total, existing_pure)
+                spent = self._composed(conn, existing, budget.delta_total, existing_pure)
                 raise BudgetExceeded(
                     f"privacy budget exceeded for dataset {dataset!r}: spent epsilon={spent:.6f} "
                     f"({len(existing) + len(existing_pure)} release(s)), {what} would bring the total to "
@@ -735,14 +762,33 @@ class BudgetLedger:
     def spent(self, dataset: str) -> tuple[float, float]:
         """(composed epsilon of the counted entries (reserved, committed, expired), rounded up; its delta_total)."""
         budget = self._get_budget(dataset)
-        multipliers, pure = self.counted(dataset)
-        return _compose_epsilon(multipliers, budget.delta_total, pure), budget.delta_total
+        with self._transaction() as conn:
+            multipliers, pure = self._counted(conn, dataset)
+            return self._composed(conn, multipliers, budget.delta_total, pure), budget.delta_total
 
     def projected(self, dataset: str, noise_multipliers: list[float]) -> float:
         """Composed epsilon (at delta_total) if releases with these sigma/Delta were added now."""
         budget = self._get_budget(dataset)
-        multipliers, pure = self.counted(dataset)
-        return _compose_epsilon([*multipliers, *noise_multipliers], budget.delta_total, pure)
+        with self._transaction() as conn:
+            multipliers, pure = self._counted(conn, dataset)
+            return self._composed(conn, [*multipliers, *noise_multipliers], budget.delta_total, pure)
+
+    @staticmethod
+    def _composed(conn: Connection, noise_multipliers: Sequence[float | None], delta_total: float,
+                  pure_epsilons: Sequence[float]) -> float:
+        """``compose_epsilon`` of these entries, read from the composition cache when the accountant has composed
+        the same ones before (in any process), else computed and kept there."""
+        key = _composition_key(noise_multipliers, delta_total, pure_epsilons)
+        cached = conn.execute(sa.select(compositions_table.c.epsilon).where(compositions_table.c.key == key)).first()
+        if cached is not None:
+            return float(cached[0])
+        epsilon = _compose_epsilon(noise_multipliers, delta_total, pure_epsilons)
+        try:
+            with conn.begin_nested():  # another process may have kept the same composition meanwhile
+                conn.execute(compositions_table.insert().values(key=key, epsilon=epsilon, created_at=_utcnow()))
+        except sa.exc.IntegrityError:
+            pass
+        return epsilon
 
     def counted(self, dataset: str) -> tuple[list[float], list[float]]:
         """(noise multipliers of the counted Gaussian entries, epsilons of the counted pure-DP entries)."""
