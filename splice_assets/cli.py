@@ -38,7 +38,14 @@ from splice_assets.defaults import (
     RELATION_REPLACE_ONE,
     RELATIONS,
 )
-from splice_assets.release.locations import ReleaseLocation, artifact_dir, dagster_home, find_release, iter_releases
+from splice_assets.release.locations import (
+    ReleaseLocation,
+    artifact_dir,
+    find_release,
+    iter_releases,
+    prepare_dagster_home,
+    quiet_mlflow,
+)
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from splice_assets.private.ledger import BudgetLedger
@@ -654,28 +661,6 @@ def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any],
         raise fail(f"release failed (Dagster run {result.run_id}): {_failure_reason(result)}")
 
 
-def prepare_dagster_home() -> Path:
-    """$DAGSTER_HOME (set to the default when unset), created with the repository's embedded defaults (SQLite storage
-    under it, telemetry off, as in dagster_home/dagster.yaml) when it has no dagster.yaml."""
-    if not os.environ.get("DAGSTER_HOME"):
-        os.environ["DAGSTER_HOME"] = str(dagster_home())
-    home = Path(os.environ["DAGSTER_HOME"])
-    home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        (home / "dagster.yaml").write_text(DAGSTER_YAML)
-    return home
-
-
-DAGSTER_YAML = """# Written by `splice release` (embedded defaults): run/event/schedule storage in SQLite under $DAGSTER_HOME.
-storage:
-  sqlite:
-    base_dir:
-      env: DAGSTER_HOME
-telemetry:
-  enabled: false
-"""  # noqa: E501 (the written file's first line)
-
-
 def _without_class_path(message: str | None, cls_name: str | None) -> str:
     """A Dagster error's first line without the ``package.module.Class: `` prefix that Python's traceback format
     puts in front of the message (``splice_assets.private.validation.StructuralError: column 'x': ...``)."""
@@ -684,15 +669,6 @@ def _without_class_path(message: str | None, cls_name: str | None) -> str:
     if cls_name:
         first = re.sub(rf"^(?:[A-Za-z_]\w*\.)*{re.escape(cls_name)}: ?", "", first)
     return " ".join(first.split()) or "the step failed without a message (rerun with --verbose)"
-
-
-def quiet_mlflow() -> None:
-    """MLflow's INFO chatter (store creation, registry) off: a release prints its own progress."""
-    import logging
-
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "ERROR")
-    logging.getLogger("mlflow").setLevel(logging.ERROR)
 
 
 def _failure_reason(result: Any) -> str:

@@ -13,6 +13,7 @@ from splice_assets import progress
 from splice_assets.datasets import DEMO_DATASET
 from splice_assets.private.ledger import BudgetLedger, default_ledger_url
 from splice_assets.release.budget_text import lifetime_of, release_text
+from splice_assets.release.locations import prepare_dagster_home, quiet_mlflow
 
 #: The demo's lifetime budget, set as an administrator would (`splice budget set`) when the ledger has none.
 DEMO_BUDGET = (10.0, 1e-6)
@@ -31,8 +32,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="Dagster's console log at DEBUG instead of INFO")
     verbose = parser.parse_args(argv).verbose
-    from splice_assets.cli import prepare_dagster_home, quiet_mlflow
-
     home = prepare_dagster_home()
     ensure_demo_budget()
     if not verbose:

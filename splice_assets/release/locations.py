@@ -17,6 +17,37 @@ def dagster_home() -> Path:
     return Path(os.environ.get("DAGSTER_HOME") or Path(__file__).resolve().parents[1] / "dagster_home")
 
 
+def prepare_dagster_home() -> Path:
+    """$DAGSTER_HOME (set to the default when unset), created with the repository's embedded defaults (SQLite storage
+    under it, telemetry off, as in dagster_home/dagster.yaml) when it has no dagster.yaml."""
+    if not os.environ.get("DAGSTER_HOME"):
+        os.environ["DAGSTER_HOME"] = str(dagster_home())
+    home = Path(os.environ["DAGSTER_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        (home / "dagster.yaml").write_text(DAGSTER_YAML)
+    return home
+
+
+DAGSTER_YAML = """# Written by splice (embedded defaults): run/event/schedule storage in SQLite under $DAGSTER_HOME.
+storage:
+  sqlite:
+    base_dir:
+      env: DAGSTER_HOME
+telemetry:
+  enabled: false
+"""
+
+
+def quiet_mlflow() -> None:
+    """MLflow's INFO chatter (store creation, registry) off: a release prints its own progress."""
+    import logging
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "ERROR")
+    logging.getLogger("mlflow").setLevel(logging.ERROR)
+
+
 def default_tracking_uri() -> str:
     return f"sqlite:///{dagster_home() / 'mlflow.db'}"
 
