@@ -63,10 +63,7 @@ def run_rule(noisy: np.ndarray, sigma: float, integer: bool, z: float) -> tuple[
 def estimate_sigma(schema) -> float:
     """The noise sd per bucket of a release's estimate for ``schema`` (replace-one, default share, epsilon = 1)."""
     _, multiplier = split_privacy(1.0, DELTA, bounds.DEFAULT_BOUNDS_SHARE)
-    return multiplier * bounds.estimate_sensitivity(
-        len(bounds.auto_columns(schema)), len(bounds.values_auto_columns(schema)), "replace-one",
-        len(bounds.decimals_auto_columns(schema)), len(bounds.steps_auto_columns(schema)),
-        len(bounds.knots_auto_columns(schema)))
+    return multiplier * bounds.schema_sensitivity(schema, "replace-one")
 
 
 def main() -> None:

@@ -861,7 +861,7 @@ def marginal_targets(
     if not measurement.marginal_sizes:
         return None
     tables, stds = _pooled(measurement, fine)
-    widths = {column.coordinate: column.bin_widths(measurement.numeric_bins) for column in fine}
+    widths = {c.coordinate: c.bin_widths(measurement.numeric_bins) for c in fine} if smooth_numerics else {}
     if layout is not None:
         for i, coordinate in enumerate(layout.coordinates):
             if coordinate.is_binned or not coordinate.is_discrete:
@@ -884,18 +884,9 @@ def ordinal_shape(table: np.ndarray) -> np.ndarray:
     [-1, 1]) nearest to its noisy frequencies in least squares: a smooth, possibly skewed, unimodal (or U-shaped)
     shape of three parameters that ``marginal_targets`` shrinks the table toward. Post-processing of the noisy
     table."""
-    from scipy.optimize import least_squares
-
-    t = np.linspace(-1.0, 1.0, len(table))
-    design = np.column_stack([np.ones_like(t), t, t * t])
-
-    def shape(theta: np.ndarray) -> np.ndarray:
-        return np.exp(np.clip(design @ theta, -50.0, 50.0))
-
-    floor = max(float(np.clip(table, 0.0, None).sum()), 1e-12) / (10.0 * len(table))
-    start = np.linalg.lstsq(design, np.log(np.maximum(table, floor)), rcond=None)[0]
-    fitted = least_squares(lambda theta: shape(theta) - table, start, jac=lambda theta: design * shape(theta)[:, None])
-    return shape(fitted.x)
+    ones = np.ones(len(table))
+    fit = _LogQuadratic(table, ones, np.linspace(-1.0, 1.0, len(table)), ones)
+    return fit.shape(fit.fitted(np.arange(len(table)), fit.start(), "linear"))
 
 
 def smoothed_numeric(noisy: np.ndarray, trimmed: np.ndarray, std: np.ndarray,
@@ -927,27 +918,44 @@ def numeric_shape(table: np.ndarray, std: np.ndarray, centres: np.ndarray, width
     nearest to a numeric column's noisy bins in least squares weighted by their noise; fitted again without the bins
     more than ``spike`` noise std above a first, robust fit (a declared value's point mass is not the density's).
     Post-processing of the noisy table."""
-    from scipy.optimize import least_squares
-
     t = -1.0 + 2.0 * (centres - centres.min()) / max(float(np.ptp(centres)), 1e-300)
-    design = np.column_stack([np.ones_like(t), t, t * t])
-    relative = widths / widths.mean()
-
-    def shape(theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        return relative[rows] * np.exp(np.clip(design[rows] @ theta, -50.0, 50.0))
-
-    def fitted(rows: np.ndarray, start: np.ndarray, loss: str) -> np.ndarray:
-        return least_squares(lambda theta: (shape(theta, rows) - table[rows]) / std[rows], start, loss=loss,
-                             jac=lambda theta: design[rows] * (shape(theta, rows) / std[rows])[:, None]).x
-
-    floor = max(float(np.clip(table, 0.0, None).sum()), 1e-12) / (10.0 * len(table))
-    start = np.linalg.lstsq(design, np.log(np.maximum(table, floor) / relative), rcond=None)[0]
+    fit = _LogQuadratic(table, std, t, widths / widths.mean())
     everything = np.arange(len(table))
-    theta = fitted(everything, start, "soft_l1")  # robust: a spike far above the noise pulls it little
-    body = np.flatnonzero(table <= shape(theta, everything) + spike * std)
-    if len(body) < len(table) and len(body) >= design.shape[1]:
-        theta = fitted(body, theta, "linear")
-    return shape(theta, everything)
+    theta = fit.fitted(everything, fit.start(), "soft_l1")  # robust: a spike far above the noise pulls it little
+    body = np.flatnonzero(table <= fit.shape(theta) + spike * std)
+    if len(table) > len(body) >= 3:
+        theta = fit.fitted(body, theta, "linear")
+    return fit.shape(theta)
+
+
+@dataclass(frozen=True)
+class _LogQuadratic:
+    """Cell masses relative * exp(a + b t + c t^2) fitted to noisy ``table`` cells of noise ``std`` by least squares
+    (``ordinal_shape``, ``numeric_shape``)."""
+
+    table: np.ndarray
+    std: np.ndarray
+    t: np.ndarray
+    relative: np.ndarray
+
+    @property
+    def design(self) -> np.ndarray:
+        return np.column_stack([np.ones_like(self.t), self.t, self.t * self.t])
+
+    def shape(self, theta: np.ndarray, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        return self.relative[rows] * np.exp(np.clip(self.design[rows] @ theta, -50.0, 50.0))
+
+    def start(self) -> np.ndarray:
+        """Least squares on the logs of the cells, floored at a tenth of the mean cell."""
+        floor = max(float(np.clip(self.table, 0.0, None).sum()), 1e-12) / (10.0 * len(self.table))
+        return np.linalg.lstsq(self.design, np.log(np.maximum(self.table, floor) / self.relative), rcond=None)[0]
+
+    def fitted(self, rows: np.ndarray, start: np.ndarray, loss: str) -> np.ndarray:
+        from scipy.optimize import least_squares
+
+        design, table, std = self.design[rows], self.table[rows], self.std[rows]
+        return least_squares(lambda theta: (self.shape(theta, rows) - table) / std, start, loss=loss,
+                             jac=lambda theta: design * (self.shape(theta, rows) / std)[:, None]).x
 
 
 def fit_targets(

@@ -244,6 +244,13 @@ def estimate_sensitivity(bounds_columns: int, values_columns: int, relation: str
                                + knots_columns))
 
 
+def schema_sensitivity(schema: TableSchema, relation: str) -> float:
+    """``estimate_sensitivity`` of the estimate ``schema``'s ``auto`` entries draw (every kind of them counted)."""
+    return estimate_sensitivity(len(auto_columns(schema)), len(values_auto_columns(schema)), relation,
+                                len(decimals_auto_columns(schema)), len(steps_auto_columns(schema)),
+                                len(knots_auto_columns(schema)))
+
+
 def decimals_needed(values: np.ndarray) -> np.ndarray:
     """Decimals each value needs (0 to ``MAX_DECIMALS``; ``MAX_DECIMALS + 1`` for more; -1 for NaN)."""
     out = np.full(len(values), MAX_DECIMALS + 1, dtype=np.int64)
@@ -698,8 +705,7 @@ def estimate_bounds_from_counts(
                          f"{noise_multiplier!r}")
     if exact.shape != (len(columns), COARSE.size + FINE.size):
         raise ValueError(f"exact histograms of shape {exact.shape} do not match {len(columns)} auto columns")
-    sensitivity = estimate_sensitivity(len(columns), len(value_columns), relation, len(decimal_columns),
-                                       len(step_columns), len(knot_columns))
+    sensitivity = schema_sensitivity(schema, relation)
     sigma = noise_multiplier * sensitivity
     epsilon = epsilon_of(noise_multiplier, delta)
     entry_id = None

@@ -21,6 +21,7 @@ noise draw, never a private value, never an exact row count beyond the public n 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import getpass
 import hashlib
 import json
@@ -260,16 +261,22 @@ def _composition_key(noise_multipliers: Sequence[float | None], delta_total: flo
                      pure_epsilons: Sequence[float]) -> str:
     """The cache key of one composition: the accountant's version and its inputs as ``compose_epsilon`` reads them
     (zero-cost entries skipped, order ignored)."""
-    from importlib.metadata import version
-
     gaussian = sorted(float(m) for m in noise_multipliers if m is not None and not (math.isinf(m) and m > 0))
-    return params_hash({"accountant": f"dp-accounting {version('dp-accounting')}, {COMPOSITION_RULE}",
+    return params_hash({"accountant": _accountant_version(),
                         "gaussian": gaussian, "pure": sorted(float(e) for e in pure_epsilons if float(e) > 0.0),
                         "delta_total": float(delta_total)})
 
 
 #: Names ``mechanism.compose_epsilon``'s rule in the composition cache's keys: change it when that rule changes.
 COMPOSITION_RULE = "PLD pessimistic, min with the exact Gaussian, rounded up to 1e-6"
+
+
+@functools.cache
+def _accountant_version() -> str:
+    """The installed dp-accounting's version and ``COMPOSITION_RULE`` (read from its metadata once per process)."""
+    from importlib.metadata import version
+
+    return f"dp-accounting {version('dp-accounting')}, {COMPOSITION_RULE}"
 
 
 def default_ledger_url() -> str:
