@@ -4,8 +4,8 @@ one run.
 Each command runs in a fresh process ``--runs`` times (after one warm-up run each, so the file cache is warm for
 all); the table reports median seconds and the ratio to the bare interpreter, so figures taken on a loaded machine
 stay comparable. ``budget`` reads a ledger holding one release of a toy dataset, whose spend the ledger has composed
-once (its composition cache); ``plan`` reads no data but pays for the privacy accountant (dp_accounting and scipy)
-to calibrate the release it plans.
+once (its composition cache); ``plan`` reads no data and calibrates the release it plans on the closed-form
+Gaussian curve (no dp_accounting, SciPy, pandas or numba).
 
     python -m bench.cli_startup [--runs 5]
 """

@@ -30,3 +30,6 @@ DEFAULT_K = 16
 
 #: Share of the input rows a release holds out for its internal report; they are never measured.
 DEFAULT_HOLDOUT_FRACTION = 0.2
+#: The most rows the fixed-point sums of ``private.statistics`` hold; under add-remove it stands in for the private n
+#: in the floating-point slack of the sensitivity.
+MAX_ROWS = 2**31 - 1

@@ -10,13 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 
 from splice_assets.derived import DerivedColumn
 from splice_assets.schema import ColumnSpec, TableSchema
+
+if TYPE_CHECKING:  # pandas (0.3 s) is imported to decode rows, not to plan a release
+    import pandas as pd
 
 Role = Literal["value", "exact", "missing", "binned"]
 
@@ -194,6 +196,8 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
     rounded; a sentinel level decodes to that sentinel; a missing level or a positive missing indicator
     decodes to NA. The schema's derived columns are then computed from the decoded row.
     """
+    import pandas as pd
+
     layout = layout_for(schema)
     if x.ndim != 2 or x.shape[1] != layout.d:
         raise ValueError(f"expected an (n, {layout.d}) array for schema {schema.name!r}, got shape {x.shape}")
@@ -232,6 +236,8 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
 
 def _derived_series(values: np.ndarray, derived: DerivedColumn) -> pd.Series:
     """A derived column's values (NaN: missing) in the dtype a modelled column of its kind and nullability has."""
+    import pandas as pd
+
     if derived.kind != "integer":
         return pd.Series(values, dtype=np.float64)
     missing = np.isnan(values)
@@ -248,6 +254,8 @@ def in_cube(z: np.ndarray) -> np.ndarray:
 
 
 def _categorical_series(codes: np.ndarray, spec: ColumnSpec) -> pd.Series:
+    import pandas as pd
+
     assert spec.categories is not None
     if spec.kind == "boolean":
         values = pd.array([None if c < 0 else bool(c) for c in codes], dtype="boolean")
@@ -257,6 +265,8 @@ def _categorical_series(codes: np.ndarray, spec: ColumnSpec) -> pd.Series:
 
 
 def _numeric_series(values: np.ndarray, missing: np.ndarray, spec: ColumnSpec) -> pd.Series:
+    import pandas as pd
+
     assert spec.bounds is not None
     lo, hi = spec.bounds
     values = _on_public_precision(np.clip(values, lo, hi), spec)

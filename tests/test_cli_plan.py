@@ -309,7 +309,7 @@ def test_plan_add_remove_without_n_shows_frequencies_at_n_min(schema_file, ledge
 
 
 def test_budget_lines_say_which_epsilon_they_are(schema_file, ledger_url, monkeypatch):
-    # Two releases at (1, 1e-9) against a lifetime of 1.5 at delta_total 1e-6: composed by the PLD accountant they
+    # Two releases at (1, 1e-9) against a lifetime of 1.5 at delta_total 1e-6: composed exactly as Gaussians they
     # spend about 1.09, not 2, and a third still fits.
     one = plan_json(schema_file, ledger_url, "--n", "5000", "--epsilon", "1", "--delta", "1e-9")
     with BudgetLedger(ledger_url) as ledger:
@@ -323,13 +323,14 @@ def test_budget_lines_say_which_epsilon_they_are(schema_file, ledger_url, monkey
     lines = {line.split("  ")[0]: line for line in text.output.splitlines()}
     assert "epsilon = 1 (delta = 1e-09)" in lines["this release"]
     now, after = lines["lifetime now"], lines["lifetime after it"]
-    assert " spent of 1.5 " in now and "2 releases composed at delta_total = 1e-06 (PLD accountant" in now
-    assert "3 releases composed at delta_total = 1e-06 (PLD accountant" in after and after.endswith("(fits)")
+    composed = "composed at delta_total = 1e-06 (exact Gaussian composition"
+    assert " spent of 1.5 " in now and f"2 releases {composed}" in now
+    assert f"3 releases {composed}" in after and after.endswith("(fits)")
     monkeypatch.setenv("SPLICE_LEDGER_URL", ledger_url)
     shown = run("budget", "toy")
     assert shown.exit_code == 0, shown.output
     lifetime = [line for line in shown.output.splitlines() if line.startswith("lifetime")]
-    assert len(lifetime) == 1 and "2 releases composed at delta_total = 1e-06 (PLD accountant" in lifetime[0]
+    assert len(lifetime) == 1 and f"2 releases {composed}" in lifetime[0]
     per_release = [line for line in shown.output.splitlines() if "this release" in line]
     assert len(per_release) == 2 and all("this release epsilon = 1 (delta = 1e-09)" in line for line in per_release)
     assert all("spent" not in line and "composed" not in line for line in per_release)

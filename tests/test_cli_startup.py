@@ -82,3 +82,21 @@ with BudgetLedger("{url}") as book:
     loaded = run_probe(probe, ["budget", "toy"])
     assert "sqlalchemy" in loaded
     assert not loaded & {"dp_accounting", "scipy", "numba", "pandas", "torch", "dagster", "mlflow"}
+
+
+def test_planning_a_release_loads_neither_the_accountant_nor_the_data_stack(tmp_path):
+    # `splice plan` calibrates and projects the lifetime spend on a fresh ledger with a budget (a composition the
+    # cache has not seen) from the closed-form Gaussian curve: no dp_accounting, scipy, numba or pandas.
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    setup = f"""
+from splice_assets.private.ledger import BudgetLedger
+with BudgetLedger("{url}") as book:
+    book.set_budget("fair_affairs", 3.0, 1e-6, actor="test")
+"""
+    subprocess.run([sys.executable, "-c", setup], check=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT},
+                   cwd=ROOT)
+    schema = Path(ROOT) / "schemas" / "fair_affairs.yaml"
+    loaded = loaded_after("plan", "--schema", str(schema), "--n", "6366", "--epsilon", "1", "--delta", "1e-9",
+                          "--ledger-url", url, "--json")
+    assert {"sqlalchemy", "numpy"} <= loaded  # the probe did calibrate and read the ledger
+    assert not loaded & {"dp_accounting", "scipy", "numba", "pandas", "torch", "dagster", "mlflow", "opendp"}

@@ -9,6 +9,7 @@ import pytest
 from dp_accounting.gaussian_mechanism import get_epsilon_gaussian, get_sigma_gaussian
 
 from splice_assets.layout import harmonic
+from splice_assets.private.gaussian_dp import epsilon_for, log_delta, log_ndtr, sigma_for
 from splice_assets.private.mechanism import (
     Calibration,
     PrivacyParameterError,
@@ -47,6 +48,26 @@ def test_delta_of_sigma_used_meets_target(params, ratio):
     assert delta_for(get_sigma_gaussian(eps, delta), eps) == pytest.approx(delta, rel=1e-6)
     # delta_for is the inverse of dp_accounting's epsilon computation.
     assert get_epsilon_gaussian(cal.noise_multiplier, delta) <= eps
+
+
+def test_log_ndtr_matches_scipy_from_the_far_tail_to_the_body():
+    from scipy.special import log_ndtr as scipy_log_ndtr
+
+    xs = np.concatenate([np.linspace(-80.0, 12.0, 9201), -np.logspace(-9, 2, 301)])
+    ours = np.array([log_ndtr(float(x)) for x in xs])
+    assert np.allclose(ours, scipy_log_ndtr(xs), rtol=1e-13, atol=1e-300)
+
+
+@pytest.mark.parametrize("eps", [0.01, 0.1, 1.0, 3.0, 10.0, 50.0])
+@pytest.mark.parametrize("delta", [1e-3, 1e-6, 1e-9, 1e-12, 1e-15])
+def test_the_analytic_gaussian_inverses_match_dp_accounting_on_the_private_side(eps, delta):
+    sigma = sigma_for(eps, delta)
+    # dp_accounting's brentq stops within 1e-12 of the root; ours bisects to the last float.
+    assert sigma == pytest.approx(get_sigma_gaussian(eps, delta), rel=2e-12)
+    assert log_delta(sigma, eps) <= math.log(delta) < log_delta(math.nextafter(sigma, 0.0), eps)
+    eps_back = epsilon_for(sigma, delta)
+    assert eps_back == pytest.approx(get_epsilon_gaussian(sigma, delta, tol=1e-14), rel=1e-11, abs=1e-13)
+    assert log_delta(sigma, eps_back) <= math.log(delta) < log_delta(sigma, math.nextafter(eps_back, 0.0))
 
 
 def test_delta_for_is_monotone_and_edge_cases():

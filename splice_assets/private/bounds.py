@@ -54,15 +54,17 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import pandas as pd
 
 from splice_assets.layout import DEFAULT_NUMERIC_BINS, at_point, cube_of, step_range, value_of
 from splice_assets.measurement import RELATION_REPLACE_ONE
 from splice_assets.resolution import FALSE_POSITIVES, GRID_LIMIT, candidate_z
 from splice_assets.schema import ColumnSpec, TableSchema
+
+if TYPE_CHECKING:  # pandas (0.5 s) is imported where rows are read, not to plan a release
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -410,6 +412,8 @@ ValueCounts = tuple[np.ndarray, np.ndarray]
 def exact_value_counts(cleaned: pd.DataFrame, columns: Sequence[ColumnSpec]) -> list[ValueCounts]:
     """PRIVATE: per column, the exact counts of the candidates its cleaned values hold (those of disjoint parts add
     up, ``add_value_counts``)."""
+    import pandas as pd
+
     out = []
     for spec in columns:
         candidates = value_candidates(spec)
@@ -449,6 +453,8 @@ def knot_cells(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
 def exact_knot_counts(cleaned: pd.DataFrame, columns: Sequence[ColumnSpec]) -> list[ValueCounts]:
     """PRIVATE: per ``knots: auto`` column, the exact counts of its knot cells (``knot_cells``) that its cleaned
     values hold, as value counts (those of disjoint parts add up, ``add_value_counts``)."""
+    import pandas as pd
+
     out = []
     for spec in columns:
         cells = knot_cells(pd.to_numeric(cleaned[spec.name], errors="coerce").to_numpy(dtype=np.float64), spec)

@@ -1,7 +1,7 @@
 """The privacy-parameter error, in a module of its own that imports nothing.
 
 The ledger raises it for a bad budget and ``mechanism`` for a bad calibration; keeping it here lets the ledger load
-without the accountant (dp_accounting and scipy), so ``splice releases`` and ``splice show`` start quickly.
+without numpy, so ``splice releases`` and ``splice show`` start quickly.
 """
 
 from __future__ import annotations

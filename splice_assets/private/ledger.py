@@ -251,7 +251,7 @@ def _compose_epsilon(
     noise_multipliers: Sequence[float | None], delta_total: float, pure_epsilons: Sequence[float] = ()
 ) -> float:
     """``mechanism.compose_epsilon``, imported on first use: reading entries (``splice releases``, ``show``) does
-    not load the accountant (dp_accounting and scipy, about 2 s)."""
+    not load the mechanism (numpy)."""
     from splice_assets.private.mechanism import compose_epsilon
 
     return compose_epsilon(noise_multipliers, delta_total, pure_epsilons)
@@ -268,12 +268,13 @@ def _composition_key(noise_multipliers: Sequence[float | None], delta_total: flo
 
 
 #: Names ``mechanism.compose_epsilon``'s rule in the composition cache's keys: change it when that rule changes.
-COMPOSITION_RULE = "PLD pessimistic, min with the exact Gaussian, rounded up to 1e-6"
+COMPOSITION_RULE = "exact Gaussian composition, PLD only with pure epsilon-DP events, rounded up to 1e-6"
 
 
 @functools.cache
 def _accountant_version() -> str:
-    """The installed dp-accounting's version and ``COMPOSITION_RULE`` (read from its metadata once per process)."""
+    """The installed dp-accounting's version (it composes pure epsilon-DP events) and ``COMPOSITION_RULE``, read
+    from its metadata once per process."""
     from importlib.metadata import version
 
     return f"dp-accounting {version('dp-accounting')}, {COMPOSITION_RULE}"

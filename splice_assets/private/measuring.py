@@ -49,13 +49,6 @@ from splice_assets.private.pair_selection import (
     dependence_scores,
     selected_count,
 )
-from splice_assets.private.statistics import (
-    MarginalCounts,
-    MomentSums,
-    fine_counts,
-    moment_sums,
-    table_counts,
-)
 from splice_assets.resolution import (
     DEFAULT_FINE_BINS,
     DEFAULT_FINE_SPLIT,
@@ -327,6 +320,8 @@ def exact_sums(
 ) -> ExactSums:
     """The exact integer sums of cube-encoded rows ``x`` (n, d) under ``plan`` (``directions``: the plan's, if
     the caller drew them once for many chunks)."""
+    from splice_assets.private.statistics import fine_counts, moment_sums, table_counts  # numba: not for planning
+
     if directions is None:
         directions = draw_directions(plan.seed, plan.n_directions, x.shape[1])
     empty = np.zeros(0, dtype=np.int64)
@@ -346,6 +341,8 @@ def exact_sums(
 def statistics_of(sums: ExactSums, plan: MeasurementPlan) -> ExactStatistics:
     """Exact moments (k, L) and, if planned, 1-way and 2-way histograms from their sums: divided by the public n
     under replace-one, left as sums and counts (with the row count) under add-remove."""
+    from splice_assets.private.statistics import MarginalCounts, MomentSums
+
     if plan.relation == RELATION_REPLACE_ONE and sums.rows != plan.n:
         raise ValueError(f"the plan says n={plan.n} rows but the table has a different row count")
     # Under replace-one the check above has made plan.n the (int) row count.

@@ -6,8 +6,8 @@ moment order j scaled by 1/sqrt(j), plus weighted 1-way and 2-way histograms. Tw
 one row, n private** (``RELATION_ADD_REMOVE``: sums, counts and a weighted row count are released, and frequencies
 are their post-processing). The Gaussian mechanism adds N(0, sigma^2) to every scaled coordinate, i.e.
 N(0, j sigma^2) to raw moment j. Calibration uses the exact analytic Gaussian mechanism (Balle & Wang 2018,
-via ``dp_accounting``); noise comes from OpenDP's float-safe sampler fed by OS entropy; composition across
-releases uses a PLD accountant at one fixed total delta.
+``gaussian_dp``); noise comes from OpenDP's float-safe sampler fed by OS entropy; releases compose at one fixed
+total delta, exactly for Gaussian ones and through dp_accounting's PLD accountant for pure epsilon-DP ones.
 
 Pure functions and frozen dataclasses only (no Dagster import). Nothing here logs a noise draw.
 """
@@ -24,14 +24,12 @@ from decimal import ROUND_CEILING, Decimal
 from typing import NamedTuple, cast
 
 import numpy as np
-from dp_accounting import dp_event, pld
-from dp_accounting.gaussian_mechanism import get_epsilon_gaussian, get_sigma_gaussian
-from scipy.stats import norm
 
 from splice_assets.defaults import DEFAULT_K as DEFAULT_K
 from splice_assets.defaults import DEFAULT_MARGINAL_SHARE as DEFAULT_MARGINAL_SHARE
 from splice_assets.defaults import DEFAULT_N_DIRECTIONS as DEFAULT_N_DIRECTIONS
 from splice_assets.defaults import DEFAULT_PAIR_SHARE as DEFAULT_PAIR_SHARE
+from splice_assets.defaults import MAX_ROWS
 from splice_assets.layout import harmonic
 from splice_assets.measurement import (
     RELATION_ADD_REMOVE,
@@ -39,14 +37,13 @@ from splice_assets.measurement import (
     RELATIONS,
 )
 from splice_assets.private.errors import PrivacyParameterError as PrivacyParameterError
-from splice_assets.private.statistics import MAX_ROWS
+from splice_assets.private.gaussian_dp import epsilon_for, log_delta, sigma_for
 
-#: Relative safety margin on the root-finder output of ``get_sigma_gaussian`` (it can miss the delta target by
-#: ~1e-13 relative).
+#: Relative safety margin on the root-finder output of ``sigma_for`` (its delta can round ~1e-15 above the target).
 SIGMA_MARGIN = 1e-9
 #: Composed epsilons are rounded *up* to this quantum before any comparison with a budget.
 EPSILON_QUANTUM = Decimal("1e-6")
-#: Padding on the analytic epsilon of a Gaussian composition (its root-finder's tolerance is 1e-13).
+#: Padding on the analytic epsilon of a Gaussian composition (against rounding in its delta curve).
 ANALYTIC_PAD = 1e-10
 #: Floor of the relative floating-point slack on the sensitivity.
 MIN_FLOAT_SLACK = 1e-9
@@ -316,13 +313,7 @@ def delta_for(noise_multiplier: float, epsilon: float) -> float:
     s = float(noise_multiplier)
     if not s > 0.0:
         raise PrivacyParameterError(f"noise multiplier must be > 0, got {noise_multiplier!r}")
-    if math.isinf(s):
-        return 0.0
-    a = norm.logcdf(1.0 / (2.0 * s) - epsilon * s)
-    b = epsilon + norm.logcdf(-1.0 / (2.0 * s) - epsilon * s)
-    if b >= a:
-        return 0.0
-    return float(math.exp(a) * -math.expm1(b - a))
+    return 0.0 if math.isinf(s) else math.exp(log_delta(s, float(epsilon)))
 
 
 def classical_noise_multiplier(epsilon: float, delta: float) -> float:
@@ -376,7 +367,7 @@ def calibrate(
         n, n_directions, k, marginal_coordinates, marginal_weight, pair_count, pair_weight, relation, count_weight,
         score_count, score_weight,
     ) * (1.0 + slack)
-    multiplier = get_sigma_gaussian(epsilon, delta) * (1.0 + SIGMA_MARGIN)
+    multiplier = sigma_for(epsilon, delta) * (1.0 + SIGMA_MARGIN)
     # Defensive: never hand out a sigma whose exact delta misses the target.
     for _ in range(100):
         if delta_for(multiplier, epsilon) <= delta:
@@ -410,7 +401,7 @@ def calibrate(
 
 def epsilon_of(noise_multiplier: float, delta: float) -> float:
     """The epsilon at ``delta`` of one Gaussian mechanism with sigma/Delta = ``noise_multiplier`` (for the record)."""
-    return float(get_epsilon_gaussian(float(noise_multiplier), float(delta), tol=1e-13)) + ANALYTIC_PAD
+    return epsilon_for(float(noise_multiplier), float(delta)) + ANALYTIC_PAD
 
 
 def split_privacy(epsilon: float, delta: float, share: float) -> tuple[float, float]:
@@ -424,12 +415,12 @@ def split_privacy(epsilon: float, delta: float, share: float) -> tuple[float, fl
     """
     if not (_finite_real(share) and 0.0 < float(share) < 1.0):
         raise PrivacyParameterError(f"a privacy share must lie in (0, 1), got {share!r}")
-    z = get_sigma_gaussian(float(epsilon), float(delta)) * (1.0 + SIGMA_MARGIN)
+    z = sigma_for(float(epsilon), float(delta)) * (1.0 + SIGMA_MARGIN)
     while delta_for(z, epsilon) > delta:  # the same defensive step as ``calibrate``
         z *= 1.0 + SIGMA_MARGIN
     main = z / math.sqrt(1.0 - share)
     # Rounded down, so that the calibrated main multiplier is at least ``main``.
-    return float(get_epsilon_gaussian(main, float(delta), tol=1e-13)) * (1.0 - 1e-9), z / math.sqrt(share)
+    return epsilon_for(main, float(delta)) * (1.0 - 1e-9), z / math.sqrt(share)
 
 
 def raw_moment_noise_std(sigma: float, k: int) -> np.ndarray:
@@ -514,15 +505,13 @@ def compose_epsilon(
 ) -> float:
     """Total epsilon at total ``delta`` of Gaussian releases with the given sigma/Delta, rounded up to 1e-6.
 
-    PLD accountant (dp_accounting, pessimistic discretisation) with the default ADD_OR_REMOVE_ONE relation:
-    each noise multiplier is already relative to the replace-one Delta, and that is the dominating pair
-    dp_accounting expects (its REPLACE_ONE setting would double the sensitivity a second time).
-    The PLD discretisation can overshoot by ~1e-7, enough to refuse a release calibrated to exactly the
-    budget; Gaussian releases compose *exactly* to one Gaussian with sigma/Delta = (sum_i s_i^-2)^(-1/2)
-    (their privacy-loss variables are Gaussian; Dong, Roth & Su 2022, Cor. 3.3), so the result is the
-    smaller of the two valid upper bounds, the analytic one padded by 1e-10 for its root-finder.
+    Gaussian releases compose *exactly* to one Gaussian with sigma/Delta = (sum_i s_i^-2)^(-1/2) (their
+    privacy-loss variables are Gaussian; Dong, Roth & Su 2022, Cor. 3.3): its analytic epsilon, padded by 1e-10
+    against rounding, is the total. Each noise multiplier is relative to the replace-one Delta already.
     Zero-cost entries (None or inf) are skipped; an empty list costs 0. ``pure_epsilons`` are pure epsilon-DP
-    releases (e.g. DP bound estimates); with any of them the PLDs of all events are composed directly.
+    releases; with any of them the PLDs of all events are composed by dp_accounting's accountant (pessimistic
+    discretisation, its default ADD_OR_REMOVE_ONE relation, the dominating pair of a multiplier taken against the
+    replace-one Delta: its REPLACE_ONE setting would double the sensitivity a second time).
     """
     if not _finite_real(delta) or not 0.0 < float(delta) < 1.0:
         raise PrivacyParameterError(f"delta must lie in (0, 1), got {delta!r}")
@@ -547,16 +536,11 @@ def compose_epsilon(
 def _composed(counts: tuple[tuple[float, int], ...], delta: float, pure: tuple[float, ...]) -> float:
     """``compose_epsilon`` of validated events, computed once per process for each distinct set: a pure function of
     its (hashable) arguments, so the lifetime total a release reads about ten times (pre-flight, reservation, budget
-    check, public facts, the CLI's last line) costs one PLD composition (~0.2 s each) instead of one per read."""
+    check, public facts, the CLI's last line) is composed once."""
     if pure:
         return _round_up(_compose_with_pure(counts, list(pure), delta))
-    accountant = pld.PLDAccountant()
-    for multiplier, count in counts:
-        accountant.compose(dp_event.GaussianDpEvent(multiplier), count)
-    pld_epsilon = float(accountant.get_epsilon(delta))
     effective = math.fsum(count / m**2 for m, count in counts) ** -0.5
-    exact = float(get_epsilon_gaussian(effective, delta, tol=1e-13)) + ANALYTIC_PAD
-    return _round_up(min(pld_epsilon, exact))
+    return _round_up(epsilon_for(effective, delta) + ANALYTIC_PAD)
 
 
 def _compose_with_pure(counts: Sequence[tuple[float, int]], pure: list[float], delta: float) -> float:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from splice_assets.defaults import MAX_ROWS as MAX_ROWS
 from splice_assets.layout import (
     DEFAULT_NUMERIC_BINS,
     EncodingLayout,
@@ -46,8 +47,6 @@ FRACTION_BITS = 32
 
 _FIXED_ONE = float(2**FRACTION_BITS)
 
-
-MAX_ROWS = 2**31 - 1
 
 
 def chebyshev_values(z: np.ndarray, k: int) -> np.ndarray:
