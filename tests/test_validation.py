@@ -267,8 +267,9 @@ def test_unknown_categories_follow_one_stated_rule():
 
 
 def test_constant_duplicate_and_all_missing_rows_are_kept():
-    frame = pd.concat([good_rows(), good_rows().iloc[[0, 0]]], ignore_index=True)
-    frame.loc[len(frame)] = [None] * 6
+    rows = good_rows()
+    empty = pd.DataFrame([[None] * len(rows.columns)], columns=rows.columns, dtype=object)  # an all-missing row
+    frame = pd.concat([rows, rows.iloc[[0, 0]], empty], ignore_index=True)
     frame["grade"] = 2
     out = validate(frame, SCHEMA)
     assert len(out.table) == len(frame) == 9
