@@ -118,7 +118,8 @@ class Synthesizer:
     ) -> None:
         extra = {} if max_unparseable_share is None else {"max_unparseable_share": max_unparseable_share}
         self.settings = SynthesizerSettings(
-            epsilon, delta, relation, seed, measurement or MeasurementSettings(), model or ModelSettings(),
+            epsilon, delta, relation, seed, (measurement or MeasurementSettings()).for_schema(schema),
+            model or ModelSettings(),
             postprocessing or PostProcessingSettings(), bounds_share, expert=dict(expert or {}), **extra,
         )
         self.schema = schema

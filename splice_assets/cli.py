@@ -34,6 +34,7 @@ from splice_assets.defaults import (
     DEFAULT_MARGINAL_SHARE,
     DEFAULT_N_DIRECTIONS,
     DEFAULT_PAIR_SHARE,
+    DISCRETE_PAIR_SHARE,
     RELATION_ADD_REMOVE,
     RELATION_REPLACE_ONE,
     RELATIONS,
@@ -152,8 +153,10 @@ def main() -> None:
               "or $DAGSTER_HOME/ledger.sqlite].")
 @click.option("--marginal-share", default=DEFAULT_MARGINAL_SHARE, show_default=True, type=float,
               help="Share of Delta^2 given to the noisy 1-way marginals (0 = the paper's moments only).")
-@click.option("--pair-share", default=DEFAULT_PAIR_SHARE, show_default=True, type=float,
-              help="Share of Delta^2 given to the noisy 2-way marginals of coordinate pairs (0 = none).")
+@click.option("--pair-share", default=None, type=float,
+              help="Share of Delta^2 given to the noisy 2-way marginals of coordinate pairs (0 = none) [default: "
+              f"{DEFAULT_PAIR_SHARE:g}, plus {DISCRETE_PAIR_SHARE - DEFAULT_PAIR_SHARE:g} times the schema's share of "
+              "discrete columns].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(
     schema_path: str,
@@ -165,7 +168,7 @@ def plan(
     n_directions: int,
     k: int,
     marginal_share: float,
-    pair_share: float,
+    pair_share: float | None,
     relation: str,
     ledger_url: str | None,
     as_json: bool,
@@ -232,7 +235,7 @@ def plan(
                                  for c in measurement_plan.fine if c.per_value), None),
         "interval_noise_std": next((cal.sigma / measurement_plan.fine_table_weight(c) * per_row
                                     for c in measurement_plan.fine if not c.per_value), None),
-        "pair_share": pair_share,
+        "pair_share": measurement_plan.pair_share,
         "pairs": cal.pair_count,
         "pair_noise_std": None if cal.pair_weight == 0 else cal.pair_noise_std() * per_row,
         "count_noise_std": None if cal.count_weight == 0 else cal.count_noise_std(),

@@ -15,8 +15,9 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from splice_assets.defaults import default_pair_share
 from splice_assets.layout import DEFAULT_NUMERIC_BINS as COARSE_BINS
 from splice_assets.layout import DEFAULT_TARGET_TRIPLES
 from splice_assets.measurement import RELATION_ADD_REMOVE, RELATIONS
@@ -42,6 +43,9 @@ from splice_assets.resolution import (
     MAX_GRID_WEIGHT,
 )
 
+if TYPE_CHECKING:
+    from splice_assets.schema import TableSchema
+
 
 def _integer(name: str, value: object, least: int, most: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < least or (most is not None and value > most):
@@ -66,7 +70,8 @@ class MeasurementSettings:
     table counts as ``grid_weight`` tables and one of intervals as ``interval_weight``, their extra units added to
     the share out of the moments', so their cells get 1/sqrt(weight) of a coarse cell's noise and the other tables
     keep theirs), ``pair_share`` to
-    the 2-way tables of every pair of coordinates from different columns, the rest to the sliced Chebyshev moments
+    the 2-way tables of every pair of coordinates from different columns (None: by the schema, more the more of its
+    columns are discrete, ``defaults.default_pair_share``; ``for_schema``), the rest to the sliced Chebyshev moments
     (L directions, orders 1..k). Where the pairs outnumber ``pairs_per_coordinate`` x d (0 = never), that many are
     chosen by noisy dependence scores, which take ``selection_share`` out of the pair share (``pair_selection``);
     otherwise the schema's target gets a 3-way table with every pair of other columns whose table has at most
@@ -76,7 +81,7 @@ class MeasurementSettings:
     n_directions: int = DEFAULT_N_DIRECTIONS
     k: int = DEFAULT_K
     marginal_share: float = DEFAULT_MARGINAL_SHARE
-    pair_share: float = DEFAULT_PAIR_SHARE
+    pair_share: float | None = None
     fine_bins: int = DEFAULT_FINE_BINS
     fine_split: int = DEFAULT_FINE_SPLIT
     grid_weight: int = DEFAULT_GRID_WEIGHT
@@ -89,7 +94,8 @@ class MeasurementSettings:
         _integer("n_directions (L)", self.n_directions, 1, preflight.MAX_DIRECTIONS)
         _integer("k", self.k, 1, preflight.MAX_K)
         _number("marginal_share", self.marginal_share, 0.0, 1.0)
-        _number("pair_share", self.pair_share, 0.0, 1.0)
+        if self.pair_share is not None:
+            _number("pair_share", self.pair_share, 0.0, 1.0)
         _integer("fine_bins", self.fine_bins, 0, MAX_FINE_BINS)
         _integer("fine_split", self.fine_split, 0, MAX_FINE_SPLIT)
         _integer("grid_weight", self.grid_weight, 1, MAX_GRID_WEIGHT)
@@ -97,18 +103,26 @@ class MeasurementSettings:
         _number("pairs_per_coordinate", self.pairs_per_coordinate, 0.0, math.inf)
         _number("selection_share", self.selection_share, 0.0, 1.0, low_open=True)
         _integer("target_triples", self.target_triples, 0)
-        if self.pair_share > 0 and self.selection_share >= self.pair_share:
+        least_pair_share = DEFAULT_PAIR_SHARE if self.pair_share is None else self.pair_share
+        if least_pair_share > 0 and self.selection_share >= least_pair_share:
             raise ValueError(
-                f"selection_share must be below pair_share {self.pair_share!r} (it is taken out of it), "
+                f"selection_share must be below pair_share {least_pair_share!r} (it is taken out of it), "
                 f"got {self.selection_share!r}"
             )
         if self.fine_bins % COARSE_BINS:
             raise ValueError(f"fine_bins must be a multiple of {COARSE_BINS} (0 = none), got {self.fine_bins!r}")
 
+    def for_schema(self, schema: TableSchema) -> MeasurementSettings:
+        """These settings with the pair share resolved for ``schema`` (``defaults.default_pair_share`` where None)."""
+        return self if self.pair_share is not None else dataclasses.replace(
+            self, pair_share=default_pair_share(schema)
+        )
+
     def check_relation(self, relation: str) -> None:
-        """The moments need a share of Delta^2 left over (under add-remove the noisy count takes one too)."""
+        """The moments need a share of Delta^2 left over (under add-remove the noisy count takes one too); a pair
+        share left to the schema is checked once resolved."""
         count_share = DEFAULT_COUNT_SHARE if relation == RELATION_ADD_REMOVE else 0.0
-        if self.marginal_share + self.pair_share + count_share >= 1.0:
+        if self.pair_share is not None and self.marginal_share + self.pair_share + count_share >= 1.0:
             raise ValueError(
                 f"marginal_share {self.marginal_share!r} + pair_share {self.pair_share!r} (+ the noisy count's "
                 f"{count_share!r} under add-remove) must be < 1 (the moments need a share of the budget)"

@@ -6,6 +6,11 @@ SQLAlchemy or the accountant. The library modules that own these values re-expor
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from splice_assets.schema import TableSchema
+
 #: Neighbouring tables differ by replacing one row; n is public and every statistic is a frequency.
 RELATION_REPLACE_ONE = "replace-one"
 #: Neighbouring tables differ by adding or removing one row; n is private, so the mechanism releases noisy sums and a
@@ -23,6 +28,10 @@ RELATIONS = (RELATION_REPLACE_ONE, RELATION_ADD_REMOVE)
 # (docs/decisions/0022).
 DEFAULT_MARGINAL_SHARE = 0.15
 DEFAULT_PAIR_SHARE = 0.5
+# The moments carry the numeric dependence the tables' bins do not (0022: California's TSTR falls with their share);
+# on discrete columns they repeat what the tables hold. So the pairs' share grows with the share of discrete columns,
+# from DEFAULT_PAIR_SHARE on an all-numeric table to DISCRETE_PAIR_SHARE on an all-discrete one (decision 0060).
+DISCRETE_PAIR_SHARE = 0.75
 # Directions and moment order. With the 2-way marginals carrying the categorical structure, L = 256 fits as well as
 # 512 at half the measure and fit cost (adult, K = 20: 2-way TVD 0.074 vs 0.077, SW1 0.0065 vs 0.0073).
 DEFAULT_N_DIRECTIONS = 256
@@ -33,3 +42,11 @@ DEFAULT_HOLDOUT_FRACTION = 0.2
 #: The most rows the fixed-point sums of ``private.statistics`` hold; under add-remove it stands in for the private n
 #: in the floating-point slack of the sensitivity.
 MAX_ROWS = 2**31 - 1
+
+
+def default_pair_share(schema: TableSchema) -> float:
+    """The pair share a measurement takes by default on ``schema``: DEFAULT_PAIR_SHARE plus the share of its
+    columns that are discrete times DISCRETE_PAIR_SHARE - DEFAULT_PAIR_SHARE (public: the schema's kinds), to 4
+    decimals."""
+    discrete = sum(spec.is_discrete for spec in schema.columns) / max(len(schema.columns), 1)
+    return round(DEFAULT_PAIR_SHARE + (DISCRETE_PAIR_SHARE - DEFAULT_PAIR_SHARE) * discrete, 4)

@@ -11,7 +11,6 @@ import pytest
 from test_sensitivity_audit import AUDIT_DELTA, AUDIT_EPS, audit_epsilon
 from toy import TOY_SCHEMA
 
-from splice_assets.defaults import DEFAULT_PAIR_SHARE
 from splice_assets.layout import draw_directions, harmonic, layout_for
 from splice_assets.measurement import (
     RELATION_ADD_REMOVE,
@@ -118,7 +117,7 @@ def test_calibration_ignores_n_and_halves_the_moment_noise_on_frequencies():
     _, replace = measuring.make_plan(TOY_SCHEMA, n, 1.0, 1e-6, 256, 16)
     plan, add_remove = measuring.make_plan(TOY_SCHEMA, n, 1.0, 1e-6, 256, 16, relation=AR)
     assert plan.n is None and plan.public_params()["n"] is None
-    moments = 1 - plan.one_way_share - DEFAULT_PAIR_SHARE  # the 1-way share with the fine tables' weights
+    moments = 1 - plan.one_way_share - plan.pair_share  # the 1-way share with the fine tables' weights
     expected = 0.5 * math.sqrt(moments / (moments - DEFAULT_COUNT_SHARE))
     assert add_remove.sigma / n / replace.sigma == pytest.approx(expected, rel=1e-4)
     # The table cells gain less: 1/sqrt(2) of replace-one's noise (their weights absorb the count's share).

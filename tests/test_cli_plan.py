@@ -12,12 +12,14 @@ import yaml
 from click.testing import CliRunner
 
 from splice_assets.cli import main
+from splice_assets.defaults import default_pair_share
 from splice_assets.layout import harmonic
 from splice_assets.private.ledger import BudgetLedger
-from splice_assets.private.mechanism import DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
+from splice_assets.private.mechanism import DEFAULT_MARGINAL_SHARE
 from splice_assets.private.row_count import input_row_count
 from splice_assets.private.validation import read_table
 from splice_assets.resolution import DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT
+from splice_assets.schema import load_schema
 
 
 @pytest.fixture
@@ -125,7 +127,7 @@ def test_plan_default_includes_the_marginal_queries(schema_file, ledger_url):
         "--pair-share", "0",
     )
     default = plan_json(schema_file, ledger_url, "--n", "20000", "--epsilon", "1", "--delta", "1e-9")
-    share, pair_share = DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
+    share, pair_share = DEFAULT_MARGINAL_SHARE, default_pair_share(load_schema(schema_file))
     assert default["marginal_share"] == share and default["pair_share"] == pair_share
     # age's per-value fine table counts DEFAULT_GRID_WEIGHT times: the 1-way share is share x (2 + r) / 3
     one_way = share * (2 + DEFAULT_GRID_WEIGHT) / 3

@@ -16,7 +16,7 @@ from splice_assets import MeasurementSettings
 from splice_assets.measurement import Measurement
 from splice_assets.private import measuring
 from splice_assets.private.encoding import encode
-from splice_assets.private.mechanism import DEFAULT_COUNT_SHARE, DEFAULT_MARGINAL_SHARE, DEFAULT_PAIR_SHARE
+from splice_assets.private.mechanism import DEFAULT_COUNT_SHARE, DEFAULT_MARGINAL_SHARE
 from splice_assets.schema import parse_schema
 
 SCHEMA = parse_schema({
@@ -52,7 +52,7 @@ def test_a_per_value_table_counts_as_grid_weight_tables_and_the_moments_pay(rela
     assert heavy.fine_table_weight(amount) == pytest.approx(heavy.marginal_weight)
     # the moments' share falls from 1 - s1 - s2 (- count) to 1 - 1.6 s1 - s2 (- count): their noise rises
     count = DEFAULT_COUNT_SHARE if relation == "add-remove" else 0.0
-    rest = [1.0 - share - DEFAULT_PAIR_SHARE - count for share in (base.one_way_share, heavy.one_way_share)]
+    rest = [1.0 - share - base.pair_share - count for share in (base.one_way_share, heavy.one_way_share)]
     moments = cal4.noise_std_per_order()[0] / cal1.noise_std_per_order()[0]
     assert moments == pytest.approx(math.sqrt(rest[0] / rest[1]), rel=1e-5)
     assert heavy.public_params()["grid_weight"] == 4 and "grid_weight" not in base.public_params()
@@ -70,7 +70,7 @@ def test_an_interval_table_counts_as_interval_weight_tables_and_the_moments_pay(
     assert heavy.fine_table_weight(amount) == pytest.approx(math.sqrt(2) * heavy.marginal_weight)
     assert heavy.fine_table_weight(age) == pytest.approx(2.0 * heavy.marginal_weight)
     count = DEFAULT_COUNT_SHARE if relation == "add-remove" else 0.0
-    rest = [1.0 - share - DEFAULT_PAIR_SHARE - count for share in (base.one_way_share, heavy.one_way_share)]
+    rest = [1.0 - share - base.pair_share - count for share in (base.one_way_share, heavy.one_way_share)]
     moments = cal2.noise_std_per_order()[0] / cal1.noise_std_per_order()[0]
     assert moments == pytest.approx(math.sqrt(rest[0] / rest[1]), rel=1e-5)
     assert heavy.public_params()["interval_weight"] == 2

@@ -16,7 +16,6 @@ from splice_assets.measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE,
 from splice_assets.private import holdout_split, measuring
 from splice_assets.private import mechanism as privacy
 from splice_assets.private.encoding import encode
-from splice_assets.private.mechanism import DEFAULT_PAIR_SHARE
 from splice_assets.private.pair_selection import (
     DEFAULT_SELECTION_SHARE,
     chosen_pairs,
@@ -118,10 +117,10 @@ def test_the_three_steps_move_by_at_most_their_shares_of_delta(monkeypatch, rela
         total = math.sqrt(sum(v * v for v in norms))
         assert total <= delta * (1 + 1e-9), (name, total / delta)
         assert norms[1] <= math.sqrt(DEFAULT_SELECTION_SHARE) * delta * (1 + 1e-9), (name, norms[1] / delta)
-        assert norms[2] <= math.sqrt(DEFAULT_PAIR_SHARE - DEFAULT_SELECTION_SHARE) * delta * (1 + 1e-9), name
+        assert norms[2] <= math.sqrt(plan.pair_share - DEFAULT_SELECTION_SHARE) * delta * (1 + 1e-9), name
         if relation == AR and name.startswith("add"):
             # An added row falls in one cell of every chosen table: the tables' share is met exactly.
-            assert norms[2] == pytest.approx(math.sqrt(DEFAULT_PAIR_SHARE - DEFAULT_SELECTION_SHARE) * bare, rel=1e-9)
+            assert norms[2] == pytest.approx(math.sqrt(plan.pair_share - DEFAULT_SELECTION_SHARE) * bare, rel=1e-9)
         worst = max(worst, total / delta)
     assert worst > 0.3
 

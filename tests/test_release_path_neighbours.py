@@ -31,7 +31,6 @@ from splice_assets.private.ledger import BudgetLedger
 from splice_assets.private.mechanism import (
     DEFAULT_COUNT_SHARE,
     DEFAULT_MARGINAL_SHARE,
-    DEFAULT_PAIR_SHARE,
 )
 from splice_assets.private.validation import validate
 from splice_assets.resolution import DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT
@@ -147,7 +146,7 @@ def check_shift(diff: np.ndarray, relation: str, n_measured: int, one_row_measur
     # grows with them (the moments pay).
     units = len(plan.marginal_sizes) + sum((weights[0] if c.per_value else weights[1]) * c.tables for c in plan.fine)
     plain = len(plan.marginal_sizes) + sum(c.tables for c in plan.fine)
-    shares = {"1-way": DEFAULT_MARGINAL_SHARE * units / plain, "2-way": DEFAULT_PAIR_SHARE}
+    shares = {"1-way": DEFAULT_MARGINAL_SHARE * units / plain, "2-way": plan.pair_share}  # the schema's pair share
     shares["count"] = DEFAULT_COUNT_SHARE if relation == AR else 0.0
     shares["moments"] = 1 - sum(shares.values())
     norms = family_norms(diff, plan)

@@ -6,7 +6,7 @@ import dagster as dg
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from splice_assets.datasets import DEMO_DATASET
-from splice_assets.defaults import DEFAULT_HOLDOUT_FRACTION
+from splice_assets.defaults import DEFAULT_HOLDOUT_FRACTION, DEFAULT_PAIR_SHARE, DISCRETE_PAIR_SHARE
 from splice_assets.measurement import (
     RELATION_REPLACE_ONE,
 )
@@ -17,7 +17,6 @@ from splice_assets.private.mechanism import (
     DEFAULT_K,
     DEFAULT_MARGINAL_SHARE,
     DEFAULT_N_DIRECTIONS,
-    DEFAULT_PAIR_SHARE,
 )
 from splice_assets.private.validation import DEFAULT_MAX_UNPARSEABLE_SHARE
 from splice_assets.release.settings import ReleaseSettings
@@ -62,9 +61,11 @@ class ReleaseConfig(dg.Config):
         default=DEFAULT_MARGINAL_SHARE,
         description="Share of the sensitivity budget (Delta^2) given to noisy 1-way marginals; 0 = off.",
     )
-    pair_share: float = Field(
-        default=DEFAULT_PAIR_SHARE,
-        description="Share of Delta^2 given to noisy 2-way marginals of every coordinate pair; 0 = off.",
+    pair_share: float | None = Field(
+        default=None,
+        description=f"Share of Delta^2 given to noisy 2-way marginals of every coordinate pair; 0 = off. Unset: "
+        f"{DEFAULT_PAIR_SHARE:g} plus {DISCRETE_PAIR_SHARE - DEFAULT_PAIR_SHARE:g} times the schema's share of "
+        "discrete columns.",
     )
     tilt_chi2: float = Field(
         default=FitConfig.tilt_chi2,

@@ -13,6 +13,7 @@ from typing import Protocol, cast
 
 import numpy as np
 
+from splice_assets.defaults import default_pair_share
 from splice_assets.layout import (
     DEFAULT_NUMERIC_BINS,
     DEFAULT_TARGET_TRIPLES,
@@ -176,7 +177,7 @@ def make_plan(
     scaling: ScalingMode = "ball",
     marginal_share: float = DEFAULT_MARGINAL_SHARE,
     numeric_bins: int = DEFAULT_NUMERIC_BINS,
-    pair_share: float = DEFAULT_PAIR_SHARE,
+    pair_share: float | None = None,
     relation: str = RELATION_REPLACE_ONE,
     fine_bins: int = DEFAULT_FINE_BINS,
     fine_split: int = DEFAULT_FINE_SPLIT,
@@ -193,15 +194,17 @@ def make_plan(
     ``fine_split`` > 0, the finer table of a column with intervals (``resolution``); the fine table of a column
     with one cell per grid value counts as ``grid_weight`` tables (its cells weighted sqrt(grid_weight) times a
     coarse table's), that of a column with intervals as ``interval_weight``, every other table as one.
-    ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns (both 0 = the
-    paper's moments only); when they number more than ``pairs_per_coordinate`` x d, ``selection_share`` of it buys
-    noisy dependence scores and the rest the tables of the pairs they choose (``pair_selection``). Without that
-    choice, the schema's target and every pair of other columns with a small table get a 3-way table when they
-    number at most ``target_triples`` (``layout.triples_with_target``), one more table at the pair weight each. The
-    row count ``n`` enters the plan under replace-one only; under add-remove it is private, so it is not read, and
-    ``DEFAULT_COUNT_SHARE`` of Delta^2 buys a noisy count instead.
+    ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns (None: by the
+    schema, ``defaults.default_pair_share``; both 0 = the paper's moments only); when they number more than
+    ``pairs_per_coordinate`` x d, ``selection_share`` of it buys noisy dependence scores and the rest the tables of
+    the pairs they choose (``pair_selection``). Without that choice, the schema's target and every pair of other
+    columns with a small table get a 3-way table when they number at most ``target_triples``
+    (``layout.triples_with_target``), one more table at the pair weight each. The row count ``n`` enters the plan
+    under replace-one only; under add-remove it is private, so it is not read, and ``DEFAULT_COUNT_SHARE`` of
+    Delta^2 buys a noisy count instead.
     """
     privacy.validate_parameters(epsilon, delta, k, n_directions, schema.n_min)
+    pair_share = default_pair_share(schema) if pair_share is None else pair_share
     public_n = n if relation == RELATION_REPLACE_ONE else None
     count_share = DEFAULT_COUNT_SHARE if relation == RELATION_ADD_REMOVE else 0.0
     if scaling != "ball":

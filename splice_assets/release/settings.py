@@ -44,7 +44,7 @@ class ReleaseSettings:
     bounds_share: float
     match_marginals: bool
     marginal_share: float
-    pair_share: float
+    pair_share: float | None  # None: by the schema (defaults.default_pair_share)
     tilt_chi2: float = FitConfig.tilt_chi2
     link_lambda: float = FitConfig.link_lambda
     joint_pairs: int = FitConfig.joint_pairs
