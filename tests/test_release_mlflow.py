@@ -21,8 +21,10 @@ from splice_assets.dagster_layer.assets import op_name
 from splice_assets.dagster_layer.automation import run_config_for
 from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
-from splice_assets.datasets import DEMO_DATASET, demo_data_path
+from splice_assets.datasets import DEMO_DATASET, demo_data_path, schema_path
+from splice_assets.defaults import default_pair_share
 from splice_assets.private.ledger import BudgetLedger
+from splice_assets.schema import load_schema
 
 REPO = Path(__file__).resolve().parents[1]
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -237,6 +239,8 @@ def test_public_bundle_holds_no_private_value(released):
             assert needle not in data, f"{what} found in public file {name}"
     manifest = json.loads(Path(record["public_dir"], "release.json").read_text())
     assert "validation" not in manifest and "input_path" not in manifest["parameters"]
+    # The pair share left to the schema is recorded as the number it measured with (8 of 9 columns discrete).
+    assert manifest["parameters"]["pair_share"] == default_pair_share(load_schema(schema_path(DEMO_DATASET))) == 0.7222
     # The only row count in the bundle is the public n of the measurement (and the chosen synthetic size).
     assert manifest["privacy"]["n"] == json.loads(Path(record["public_dir"], "measurement.json").read_text())["n"]
 

@@ -140,8 +140,9 @@ def row_count_metadata(n: int, relation: str) -> dict[str, int]:
 )
 def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, ledger: LedgerResource,
                     engine: EngineResource):
-    settings = config.settings()
-    synth = settings.synthesizer(load_schema(schema_path(settings.dataset)))
+    schema = load_schema(schema_path(config.dataset))
+    settings = config.settings().for_schema(schema)  # the release records the pair share it measures with
+    synth = settings.synthesizer(schema)
     source = settings.resolved_input()
     if engine.streams(source):
         # A partitioned input: one streamed pass now (checks, row count, DP bounds), the rows again at measurement.
