@@ -7,6 +7,7 @@ themselves to ``ReleaseStepStorage`` in that folder.
 """
 
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import cast
@@ -140,9 +141,10 @@ def row_count_metadata(n: int, relation: str) -> dict[str, int]:
 )
 def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, ledger: LedgerResource,
                     engine: EngineResource):
-    schema = load_schema(schema_path(config.dataset))
-    settings = config.settings().for_schema(schema)  # the release records the pair share it measures with
-    synth = settings.synthesizer(schema)
+    settings = config.settings()
+    synth = settings.synthesizer(load_schema(schema_path(settings.dataset)))
+    # The release records the pair share the synthesizer resolved for the schema, the one it measures with.
+    settings = dataclasses.replace(settings, pair_share=synth.settings.measurement.pair_share)
     source = settings.resolved_input()
     if engine.streams(source):
         # A partitioned input: one streamed pass now (checks, row count, DP bounds), the rows again at measurement.

@@ -124,8 +124,9 @@ resolutions_table = sa.Table(
 )
 
 
-# The accountant's results, keyed by what it composed: a pure function of public parameters, kept so that reading
-# the lifetime spend (`splice budget`) does not load the accountant again. The key names the accountant's version.
+# Compositions of ledger entries, keyed by what was composed: a pure function of public parameters, kept so that
+# reading the lifetime spend (`splice budget`) loads neither numpy nor, for pure epsilon-DP entries, dp-accounting.
+# The key names the composition rule and dp-accounting's version.
 compositions_table = sa.Table(
     "splice_compositions",
     _metadata,
@@ -259,10 +260,10 @@ def _compose_epsilon(
 
 def _composition_key(noise_multipliers: Sequence[float | None], delta_total: float,
                      pure_epsilons: Sequence[float]) -> str:
-    """The cache key of one composition: the accountant's version and its inputs as ``compose_epsilon`` reads them
+    """The cache key of one composition: the rule's version and its inputs as ``compose_epsilon`` reads them
     (zero-cost entries skipped, order ignored)."""
     gaussian = sorted(float(m) for m in noise_multipliers if m is not None and not (math.isinf(m) and m > 0))
-    return params_hash({"accountant": _accountant_version(),
+    return params_hash({"accountant": _composition_version(),
                         "gaussian": gaussian, "pure": sorted(float(e) for e in pure_epsilons if float(e) > 0.0),
                         "delta_total": float(delta_total)})
 
@@ -272,7 +273,7 @@ COMPOSITION_RULE = "exact Gaussian composition, PLD only with pure epsilon-DP ev
 
 
 @functools.cache
-def _accountant_version() -> str:
+def _composition_version() -> str:
     """The installed dp-accounting's version (it composes pure epsilon-DP events) and ``COMPOSITION_RULE``, read
     from its metadata once per process."""
     from importlib.metadata import version
@@ -784,8 +785,8 @@ class BudgetLedger:
     @staticmethod
     def _composed(conn: Connection, noise_multipliers: Sequence[float | None], delta_total: float,
                   pure_epsilons: Sequence[float]) -> float:
-        """``compose_epsilon`` of these entries, read from the composition cache when the accountant has composed
-        the same ones before (in any process), else computed and kept there."""
+        """``compose_epsilon`` of these entries, read from the composition cache when the same ones were composed
+        before (in any process), else computed and kept there."""
         key = _composition_key(noise_multipliers, delta_total, pure_epsilons)
         cached = conn.execute(sa.select(compositions_table.c.epsilon).where(compositions_table.c.key == key)).first()
         if cached is not None:

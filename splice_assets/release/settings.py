@@ -19,7 +19,6 @@ from splice_assets.config import (
     SynthesizerSettings,
 )
 from splice_assets.datasets import demo_data_path
-from splice_assets.defaults import default_pair_share
 from splice_assets.measurement import RELATION_REPLACE_ONE
 from splice_assets.model.fit import FitConfig
 from splice_assets.private.validation import DEFAULT_MAX_UNPARSEABLE_SHARE
@@ -61,13 +60,6 @@ class ReleaseSettings:
         values: dict[str, Any] = {"joint_pairs": 0, "field_iterations": 0, "input_path": "", "schema_version": None}
         values.update({k: v for k, v in parameters.items() if k in known})
         return cls(**values)
-
-    def for_schema(self, schema: TableSchema) -> ReleaseSettings:
-        """These settings with a pair share left to the schema resolved (``defaults.default_pair_share``), so the
-        release records the share it measured with."""
-        return self if self.pair_share is not None else dataclasses.replace(
-            self, pair_share=default_pair_share(schema)
-        )
 
     def resolved_input(self) -> str:
         return self.input_path or str(demo_data_path())
