@@ -80,6 +80,8 @@ DEFAULT_FINE_KNOT_SHAPES = True
 #: Draw the rows of a bin at evenly spaced quantiles of its fine table, in random order (``FineTables.stratified``;
 #: docs/decisions/0045).
 DEFAULT_FINE_STRATIFIED = True
+#: ... each cell weighted by the values it holds (``FineTables.capacity_shapes``; docs/decisions/0061).
+DEFAULT_FINE_CAPACITY_SHAPES = True
 #: Numeric pairs whose noisy coarse table shows at least this Gaussian-copula correlation couple their draws inside
 #: the bins (``choose_couplings``).
 DEFAULT_FINE_COUPLING = 0.5
@@ -197,6 +199,20 @@ class FineCells:
             first, last = self._integers(np.arange(self.intervals))
             ok[len(self.points):] = first <= last
         return ok
+
+    def capacities(self) -> np.ndarray:
+        """How much of a straight density (on the encoded scale) each fine cell holds, relative to an interval: 1
+        for an interval of a continuous column and for a point; for an integer column's interval, the encoded width
+        of its integers' unit cells (the span of first - 1/2 .. last + 1/2, within the bounds) over the interval's.
+        On a linear scale that is the count of integers inside, 1 or 2 alternating where the bounds span 256 to 512
+        integers; 0 for an interval that holds none."""
+        out = np.ones(self.n_cells)
+        if self.integer and self.intervals:
+            first, last = self._integers(np.arange(self.intervals))
+            low = self.cube(np.clip(first - 0.5, self.lo, self.hi))
+            high = self.cube(np.clip(last + 0.5, self.lo, self.hi))
+            out[len(self.points):] = np.where(last >= first, (high - low) * self.intervals / 2.0, 0.0)
+        return out
 
     def _integers(self, intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """First and last integer inside each of the given intervals (last < first: none); the last interval holds
@@ -345,6 +361,9 @@ class FineTables:
     #: Followers (``couplings``) whose bins the copula corrects too, not only their places inside the bins: a row
     #: far outside the copula's band given its leader takes its bin from the copula (``_follow_leader``).
     followers: tuple[int, ...] = ()
+    #: The bin shapes give each cell its share by the values it holds (``FineCells.capacities``): an integer
+    #: column's interval of two integers twice that of an interval of one.
+    capacity_shapes: bool = DEFAULT_FINE_CAPACITY_SHAPES
 
     def noise_std_of(self, column: FineCells) -> float:
         return self.noise_std / math.sqrt(column.weight_units(self.grid_weight, self.interval_weight))
@@ -394,16 +413,17 @@ class FineTables:
                            for bin_, inside in enumerate(inside_of)])
         widths = column.bin_widths(numeric_bins) if self.knot_shapes else np.ones(numeric_bins)
         tails = (_tail_bins(masses / widths, self.tail_runs) if self.exponential_tails and column.intervals else {})
+        capacity = column.capacities() if self.capacity_shapes else np.ones(column.n_cells)
         for bin_, inside in enumerate(inside_of):
             if len(inside):
                 cells = fine[inside]
                 if shrink:
                     if self.level_first:  # the projection's own first move, so the shrinkage sees only the shape
                         cells = cells + (masses[bin_] - cells.sum()) / len(cells)
-                    shape = _bin_shape(masses, bin_, len(inside), widths)
+                    shape = _bin_shape(masses, bin_, len(inside), widths, capacity[inside])
                     if bin_ in tails and inside[0] >= len(column.points):  # intervals only, in value order
-                        shape = _steeper_tail(cells, shape, _tail_shape(masses, bin_, cells, tails[bin_], widths),
-                                              noise_std)
+                        steep = _tail_shape(masses, bin_, cells, tails[bin_], widths, capacity[inside])
+                        shape = _steeper_tail(cells, shape, steep, noise_std)
                     cells = shrunk_toward(cells, shape, noise_std)
                 weights[inside] = _project(cells[None, :], np.array([masses[bin_]]))[0]
         finer = self.kept(table[column.n_cells :], noise_std)
@@ -673,7 +693,7 @@ def _tail_bins(masses: np.ndarray, runs: bool = False) -> dict[int, bool]:
 
 
 def _tail_shape(masses: np.ndarray, bin_: int, cells: np.ndarray, rising: bool,
-                widths: np.ndarray | None = None) -> np.ndarray:
+                widths: np.ndarray | None = None, capacity: np.ndarray | None = None) -> np.ndarray:
     """A tail bin's mass spread over its ``cells`` along the exponential density, rising with the value in the lower
     tail and falling in the upper one, nearest to the noisy cells in least squares (post-processing: one parameter
     read from the noisy cells). A straight density (``_bin_shape``) cannot follow a tail that falls steeply inside
@@ -684,11 +704,12 @@ def _tail_shape(masses: np.ndarray, bin_: int, cells: np.ndarray, rising: bool,
     from scipy.optimize import minimize_scalar
 
     mass = float(masses[bin_])
-    position = (np.arange(len(cells)) + 0.5) / len(cells)
+    capacity = np.ones(len(cells)) if capacity is None else capacity
+    position = _centres(capacity)
     position = position if rising else 1.0 - position  # 1 at the inner edge
 
     def shape(rate: float) -> np.ndarray:
-        density = np.exp(rate * (position - 1.0))
+        density = np.exp(rate * (position - 1.0)) * capacity
         return density * (mass / density.sum())
 
     # At least as steep as the fall from the inner neighbour's density to this bin's, over the distance between
@@ -709,10 +730,21 @@ def _steeper_tail(cells: np.ndarray, straight: np.ndarray, steep: np.ndarray, no
     return steep if gain > 2.0 * noise_std**2 else straight
 
 
-def _bin_shape(masses: np.ndarray, bin_: int, cells: int, widths: np.ndarray | None = None) -> np.ndarray:
-    """The mass of coarse bin ``bin_`` spread over its ``cells`` equal cells along a straight density whose slope
+def _centres(capacity: np.ndarray) -> np.ndarray:
+    """Each cell's centre as a fraction of its bin, the cells in order holding ``capacity`` values each (equal
+    capacities: (i + 0.5) / cells)."""
+    total = float(capacity.sum())
+    if not total > 0:
+        return (np.arange(len(capacity)) + 0.5) / max(len(capacity), 1)
+    return (np.cumsum(capacity) - 0.5 * capacity) / total
+
+
+def _bin_shape(masses: np.ndarray, bin_: int, cells: int, widths: np.ndarray | None = None,
+               capacity: np.ndarray | None = None) -> np.ndarray:
+    """The mass of coarse bin ``bin_`` spread over its ``cells`` cells along a straight density whose slope
     is that between the neighbouring bins' densities (mass / width, ``widths`` equal by default; a missing
-    neighbour counts as this bin) at their centres, clipped at 0."""
+    neighbour counts as this bin) at their centres, clipped at 0; each cell takes the density at its centre times
+    its ``capacity`` (the values it holds; equal by default)."""
     widths = np.ones(len(masses)) if widths is None else widths
     centres = np.cumsum(widths) - 0.5 * widths
     here = max(float(masses[bin_]), 0.0)
@@ -721,8 +753,9 @@ def _bin_shape(masses: np.ndarray, bin_: int, cells: int, widths: np.ndarray | N
     below = max(float(masses[low]), 0.0) / float(widths[low]) if low < bin_ else density_here
     above = max(float(masses[high]), 0.0) / float(widths[high]) if high > bin_ else density_here
     span = float(centres[high] - centres[low]) if high > low else 1.0
-    position = ((np.arange(cells) + 0.5) / cells - 0.5) * float(widths[bin_])
-    density = np.clip(density_here + (above - below) / span * position, 0.0, None)
+    capacity = np.ones(cells) if capacity is None else capacity
+    position = (_centres(capacity) - 0.5) * float(widths[bin_])
+    density = np.clip(density_here + (above - below) / span * position, 0.0, None) * capacity
     total = density.sum()
     return density * (here / total) if total > 0 else np.full(cells, here / cells)
 

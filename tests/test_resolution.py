@@ -502,6 +502,38 @@ def test_a_bins_cells_move_to_its_mass_before_the_shrinkage_reads_their_shape():
     assert error[True] < 0.7 * error[False], error
 
 
+def test_bin_shapes_give_an_integer_interval_its_share_by_the_integers_it_holds():
+    """churn's call counts under DP bounds of [0, 300]: 256 intervals of 1.17 integers each, so most hold one
+    integer and every sixth holds two (or, on a log scale, the lowest hold none). The straight shape gave every
+    interval an equal share, so the shrinkage pulled a two-integer interval down to a one-integer one's mass, and
+    its two values came out at half their share. With shapes by capacity (``capacity_shapes``), over 100 noise
+    draws (fixed seed, noise sd 1.3% per cell as at n = 4,000 and eps = 1) the TVD between the integers' drawn
+    shares and the truth falls from .120 to .038 (asserted: by a third)."""
+    from splice_assets.resolution import column_fine_cells
+
+    spec = parse_schema({"name": "calls", "version": 1, "n_min": 10, "columns": [
+        {"name": "calls", "kind": "integer", "bounds": [0, 300]}]}).columns[0]
+    column = column_fine_cells(spec, 0, None, 256)
+    capacity = column.capacities()
+    counts = np.round(capacity * 300 / 256, 9)  # in integers: each integer's unit cell, halved at the bounds
+    assert set(np.unique(counts)) == {1.0, 1.5, 2.0} and capacity.sum() == pytest.approx(256.0)
+    integers = np.arange(301)
+    per_integer = np.exp(-0.5 * ((integers - 100) / 20) ** 2)
+    per_integer /= per_integer.sum()
+    cell_of = column.cells_of(column.cube(integers.astype(float)))
+    truth = np.bincount(cell_of, weights=per_integer, minlength=column.n_cells)
+    masses = np.bincount(column.parents, weights=truth, minlength=16)
+    rng = np.random.default_rng(5)
+    tvd = {True: 0.0, False: 0.0}
+    for _ in range(100):
+        noisy = truth + rng.normal(0.0, 0.013, truth.size)
+        for by_capacity in (True, False):
+            weights, _ = FineTables(noisy, 0.013, 256, capacity_shapes=by_capacity).consistent(column, noisy, masses)
+            drawn = weights[cell_of] / np.bincount(cell_of, minlength=column.n_cells)[cell_of]  # shared evenly
+            tvd[by_capacity] += 0.5 * np.abs(drawn - per_integer).sum() / 100
+    assert tvd[True] < 0.67 * tvd[False], tvd
+
+
 def test_a_tail_bin_whose_rows_sit_near_its_inner_edge_keeps_them_there():
     """magic's `f_asym`: the outermost occupied bin holds 2% of the rows, most of them in its inner fifth, with
     noise sd 0.43% per fine cell. Shrunk toward a straight density, the bin's rows spread toward the bound; toward

@@ -16,12 +16,16 @@ integer column's values held by 0.1% of the real rows that are never drawn, ``sc
 
     .venv/bin/python -m bench.experiments.refit_variants --datasets churn nursery \\
         --variants defaults shrink_categories=false --seeds 0 1
+
+``--schema FILE`` measures with that schema instead of the dataset's resolved one (one dataset; its train rows are
+still the bench's), e.g. to pin DP bounds a variant depends on.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -29,7 +33,8 @@ import yaml
 from bench.experiments.field_on_off import release_scores
 from bench.experiments.pair_selection import print_means
 from bench.run import prepared_datasets
-from splice_assets import Synthesizer
+from splice_assets import Synthesizer, load_schema
+from splice_assets.schema import TableSchema
 
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "tails", "gaps", "spikes",
         "tail_error", "rules", "strong", "tstr")
@@ -45,13 +50,15 @@ def overrides(variant: str) -> dict[str, Any]:
     return {key.strip(): yaml.safe_load(value) for key, value in pairs}
 
 
-def compare(datasets: list[str], seeds: list[int], epsilon: float, variants: Mapping[str, dict[str, Any]]) -> None:
-    """Print, per dataset, each variant's mean scores over ``seeds`` (one measurement per seed)."""
+def compare(datasets: list[str], seeds: list[int], epsilon: float, variants: Mapping[str, dict[str, Any]],
+            schema: TableSchema | None = None) -> None:
+    """Print, per dataset, each variant's mean scores over ``seeds`` (one measurement per seed), measured with
+    ``schema`` if given, else the dataset's own."""
     print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
     for name, prepared in prepared_datasets(datasets):
         results: dict[str, list[dict[str, float]]] = {variant: [] for variant in variants}
         for seed in seeds:
-            measured = Synthesizer(prepared.schema, epsilon, 1e-9, "add-remove", seed)
+            measured = Synthesizer(schema or prepared.schema, epsilon, 1e-9, "add-remove", seed)
             cleaned = measured.prepare(prepared.train, None).table
             measured.measure(measured.encode(cleaned), None)
             for variant, expert in variants.items():
@@ -69,8 +76,13 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["defaults", "shrink_categories=false"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--schema", type=Path, default=None, help="A schema file to measure with (one dataset).")
     args = parser.parse_args()
-    compare(args.datasets, args.seeds, args.epsilon, {variant: overrides(variant) for variant in args.variants})
+    if args.schema is not None and len(args.datasets) != 1:
+        parser.error(f"--schema takes one dataset, got {args.datasets}")
+    schema = None if args.schema is None else load_schema(args.schema)
+    compare(args.datasets, args.seeds, args.epsilon, {variant: overrides(variant) for variant in args.variants},
+            schema)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ from splice_assets.postprocess.links import Link
 from splice_assets.postprocess.tilt import CellTilt
 from splice_assets.resolution import (
     COUPLING_MAX_ERROR,
+    DEFAULT_FINE_CAPACITY_SHAPES,
     DEFAULT_FINE_COUPLING,
     DEFAULT_FINE_EXPONENTIAL_TAILS,
     DEFAULT_FINE_KNOT_SHAPES,
@@ -240,6 +241,8 @@ class FitConfig:
     #: A coupled follower's rows far outside its copula's band take their bins from the copula where the noisy tables
     #: that hold it stay within this many sd of their chi^2 without it (``chain.choose_followers``; None = never).
     fine_follow_z: float | None = 3.0
+    #: Weight the bin shapes by the values each fine cell holds (``FineTables.capacity_shapes``).
+    fine_capacity_shapes: bool = DEFAULT_FINE_CAPACITY_SHAPES
 
     def __post_init__(self) -> None:
         for name in ("K", "bin_refinement", "max_steps", "window", "field_chains", "field_sweeps", "tilt_pool_factor"):
@@ -262,7 +265,7 @@ class FitConfig:
                 raise ValueError(f"{name} must be a number {'in (0, inf)' if positive else '>= 0'}, got {value!r}")
         for name in ("pool_fine_tables", "shrink_categories", "smooth_ordinals", "smooth_numerics", "shrink_pairs",
                      "shrink_strong_pairs", "fine_smoothing", "fine_level_first", "fine_exponential_tails",
-                     "fine_tail_runs", "fine_knot_shapes", "fine_stratified"):
+                     "fine_tail_runs", "fine_knot_shapes", "fine_stratified", "fine_capacity_shapes"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         z = self.fine_follow_z
