@@ -625,11 +625,20 @@ def shrunk_toward(cells: np.ndarray, target: np.ndarray, noise_std: float | np.n
     hides keep a common share instead of the noise, the frequent ones (spikes) stay as measured. Cells of unequal
     noise std (an array) are shrunk by one factor read from their standardised residuals. A target with ``fitted``
     parameters read from the same cells takes that many fewer degrees of freedom (Lindley's estimator)."""
+    return james_stein(cells, target, noise_std, spike, fitted)[0]
+
+
+def james_stein(cells: np.ndarray, target: np.ndarray, noise_std: float | np.ndarray,
+                spike: float = 3.0, fitted: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``shrunk_toward``'s cells and each cell's factor: the share of its residual kept (1 for a spike or where
+    nothing is shrunk). In the normal model James-Stein estimates, a cell's posterior variance is its factor times
+    its noise variance."""
     out = cells.astype(np.float64, copy=True)
+    kept = np.ones(len(out))
     rest = out <= target + spike * noise_std
     k = int(rest.sum()) - fitted
     if k < 3 or not np.all(np.asarray(noise_std) > 0):
-        return out
+        return out, kept
     level = target[rest] * max(target.sum() - out[~rest].sum(), 0.0) / max(target[rest].sum(), 1e-300)
     residual = out[rest] - level
     if np.ndim(noise_std):
@@ -639,7 +648,8 @@ def shrunk_toward(cells: np.ndarray, target: np.ndarray, noise_std: float | np.n
         spread = float(residual @ residual)
     factor = max(0.0, 1.0 - (k - 2) * noise_std**2 / spread) if spread > 0 else 0.0
     out[rest] = level + factor * residual
-    return out
+    kept[rest] = factor
+    return out, kept
 
 
 #: Gaussian kernel widths (in fine intervals) ``_smoothed`` chooses among.

@@ -65,6 +65,7 @@ from splice_assets.resolution import (
     FineCells,
     FineTables,
     copula_table,
+    james_stein,
     latent_correlation,
     shrunk_toward,
 )
@@ -216,6 +217,9 @@ class FitConfig:
     #: Shrink each numeric column's pooled 1-way target between its tails toward its nearest log-quadratic density
     #: (``smoothed_numeric``), its spikes left alone.
     smooth_numerics: bool = False
+    #: Read each shrunk discrete 1-way cell as a non-negative share, its mean under the truncated posterior
+    #: (``nonnegative_means``), instead of letting the simplex projection zero every cell below a common level.
+    nonnegative_levels: bool = False
     #: Shrink each noisy 2-way table toward the product of its columns' 1-way targets (``shrunk_pairs``) before the
     #: fit, the links, the tilt and the field read it. Off: it cost adult and California (docs/decisions/0037).
     shrink_pairs: bool = False
@@ -263,9 +267,10 @@ class FitConfig:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
                 raise ValueError(f"{name} must be a number {'in (0, inf)' if positive else '>= 0'}, got {value!r}")
-        for name in ("pool_fine_tables", "shrink_categories", "smooth_ordinals", "smooth_numerics", "shrink_pairs",
-                     "shrink_strong_pairs", "fine_smoothing", "fine_level_first", "fine_exponential_tails",
-                     "fine_tail_runs", "fine_knot_shapes", "fine_stratified", "fine_capacity_shapes"):
+        for name in ("pool_fine_tables", "shrink_categories", "smooth_ordinals", "smooth_numerics",
+                     "nonnegative_levels", "shrink_pairs", "shrink_strong_pairs", "fine_smoothing", "fine_level_first",
+                     "fine_exponential_tails", "fine_tail_runs", "fine_knot_shapes", "fine_stratified",
+                     "fine_capacity_shapes"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         z = self.fine_follow_z
@@ -852,7 +857,7 @@ def _island_cut(view: np.ndarray, std: np.ndarray, z: float, island_z: float) ->
 def marginal_targets(
     measurement: Measurement, layout: EncodingLayout | None = None, tail_z: float = 0.0,
     fine: Sequence[FineCells] = (), shrink_categories: bool = False, island_z: float = 0.0,
-    smooth_ordinals: bool = False, smooth_numerics: bool = False,
+    smooth_ordinals: bool = False, smooth_numerics: bool = False, nonnegative: bool = False,
 ) -> MarginalTargets | None:
     """The measurement's noisy 1-way marginals, pooled with its 2-way margins and its ``fine`` tables
     (``pooled_marginals``), as targets (None without them); with ``layout`` and ``tail_z`` > 0, every numeric
@@ -860,7 +865,8 @@ def marginal_targets(
     shrunk toward its mean cell, its frequent cells left alone (``resolution.shrunk_toward``); with
     ``smooth_ordinals`` too, an ordinal column of ``MIN_SMOOTHED_LEVELS`` categories or more toward its
     log-quadratic shape instead (``ordinal_shape``; its missing level as pooled); with ``smooth_numerics`` every
-    numeric column's bins between its tails toward its log-quadratic density (``smoothed_numeric``)."""
+    numeric column's bins between its tails toward its log-quadratic density (``smoothed_numeric``); with
+    ``nonnegative`` the shrunk discrete cells are read as non-negative shares (``nonnegative_means``)."""
     if not measurement.marginal_sizes:
         return None
     tables, stds = _pooled(measurement, fine)
@@ -873,13 +879,44 @@ def marginal_targets(
                     tables[i] = trimmed_tails(tables[i], stds[i], tail_z, island_z)
                 if smooth_numerics:
                     tables[i] = smoothed_numeric(noisy, tables[i], stds[i], widths.get(i))
-            elif (shrink_categories and smooth_ordinals and coordinate.ordered >= MIN_SMOOTHED_LEVELS
-                  and np.all(stds[i] > 0)):
-                k = coordinate.ordered
-                tables[i][:k] = shrunk_toward(tables[i][:k], ordinal_shape(tables[i][:k]), float(stds[i][0]))
             elif shrink_categories and np.all(stds[i] > 0):
-                tables[i] = shrunk_toward(tables[i], np.full(len(tables[i]), np.mean(tables[i])), float(stds[i][0]))
+                k = coordinate.ordered if smooth_ordinals and coordinate.ordered >= MIN_SMOOTHED_LEVELS else None
+                table = tables[i][:k]
+                shape = ordinal_shape(table) if k else np.full(len(table), np.mean(table))
+                shrunk, kept = james_stein(table, shape, float(stds[i][0]))
+                tables[i][:k] = nonnegative_means(shrunk, kept, float(stds[i][0])) if nonnegative else shrunk
     return MarginalTargets(np.concatenate(tables), measurement.marginal_weight, measurement.numeric_bins)
+
+
+def nonnegative_means(shrunk: np.ndarray, kept: np.ndarray, noise_std: float) -> np.ndarray:
+    """A discrete column's shrunk 1-way cells read as shares that are never negative. Post-processing.
+
+    A cell shrunk to m has posterior sd s = sqrt(kept) * noise_std (``resolution.james_stein``); given that its
+    share is not negative, its mean is that of N(m, s^2) truncated at 0: m + s * phi(m / s) / Phi(m / s). The
+    cells are first moved by one common level so that these means add up to the cells' own total, as the
+    Euclidean projection onto the simplex moves them (that projection is this with s = 0, so it sets every cell
+    below the level to 0: at coil2000's noise, 1.9% of the rows per cell, levels holding 1-2% of the rows came out
+    at 0). A cell far above 0 moves by the level alone; one near 0 keeps a share of about 0.8 s."""
+    from scipy.special import log_ndtr
+
+    s = np.sqrt(np.clip(kept, 0.0, 1.0)) * noise_std
+    free = s > 0
+
+    def means(level: float) -> np.ndarray:
+        m = shrunk - level
+        out = np.clip(m, 0.0, None)
+        a = m[free] / s[free]
+        out[free] = m[free] + s[free] * np.exp(-0.5 * a**2 - 0.5 * math.log(2.0 * math.pi) - log_ndtr(a))
+        return out
+
+    total = float(shrunk.sum())
+    if not total > 0:
+        return np.clip(shrunk, 0.0, None)
+    low, high = float(shrunk.min()) - total - 10.0 * noise_std, float(shrunk.max())  # sums above / below total
+    for _ in range(100):
+        level = 0.5 * (low + high)
+        low, high = (level, high) if means(level).sum() > total else (low, level)
+    return means(high)
 
 
 def ordinal_shape(table: np.ndarray) -> np.ndarray:
@@ -969,7 +1006,7 @@ def fit_targets(
     from the same ones."""
     return marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else (),
                             config.shrink_categories, config.marginal_island_z, config.smooth_ordinals,
-                            config.smooth_numerics)
+                            config.smooth_numerics, config.nonnegative_levels)
 
 
 def shrunk_pairs(measurement: Measurement, margins: Sequence[np.ndarray]) -> np.ndarray:
