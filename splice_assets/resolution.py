@@ -82,6 +82,9 @@ DEFAULT_FINE_KNOT_SHAPES = True
 DEFAULT_FINE_STRATIFIED = True
 #: ... each cell weighted by the values it holds (``FineTables.capacity_shapes``; docs/decisions/0061).
 DEFAULT_FINE_CAPACITY_SHAPES = True
+#: ... a cell left as measured (a spike) only above ``spike_z`` of its column's cell count, not above 3 noise std
+#: (``FineTables.corrected_spikes``; docs/decisions/0061).
+DEFAULT_FINE_CORRECTED_SPIKES = True
 #: Numeric pairs whose noisy coarse table shows at least this Gaussian-copula correlation couple their draws inside
 #: the bins (``choose_couplings``).
 DEFAULT_FINE_COUPLING = 0.5
@@ -364,6 +367,9 @@ class FineTables:
     #: The bin shapes give each cell its share by the values it holds (``FineCells.capacities``): an integer
     #: column's interval of two integers twice that of an interval of one.
     capacity_shapes: bool = DEFAULT_FINE_CAPACITY_SHAPES
+    #: A cell is left as measured only above ``spike_z`` noise std over its shape (3.4 for 160 cells), not above 3:
+    #: of a column's hundreds of cells, one or two pass 3 sd by noise alone and became values at 3-4x their share.
+    corrected_spikes: bool = DEFAULT_FINE_CORRECTED_SPIKES
 
     def noise_std_of(self, column: FineCells) -> float:
         return self.noise_std / math.sqrt(column.weight_units(self.grid_weight, self.interval_weight))
@@ -414,6 +420,7 @@ class FineTables:
         widths = column.bin_widths(numeric_bins) if self.knot_shapes else np.ones(numeric_bins)
         tails = (_tail_bins(masses / widths, self.tail_runs) if self.exponential_tails and column.intervals else {})
         capacity = column.capacities() if self.capacity_shapes else np.ones(column.n_cells)
+        spike = spike_z(column.n_cells) if self.corrected_spikes else SPIKE_Z
         for bin_, inside in enumerate(inside_of):
             if len(inside):
                 cells = fine[inside]
@@ -424,7 +431,7 @@ class FineTables:
                     if bin_ in tails and inside[0] >= len(column.points):  # intervals only, in value order
                         steep = _tail_shape(masses, bin_, cells, tails[bin_], widths, capacity[inside])
                         shape = _steeper_tail(cells, shape, steep, noise_std)
-                    cells = shrunk_toward(cells, shape, noise_std)
+                    cells = shrunk_toward(cells, shape, noise_std, spike)
                 weights[inside] = _project(cells[None, :], np.array([masses[bin_]]))[0]
         finer = self.kept(table[column.n_cells :], noise_std)
         if finer.size:
@@ -613,8 +620,18 @@ def _truncated_normal_ppf(u: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.nda
     return np.where(upper, -x, x)
 
 
+#: A cell more than this many noise std above its shrinkage target is read as a spike and left as measured.
+SPIKE_Z = 3.0
+
+
+def spike_z(cells: int) -> float:
+    """The spike threshold of a column of ``cells`` fine cells: at most ``FALSE_POSITIVES`` of them pass it by
+    noise alone in expectation (the frequent-value selection's rule, ``candidate_z``), and never below ``SPIKE_Z``."""
+    return max(SPIKE_Z, NormalDist().inv_cdf(1.0 - FALSE_POSITIVES / max(cells, 1)))
+
+
 def shrunk_toward(cells: np.ndarray, target: np.ndarray, noise_std: float | np.ndarray,
-                  spike: float = 3.0, fitted: int = 0) -> np.ndarray:
+                  spike: float = SPIKE_Z, fitted: int = 0) -> np.ndarray:
     """Noisy cells of equal noise std shrunk toward ``target`` by positive-part James-Stein, which never raises the
     expected squared error for three or more cells; spikes (cells more than ``spike`` noise std above the target)
     are left alone, and the others' target holds the total less theirs. Post-processing. Used on a coarse bin's
@@ -629,7 +646,7 @@ def shrunk_toward(cells: np.ndarray, target: np.ndarray, noise_std: float | np.n
 
 
 def james_stein(cells: np.ndarray, target: np.ndarray, noise_std: float | np.ndarray,
-                spike: float = 3.0, fitted: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                spike: float = SPIKE_Z, fitted: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``shrunk_toward``'s cells and each cell's factor: the share of its residual kept (1 for a spike or where
     nothing is shrunk). In the normal model James-Stein estimates, a cell's posterior variance is its factor times
     its noise variance."""

@@ -692,7 +692,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
             "stratified": model.fine.stratified,
             "grid_weight": model.fine.grid_weight, "interval_weight": model.fine.interval_weight,
             "followers": list(model.fine.followers),
-            "capacity_shapes": model.fine.capacity_shapes,
+            "capacity_shapes": model.fine.capacity_shapes, "corrected_spikes": model.fine.corrected_spikes,
         },
         "field": None if pairwise is None else {
             "numeric_bins": pairwise.numeric_bins, "pairs": [list(pair) for pair in pairwise.pairs],
@@ -773,6 +773,7 @@ def load_model(stem: str | Path) -> FittedMixture:
             interval_weight=int(fine_meta.get("interval_weight", 1)),
             followers=tuple(int(f) for f in fine_meta.get("followers", ())),
             capacity_shapes=bool(fine_meta.get("capacity_shapes", False)),  # written before it: as they did
+            corrected_spikes=bool(fine_meta.get("corrected_spikes", False)),
         )
         field_meta = meta.get("field")
         pairwise = None if field_meta is None else PairwiseField(

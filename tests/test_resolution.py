@@ -534,6 +534,40 @@ def test_bin_shapes_give_an_integer_interval_its_share_by_the_integers_it_holds(
     assert tvd[True] < 0.67 * tvd[False], tvd
 
 
+def test_a_cell_is_a_spike_only_above_the_threshold_of_its_columns_cell_count():
+    """churn's account length (160 integers in 16 bins, 0.3-1.2% of the rows each, noise sd 0.9% per cell) plus
+    one true point mass of 6% at 100. With the spike threshold at 3 noise sd, a cell whose noise passes it is left
+    as measured: one release drew 115 for 3.7% of its rows against 0.9%. At ``spike_z(160)`` = 3.42 about 0.05
+    cells per column pass by noise alone. Over 400 draws (fixed seed), the cells drawn more than 2.5 noise sd
+    above their share fall from 19 to 6 (asserted: by half), the TVD to the truth does not rise, and the point
+    mass is more than 3 noise sd off its share in one draw either way (asserted: at most 2, no more than before)."""
+    from splice_assets.resolution import column_fine_cells, spike_z
+
+    assert spike_z(160) == pytest.approx(3.42, abs=0.01) and spike_z(11) == 3.0
+    spec = parse_schema({"name": "calls", "version": 1, "n_min": 10, "columns": [
+        {"name": "calls", "kind": "integer", "bounds": [0, 159]}]}).columns[0]
+    column = column_fine_cells(spec, 0, None, 256)
+    values = np.asarray(column.points)
+    truth = np.exp(-0.5 * ((values - 100) / 40) ** 2)
+    truth *= 0.94 / truth.sum()
+    truth[100] += 0.06
+    masses = np.bincount(column.parents, weights=truth, minlength=16)
+    rng = np.random.default_rng(3)
+    spikes = {True: 0, False: 0}
+    tvd = {True: 0.0, False: 0.0}
+    mass_off = {True: 0, False: 0}
+    for _ in range(400):
+        noisy = truth + rng.normal(0.0, 0.009, truth.size)
+        for corrected in (True, False):
+            weights, _ = FineTables(noisy, 0.009, 256, corrected_spikes=corrected).consistent(column, noisy, masses)
+            spikes[corrected] += int(np.sum(weights - truth > 2.5 * 0.009))
+            tvd[corrected] += 0.5 * float(np.abs(weights - truth).sum())
+            mass_off[corrected] += int(abs(weights[100] - truth[100]) > 3 * 0.009)
+    assert spikes[True] < 0.5 * spikes[False], spikes
+    assert tvd[True] <= tvd[False], tvd
+    assert mass_off[True] <= min(mass_off[False], 2), mass_off
+
+
 def test_a_tail_bin_whose_rows_sit_near_its_inner_edge_keeps_them_there():
     """magic's `f_asym`: the outermost occupied bin holds 2% of the rows, most of them in its inner fifth, with
     noise sd 0.43% per fine cell. Shrunk toward a straight density, the bin's rows spread toward the bound; toward

@@ -56,6 +56,7 @@ from splice_assets.postprocess.tilt import CellTilt
 from splice_assets.resolution import (
     COUPLING_MAX_ERROR,
     DEFAULT_FINE_CAPACITY_SHAPES,
+    DEFAULT_FINE_CORRECTED_SPIKES,
     DEFAULT_FINE_COUPLING,
     DEFAULT_FINE_EXPONENTIAL_TAILS,
     DEFAULT_FINE_KNOT_SHAPES,
@@ -247,6 +248,9 @@ class FitConfig:
     fine_follow_z: float | None = 3.0
     #: Weight the bin shapes by the values each fine cell holds (``FineTables.capacity_shapes``).
     fine_capacity_shapes: bool = DEFAULT_FINE_CAPACITY_SHAPES
+    #: Leave a fine cell as measured only above a spike threshold that grows with its column's cell count
+    #: (``FineTables.corrected_spikes``).
+    fine_corrected_spikes: bool = DEFAULT_FINE_CORRECTED_SPIKES
 
     def __post_init__(self) -> None:
         for name in ("K", "bin_refinement", "max_steps", "window", "field_chains", "field_sweeps", "tilt_pool_factor"):
@@ -270,7 +274,7 @@ class FitConfig:
         for name in ("pool_fine_tables", "shrink_categories", "smooth_ordinals", "smooth_numerics",
                      "nonnegative_levels", "shrink_pairs", "shrink_strong_pairs", "fine_smoothing", "fine_level_first",
                      "fine_exponential_tails", "fine_tail_runs", "fine_knot_shapes", "fine_stratified",
-                     "fine_capacity_shapes"):
+                     "fine_capacity_shapes", "fine_corrected_spikes"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         z = self.fine_follow_z

@@ -77,7 +77,8 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
                       level_first=config.fine_level_first, exponential_tails=config.fine_exponential_tails,
                       tail_runs=config.fine_tail_runs, knot_shapes=config.fine_knot_shapes,
                       stratified=config.fine_stratified, grid_weight=measurement.grid_weight,
-                      interval_weight=measurement.interval_weight, capacity_shapes=config.fine_capacity_shapes)
+                      interval_weight=measurement.interval_weight, capacity_shapes=config.fine_capacity_shapes,
+                      corrected_spikes=config.fine_corrected_spikes)
     model = replace(model, fine=fine)
     if config.fine_follow_z is None or not couplings or not measurement.pairs or model.marginal_targets is None:
         return model
