@@ -83,7 +83,7 @@ DEFAULT_FINE_STRATIFIED = True
 #: ... each cell weighted by the values it holds (``FineTables.capacity_shapes``; docs/decisions/0061).
 DEFAULT_FINE_CAPACITY_SHAPES = True
 #: ... a cell left as measured (a spike) only above ``spike_z`` of its column's cell count, not above 3 noise std
-#: (``FineTables.corrected_spikes``; docs/decisions/0061).
+#: (``FineTables.corrected_spikes``; docs/decisions/0063).
 DEFAULT_FINE_CORRECTED_SPIKES = True
 #: Numeric pairs whose noisy coarse table shows at least this Gaussian-copula correlation couple their draws inside
 #: the bins (``choose_couplings``).

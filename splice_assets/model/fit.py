@@ -916,7 +916,8 @@ def nonnegative_means(shrunk: np.ndarray, kept: np.ndarray, noise_std: float) ->
     total = float(shrunk.sum())
     if not total > 0:
         return np.clip(shrunk, 0.0, None)
-    low, high = float(shrunk.min()) - total - 10.0 * noise_std, float(shrunk.max())  # sums above / below total
+    # At level ``low`` the means add up to more than the total, at ``high`` (no cell above 0) to less.
+    low, high = float(shrunk.min()) - total - 10.0 * noise_std, float(shrunk.max())
     for _ in range(100):
         level = 0.5 * (low + high)
         low, high = (level, high) if means(level).sum() > total else (low, level)
