@@ -254,7 +254,12 @@ class FineCells:
 def candidate_z(candidates: int) -> float:
     """Threshold in noise std above which a candidate's noisy count makes it an exact value: at most
     ``FALSE_POSITIVES`` of a column's ``candidates`` that no row holds pass in expectation."""
-    return max(MIN_CANDIDATE_Z, NormalDist().inv_cdf(1.0 - FALSE_POSITIVES / max(candidates, 1)))
+    return max(MIN_CANDIDATE_Z, _noise_passes(candidates))
+
+
+def _noise_passes(cells: int) -> float:
+    """The z that noise alone passes in ``FALSE_POSITIVES`` of ``cells`` cells, in expectation."""
+    return NormalDist().inv_cdf(1.0 - FALSE_POSITIVES / max(cells, 1))
 
 
 def _grid(spec: ColumnSpec, limit: int) -> np.ndarray | None:
@@ -627,7 +632,7 @@ SPIKE_Z = 3.0
 def spike_z(cells: int) -> float:
     """The spike threshold of a column of ``cells`` fine cells: at most ``FALSE_POSITIVES`` of them pass it by
     noise alone in expectation (the frequent-value selection's rule, ``candidate_z``), and never below ``SPIKE_Z``."""
-    return max(SPIKE_Z, NormalDist().inv_cdf(1.0 - FALSE_POSITIVES / max(cells, 1)))
+    return max(SPIKE_Z, _noise_passes(cells))
 
 
 def shrunk_toward(cells: np.ndarray, target: np.ndarray, noise_std: float | np.ndarray,
