@@ -58,7 +58,7 @@ def compare(datasets: list[str], seeds: list[int], epsilon: float, variants: Map
     for name, prepared in prepared_datasets(datasets):
         results: dict[str, list[dict[str, float]]] = {variant: [] for variant in variants}
         for seed in seeds:
-            measured = Synthesizer(schema or prepared.schema, epsilon, 1e-9, "add-remove", seed)
+            measured = Synthesizer(prepared.schema if schema is None else schema, epsilon, 1e-9, "add-remove", seed)
             cleaned = measured.prepare(prepared.train, None).table
             measured.measure(measured.encode(cleaned), None)
             for variant, expert in variants.items():
