@@ -6,8 +6,8 @@ product measures them:
 
 - a numeric column at its real deciles (ties merged), an integer column with at most ``INTEGER_LEVELS`` values in
   its public bounds at every integer, a discrete column at its categories (missing is a cell of its own);
-- ``qtvd1``: mean total variation distance of the 1-way tables on those cells; ``qtvd2`` / ``qtvd3``: the same on
-  every pair / ``TRIPLES`` random triples of columns, numerics on deciles;
+- ``qtvd1``: mean total variation distance of the 1-way tables on those cells (``qtvd1_max``: the worst column's);
+  ``qtvd2`` / ``qtvd3``: the same on every pair / ``TRIPLES`` random triples of columns, numerics on deciles;
 - ``range_mae``: mean absolute error of ``QUERIES`` random conjunctive range queries over 2-3 columns (a numeric
   interval between two real quantiles, a random half of a discrete column's categories);
 - ``missing_values``: integer values (or categories) holding >= 1% of the real rows that the synthetic rows never
@@ -162,6 +162,7 @@ def offgrid_metrics(train: pd.DataFrame, synthetic: pd.DataFrame, schema: TableS
     worst = int(np.argmax(aucs))
     return {
         "qtvd1": float(np.mean(one_way)),
+        "qtvd1_max": float(np.max(one_way)),
         "qtvd2": float(np.mean(two_way)) if two_way else float("nan"),
         "qtvd3": float(np.mean(three_way)) if three_way else float("nan"),
         "range_mae": _range_queries(real, synth, numeric, rng),

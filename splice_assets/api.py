@@ -156,7 +156,7 @@ class Synthesizer:
             marginal_share=m.marginal_share, pair_share=m.pair_share, relation=s.relation, fine_bins=m.fine_bins,
             fine_split=m.fine_split, grid_weight=m.grid_weight, interval_weight=m.interval_weight,
             pairs_per_coordinate=m.pairs_per_coordinate,
-            selection_share=m.selection_share, target_triples=m.target_triples,
+            selection_share=m.selection_share, target_triples=m.target_triples, level_units=m.level_units,
         )
 
     def check(self, raw: pd.DataFrame, ledger: BudgetLedger | None, n_measured: int | None = None,

@@ -179,6 +179,7 @@ def plan(
     is read. Exits with status 3 when the dataset has a budget and this release would not fit it."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from splice_assets.layout import layout_for
     from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, needs_estimate
     from splice_assets.private.ledger import LedgerError, default_ledger_url
     from splice_assets.private.measuring import make_plan
@@ -231,6 +232,12 @@ def plan(
         "marginal_share": marginal_share,
         "one_way_share": measurement_plan.one_way_share,
         "marginal_noise_std": None if cal.marginal_weight == 0 else cal.marginal_noise_std() * per_row,
+        "many_levels": {  # the tables that count as more than one (``measurement.level_units``)
+            c.column: {"cells": cells, "units": units,
+                       "noise_std": cal.marginal_noise_std() / math.sqrt(units) * per_row}
+            for c, cells, units in zip(layout_for(schema).coordinates, measurement_plan.marginal_sizes,
+                                       measurement_plan.marginal_units) if units > 1
+        },
         "value_noise_std": next((cal.sigma / measurement_plan.fine_table_weight(c) * per_row
                                  for c in measurement_plan.fine if c.per_value), None),
         "interval_noise_std": next((cal.sigma / measurement_plan.fine_table_weight(c) * per_row
@@ -323,7 +330,8 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
     )
     click.echo(
         f"sensitivity Delta  {cal.sensitivity:.6g}  ({formula} with marginal share {marginal_share:g}"
-        + (f", 1-way share {result['one_way_share']:.4g} with the fine tables' weights"
+        + (f", 1-way share {result['one_way_share']:.4g} with the weights of the fine tables and of the tables of "
+           "many levels"
            if result["one_way_share"] != marginal_share else "")
         + f", pair share {pair_share:g} over {cal.pair_count} pairs, float slack {cal.slack:.1e})"
     )
@@ -335,6 +343,9 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
         click.echo(f"  j={j:<3d} {s:.6g}")
     if cal.marginal_weight > 0:
         click.echo(f"noise std of a 1-way marginal frequency: {cal.marginal_noise_std() * per_row:.6g}")
+    for column, table in result["many_levels"].items():
+        click.echo(f"noise std of a 1-way frequency of {column} ({table['cells']} cells, counted as {table['units']} "
+                   f"tables): {table['noise_std']:.6g}")
     if result["value_noise_std"] is not None:
         click.echo(f"noise std of one value's frequency in a numeric column's per-value table: "
                    f"{result['value_noise_std']:.6g}")

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from splice_assets.defaults import default_pair_share
+from splice_assets.defaults import DEFAULT_LEVEL_UNITS, default_pair_share
 from splice_assets.layout import DEFAULT_NUMERIC_BINS as COARSE_BINS
 from splice_assets.layout import DEFAULT_TARGET_TRIPLES
 from splice_assets.measurement import RELATION_ADD_REMOVE, RELATIONS
@@ -76,7 +76,8 @@ class MeasurementSettings:
     chosen by noisy dependence scores, which take ``selection_share`` out of the pair share (``pair_selection``);
     otherwise the schema's target gets a 3-way table with every pair of other columns whose table has at most
     ``layout.MAX_TRIPLE_CELLS`` cells, at the pair weight, when they number at most ``target_triples`` (0 = never;
-    ``layout.triples_with_target``)."""
+    ``layout.triples_with_target``). With ``level_units`` (off: decision 0064) a coarse 1-way table of many cells counts
+    as ``measurement.level_units`` tables, its extra units out of the moments' share."""
 
     n_directions: int = DEFAULT_N_DIRECTIONS
     k: int = DEFAULT_K
@@ -89,8 +90,11 @@ class MeasurementSettings:
     pairs_per_coordinate: float = DEFAULT_PAIRS_PER_COORDINATE
     selection_share: float = DEFAULT_SELECTION_SHARE
     target_triples: int = DEFAULT_TARGET_TRIPLES
+    level_units: bool = DEFAULT_LEVEL_UNITS
 
     def __post_init__(self) -> None:
+        if not isinstance(self.level_units, bool):
+            raise ValueError(f"level_units must be true or false, got {self.level_units!r}")
         _integer("n_directions (L)", self.n_directions, 1, preflight.MAX_DIRECTIONS)
         _integer("k", self.k, 1, preflight.MAX_K)
         _number("marginal_share", self.marginal_share, 0.0, 1.0)

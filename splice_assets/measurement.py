@@ -24,6 +24,16 @@ from splice_assets.layout import ScalingMode, direction_scales, draw_directions
 FORMAT_VERSION = 1
 
 
+def level_units(sizes: tuple[int, ...], numeric_bins: int) -> tuple[int, ...]:
+    """How many 1-way tables each coarse table counts as in Delta^2: round((s / numeric_bins)^(2/3)), at least 1.
+
+    A table's TVD from noise grows with its s cells times their noise std, so for a fixed Delta^2 the summed error
+    of the tables is least with weights proportional to s^(1/3), i.e. units s^(2/3) (docs/decisions/0064). A table of
+    up to about 1.5 numeric_bins cells (every numeric column's coarse table) keeps one unit; a category column of 41
+    levels gets 2 and its cells 1/sqrt(2) of the noise. A public function of the schema's sizes."""
+    return tuple(max(1, round((size / numeric_bins) ** (2.0 / 3.0))) for size in sizes)
+
+
 def pooled_row_count(
     noisy_count: float,
     count_std: float,
@@ -33,13 +43,18 @@ def pooled_row_count(
     pairs: np.ndarray,
     pair_sizes: tuple[int, ...],
     pair_std: float,
+    marginal_units: tuple[int, ...] = (),
 ) -> float:
     """The add-remove estimate of n (post-processing, >= 1): the noisy count pooled by inverse variance with the totals
     of the noisy histograms. Every row falls in exactly one cell of each histogram, so a histogram of s cells with
-    noise std t per cell totals n + N(0, s t^2), independently of the count and of the other histograms."""
+    noise std t per cell totals n + N(0, s t^2), independently of the count and of the other histograms; a 1-way
+    table of u ``marginal_units`` has t = ``marginal_std`` / sqrt(u)."""
     estimates, precisions = [noisy_count], [count_std**-2]
-    for cells, sizes, std in ((marginals, marginal_sizes, marginal_std), (pairs, pair_sizes, pair_std)):
-        for block in np.split(np.asarray(cells, dtype=np.float64), np.cumsum(sizes)[:-1]) if sizes else ():
+    units = marginal_units or (1,) * len(marginal_sizes)
+    for cells, sizes, stds in ((marginals, marginal_sizes, [marginal_std / math.sqrt(u) for u in units]),
+                               (pairs, pair_sizes, [pair_std] * len(pair_sizes))):
+        for block, std in zip(np.split(np.asarray(cells, dtype=np.float64), np.cumsum(sizes)[:-1]) if sizes else (),
+                              stds):
             estimates.append(float(block.sum()))
             precisions.append(1.0 / (block.size * std**2))
     return max(1.0, float(np.dot(estimates, precisions) / np.sum(precisions)))
@@ -75,6 +90,8 @@ class Measurement:
     marginal_sizes: tuple[int, ...] = ()
     marginal_weight: float = 0.0
     numeric_bins: int = 16
+    #: How many 1-way tables each coarse table counts as in Delta^2 (``level_units``; empty: one each, as before).
+    marginal_units: tuple[int, ...] = ()
     noisy_pairs: np.ndarray = field(default_factory=lambda: np.zeros(0))
     pairs: tuple[tuple[int, int], ...] = ()
     pair_sizes: tuple[int, ...] = ()
@@ -98,6 +115,9 @@ class Measurement:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "marginal_sizes", tuple(int(v) for v in self.marginal_sizes))
+        object.__setattr__(self, "marginal_units", tuple(int(v) for v in self.marginal_units))
+        if self.marginal_units and len(self.marginal_units) != len(self.marginal_sizes):
+            raise ValueError("marginal units do not match the marginal sizes")
         object.__setattr__(self, "pairs", tuple((int(a), int(b)) for a, b in self.pairs))
         object.__setattr__(self, "pair_sizes", tuple(int(v) for v in self.pair_sizes))
         object.__setattr__(self, "fine_sizes", tuple(int(v) for v in self.fine_sizes))
@@ -127,8 +147,17 @@ class Measurement:
         return self.sigma / self.pair_weight if self.pair_weight > 0 else float("inf")
 
     def marginal_noise_std(self) -> float:
-        """Noise std of one noisy marginal frequency: sigma / w."""
+        """Noise std of one noisy marginal frequency of a table at one unit: sigma / w."""
         return self.sigma / self.marginal_weight if self.marginal_weight > 0 else float("inf")
+
+    def table_noise_stds(self) -> np.ndarray:
+        """Noise std of each 1-way table's cells: sigma / (sqrt(u) w), u its ``marginal_units``."""
+        units = np.asarray(self.marginal_units or (1,) * len(self.marginal_sizes), dtype=np.float64)
+        return self.marginal_noise_std() / np.sqrt(units)
+
+    def marginal_cell_noise_stds(self) -> np.ndarray:
+        """Noise std of every noisy 1-way frequency, in the order of ``noisy_marginals``."""
+        return np.repeat(self.table_noise_stds(), self.marginal_sizes)
 
     def fine_noise_std(self, per_value: bool) -> float:
         """Noise std of one noisy fine frequency: sigma / (sqrt(grid_weight) w) in a per-value table (one cell per
@@ -158,6 +187,7 @@ class Measurement:
         meta["triple_sizes"] = list(self.triple_sizes)
         meta["fine_sizes"] = list(self.fine_sizes)
         meta["marginal_sizes"] = list(self.marginal_sizes)
+        meta["marginal_units"] = list(self.marginal_units)
         meta["pairs"] = [list(pair) for pair in self.pairs]
         meta["pair_sizes"] = list(self.pair_sizes)
         meta["format_version"] = FORMAT_VERSION
@@ -189,6 +219,7 @@ class Measurement:
         if moments.shape != (meta["k"], meta["n_directions"]):
             raise ValueError(f"measurement {str(stem)!r}: moments shape {moments.shape} does not match k, L")
         meta["marginal_sizes"] = tuple(meta.get("marginal_sizes", ()))
+        meta["marginal_units"] = tuple(meta.get("marginal_units", ()))
         meta["fine_sizes"] = tuple(meta.get("fine_sizes", ()))
         return cls(noisy_moments=moments, noisy_marginals=marginals, noisy_pairs=pairs, noisy_fine=fine,
                    noisy_triples=triples, **meta)

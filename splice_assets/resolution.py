@@ -833,11 +833,10 @@ def below_noise(
     """What the noise hides, from the noisy statistics only: per column, the categories and the exact (declared or
     grid) values whose noisy frequency is below ``sigmas`` noise std, so the release cannot tell them from absent
     (at most ``limit`` per column, rarest first)."""
-    floor = sigmas * measurement.marginal_noise_std()
     out: dict[str, list[Any]] = {}
     layout = layout_for(schema)
-    for coordinate, table in zip(layout.coordinates, measurement.marginals()):
-        spec = schema.column(coordinate.column)
+    for coordinate, table, std in zip(layout.coordinates, measurement.marginals(), measurement.table_noise_stds()):
+        spec, floor = schema.column(coordinate.column), sigmas * std
         if spec.is_discrete and coordinate.role == "value" and spec.categories is not None:
             labels = [*spec.categories, *(["<missing>"] if spec.nullable else [])]
             out[spec.name] = [labels[i] for i in np.argsort(table) if table[i] < floor][:limit]

@@ -23,6 +23,7 @@ from helpers import release_resources
 from splice_assets.dagster_layer.automation import run_config_for
 from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
+from splice_assets.defaults import DEFAULT_LEVEL_UNITS
 from splice_assets.measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
 from splice_assets.private import holdout_split, measuring
 from splice_assets.private import mechanism as privacy
@@ -37,6 +38,7 @@ from splice_assets.resolution import DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGH
 from splice_assets.schema import parse_schema
 
 AR, RO = RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
+# region has 40 levels: with ``level_units`` (the library calls below) its 1-way table counts as two
 SCHEMA_YAML = """
 name: toy_neighbours
 version: 1
@@ -47,9 +49,9 @@ columns:
   - {name: age, kind: integer, bounds: [18, 90]}
   - {name: colour, kind: categorical, categories: [red, green, blue, grey]}
   - {name: grade, kind: ordinal, categories: [1, 2, 3]}
-"""
+""" + "  - {name: region, kind: categorical, categories: [" + ", ".join(f"r{i:02d}" for i in range(40)) + "]}\n"
 SCHEMA = parse_schema(__import__("yaml").safe_load(SCHEMA_YAML))
-EXTREME_ROW = {"amount": 1000.0, "age": 90, "colour": "grey", "grade": 3}
+EXTREME_ROW = {"amount": 1000.0, "age": 90, "colour": "grey", "grade": 3, "region": "r39"}
 SLACK_TOLERANCE = 1e-9
 
 
@@ -64,7 +66,7 @@ def private_table(rng: np.random.Generator, n: int) -> pd.DataFrame:
     amount[rng.uniform(size=n) < 0.1] = 60.0
     return pd.DataFrame({
         "amount": amount.round(2), "age": rng.integers(18, 91, n), "colour": rng.choice(["red", "green", "blue"], n),
-        "grade": rng.integers(1, 4, n),
+        "grade": rng.integers(1, 4, n), "region": rng.choice([f"r{i:02d}" for i in range(30)], n),
     })
 
 
@@ -103,7 +105,7 @@ def library_vector(table: pd.DataFrame, relation: str, holdout: float, seed: int
     checked = validate(table, SCHEMA).table
     train, _ = holdout_split.split_holdout(checked, holdout, seed, relation)
     plan, calibration = measuring.make_plan(SCHEMA, len(train), 1.0, 1e-6, relation=relation,
-                                            grid_weight=weights[0], interval_weight=weights[1])
+                                            grid_weight=weights[0], interval_weight=weights[1], level_units=True)
     with pytest.raises(Captured):
         measuring.measure(encode(train, SCHEMA), SCHEMA, plan, calibration)
     return seen.pop()
@@ -111,10 +113,10 @@ def library_vector(table: pd.DataFrame, relation: str, holdout: float, seed: int
 
 def nominal_delta(relation: str, n_measured: int,
                   weights: tuple[int, int] = (DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT),
-                  ) -> tuple[float, float, measuring.MeasurementPlan]:
+                  level_units: bool = DEFAULT_LEVEL_UNITS) -> tuple[float, float, measuring.MeasurementPlan]:
     """(Delta (1 + slack) as calibrated, Delta without slack, the plan) for ``n_measured`` measured rows."""
     plan, calibration = measuring.make_plan(SCHEMA, n_measured, 1.0, 1e-6, relation=relation, grid_weight=weights[0],
-                                            interval_weight=weights[1])
+                                            interval_weight=weights[1], level_units=level_units)
     return calibration.sensitivity, calibration.sensitivity / (1.0 + calibration.slack), plan
 
 
@@ -135,16 +137,18 @@ def family_norms(diff: np.ndarray, plan: measuring.MeasurementPlan) -> dict[str,
 
 
 def check_shift(diff: np.ndarray, relation: str, n_measured: int, one_row_measured: bool | None,
-                weights: tuple[int, int] = (DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT)) -> float:
+                weights: tuple[int, int] = (DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT),
+                level_units: bool = DEFAULT_LEVEL_UNITS) -> float:
     """Assert the whole shift is within Delta (1 + slack) and each family within its share; where one measured
     row is added or removed, or replaced by one in another cell of every table, the tables' shares are met
     exactly. Returns the shift in units of Delta."""
-    delta, bare, plan = nominal_delta(relation, n_measured, weights)
+    delta, bare, plan = nominal_delta(relation, n_measured, weights, level_units)
     total = float(np.linalg.norm(diff))
     assert total <= delta * (1 + SLACK_TOLERANCE), f"moved {total / delta:.3f} Delta"
-    # A per-value fine table counts grid_weight times, one of intervals interval_weight times, and the 1-way share
-    # grows with them (the moments pay).
-    units = len(plan.marginal_sizes) + sum((weights[0] if c.per_value else weights[1]) * c.tables for c in plan.fine)
+    # A per-value fine table counts grid_weight times, one of intervals interval_weight times, the region's table
+    # twice with ``level_units``, and the 1-way share grows with them (the moments pay).
+    assert plan.coarse_units == len(plan.marginal_sizes) + level_units
+    units = plan.coarse_units + sum((weights[0] if c.per_value else weights[1]) * c.tables for c in plan.fine)
     plain = len(plan.marginal_sizes) + sum(c.tables for c in plan.fine)
     shares = {"1-way": DEFAULT_MARGINAL_SHARE * units / plain, "2-way": plan.pair_share}  # the schema's pair share
     shares["count"] = DEFAULT_COUNT_SHARE if relation == AR else 0.0
@@ -177,7 +181,7 @@ def test_neighbours_move_the_sampler_input_by_at_most_delta(monkeypatch, relatio
             diff = library_vector(other, relation, holdout, trial, seen, weights) - base
             # With no holdout an added or removed row is always measured: it moves one cell of every table.
             exact = holdout == 0 and relation == AR
-            worst = max(worst, check_shift(diff, relation, n_measured, exact, weights))
+            worst = max(worst, check_shift(diff, relation, n_measured, exact, weights, level_units=True))
     assert worst > 0.5  # the neighbours reach a large part of Delta
 
 
@@ -189,7 +193,7 @@ def test_an_extreme_replacement_meets_the_table_shares_exactly_under_replace_one
     replaced = table.copy()
     replaced.iloc[17] = pd.Series(EXTREME_ROW)
     diff = library_vector(replaced, RO, 0.0, 0, seen) - library_vector(table, RO, 0.0, 0, seen)
-    check_shift(diff, RO, 500, one_row_measured=True)
+    check_shift(diff, RO, 500, one_row_measured=True, level_units=True)
 
 
 def test_the_split_measures_a_neighbour_of_the_measured_part(monkeypatch):

@@ -24,7 +24,7 @@ from splice_assets.evaluation.metrics import independent_marginals_baseline, mar
 from splice_assets.sampling import sample_table
 
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd1", "tvd2", "tstr", "pairs", "fit_s")
-OFF_GRID = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values")
+OFF_GRID = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "qtvd1_max", "det_auc_max")
 
 
 def best_tstr(train: pd.DataFrame, test: pd.DataFrame, synthetic: pd.DataFrame, schema) -> float:

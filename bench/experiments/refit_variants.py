@@ -36,8 +36,8 @@ from bench.run import prepared_datasets
 from splice_assets import Synthesizer, load_schema
 from splice_assets.schema import TableSchema
 
-KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "tvd1", "tvd2", "tails", "gaps", "spikes",
-        "tail_error", "rules", "strong", "tstr")
+KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "qtvd1_max", "det_auc_max", "tvd1", "tvd2", "tails",
+        "gaps", "spikes", "tail_error", "rules", "strong", "tstr")
 
 
 def overrides(variant: str) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def tilted_to_triples(synth: Synthesizer, targets: np.ndarray, std: float, tripl
     pools = [sample_cube(model, POOL_FACTOR * n_rows, seed + 1000 * k, True, integer_bounds) for k in (1, 2)]
     cells = [table_cells(pool, layout, bins, (), "C", True, triples) for pool in pools]
     potentials, *_ = fit_tilt(cells[0], cells[1], synth.measurement.noisy_marginals,
-                              synth.measurement.marginal_noise_std(), targets, std,
+                              synth.measurement.marginal_cell_noise_stds(), targets, std,
                               starts=table_starts(layout, bins, (), triples))
     log_w = cell_log_weights(potentials, marginal_cells(pools[0], layout, bins), layout, bins, (), triples)
     picks = systematic_resample(log_w, n_rows, np.random.default_rng(seed))

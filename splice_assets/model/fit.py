@@ -756,9 +756,10 @@ def pooled_marginals(measurement: Measurement, fine: Sequence[FineCells] = ()) -
     """Each coordinate's noisy 1-way histogram pooled, by inverse variance, with the margins of its noisy 2-way
     histograms and, for a numeric column with ``fine`` cells, with its noisy fine table summed over each coarse bin
     (post-processing). A margin of pair (a, b) sums s_b independent noisy cells, so each of its cells has noise
-    variance s_b (sigma / w2)^2, against (sigma / w)^2 for the direct histogram; a bin's sum of m fine cells has
-    m (sigma / w_f)^2, w_f = sqrt(grid_weight) w for a per-value table, sqrt(interval_weight) w for one of
-    intervals. A bin holding no fine cell (no value on the column's public grid) is empty by the schema: 0."""
+    variance s_b (sigma / w2)^2, against (sigma / w)^2 / u for the direct histogram (u its ``level_units``); a
+    bin's sum of m fine cells has m (sigma / w_f)^2, w_f = sqrt(grid_weight) w for a per-value table,
+    sqrt(interval_weight) w for one of intervals. A bin holding no fine cell (no value on the column's public grid)
+    is empty by the schema: 0."""
     tables, _ = _pooled(measurement, fine)
     return np.concatenate(tables) if tables else measurement.noisy_marginals.copy()
 
@@ -766,9 +767,9 @@ def pooled_marginals(measurement: Measurement, fine: Sequence[FineCells] = ()) -
 def _pooled(measurement: Measurement, fine: Sequence[FineCells] = ()) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """``pooled_marginals`` per coordinate, with the noise std of each pooled cell."""
     direct = measurement.marginals()
-    precision1 = measurement.marginal_noise_std() ** -2
-    total = [h * precision1 for h in direct]
-    weight = [np.full(len(h), precision1) for h in direct]
+    precision1 = measurement.table_noise_stds() ** -2
+    total = [h * p for h, p in zip(direct, precision1)]
+    weight = [np.full(len(h), p) for h, p in zip(direct, precision1)]
     sizes = measurement.marginal_sizes
     if measurement.pairs and direct:
         precision2 = measurement.pair_noise_std() ** -2

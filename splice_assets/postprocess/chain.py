@@ -114,7 +114,7 @@ def choose_followers(
     coarse = [np.clip(targets[column.coordinate], 0.0, None) for column in columns]
     one_way = np.split(measurement.noisy_marginals, np.cumsum(sizes)[:-1])
     two_way = [table.ravel() for table in pair_tables(measurement.noisy_pairs, measurement.pairs, sizes)]
-    std1, std2 = measurement.marginal_noise_std(), measurement.pair_noise_std()
+    std1, std2 = measurement.table_noise_stds(), measurement.pair_noise_std()
 
     def refined_with(followers: tuple[int, ...]) -> np.ndarray:
         refine_rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_FOLLOW, 1]))
@@ -123,7 +123,7 @@ def choose_followers(
     def chi2(rows: np.ndarray, coordinate: int) -> tuple[float, int]:
         held = [i for i, pair in enumerate(measurement.pairs) if coordinate in pair]
         cells = table_cells(rows, layout, bins, [measurement.pairs[i] for i in held], local=True)
-        observed = [(cells[:, coordinate], one_way[coordinate], std1)] + [
+        observed = [(cells[:, coordinate], one_way[coordinate], float(std1[coordinate]))] + [
             (cells[:, layout.d + j], two_way[i], std2) for j, i in enumerate(held)
         ]
         total, count = 0.0, 0
@@ -212,7 +212,7 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
             for _ in range(2)
         )
         potentials, chi2_start, chi2_end, iterations = fit_tilt(
-            pool, holdout, measurement.noisy_marginals, measurement.marginal_noise_std(),
+            pool, holdout, measurement.noisy_marginals, measurement.marginal_cell_noise_stds(),
             measurement.noisy_pairs, measurement.pair_noise_std(), config.tilt_chi2, config.tilt_max_iterations,
             initial=initial, starts=table_starts(layout, bins, pairs),
         )
@@ -277,7 +277,7 @@ def fit_target_tilt(
             for _ in range(2)
         )
         potentials, chi2_start, chi2_end, iterations = fit_tilt(
-            pool, holdout, measurement.noisy_marginals, measurement.marginal_noise_std(),
+            pool, holdout, measurement.noisy_marginals, measurement.marginal_cell_noise_stds(),
             tables, measurement.pair_noise_std(), config.target_tilt_chi2,
             config.tilt_max_iterations,
             starts=table_starts(layout, bins, pairs, triples),

@@ -13,7 +13,7 @@ from typing import Protocol, cast
 
 import numpy as np
 
-from splice_assets.defaults import default_pair_share
+from splice_assets.defaults import DEFAULT_LEVEL_UNITS, default_pair_share
 from splice_assets.layout import (
     DEFAULT_NUMERIC_BINS,
     DEFAULT_TARGET_TRIPLES,
@@ -34,6 +34,7 @@ from splice_assets.measurement import (
     Measurement,
     pooled_row_count,
 )
+from splice_assets.measurement import level_units as measured_level_units
 from splice_assets.private import mechanism as privacy
 from splice_assets.private.ledger import params_hash
 from splice_assets.private.mechanism import (
@@ -82,6 +83,8 @@ class MeasurementPlan:
     numeric_bins: int = DEFAULT_NUMERIC_BINS
     marginal_sizes: tuple[int, ...] = ()
     marginal_weight: float = 0.0
+    #: How many 1-way tables each coarse table counts as in Delta^2 (``level_units``; empty: one each).
+    marginal_units: tuple[int, ...] = ()
     pair_share: float = DEFAULT_PAIR_SHARE
     pairs: tuple[tuple[int, int], ...] = ()
     pair_sizes: tuple[int, ...] = ()
@@ -111,8 +114,18 @@ class MeasurementPlan:
     @property
     def one_way_share(self) -> float:
         """The 1-way family's share of Delta^2 (``one_way_share``)."""
-        return one_way_share(self.marginal_share, len(self.marginal_sizes), self.fine, self.grid_weight,
-                             self.interval_weight)
+        return one_way_share(self.marginal_share, self.coarse_units, len(self.marginal_sizes), self.fine,
+                             self.grid_weight, self.interval_weight)
+
+    @property
+    def coarse_units(self) -> int:
+        """How many 1-way tables the coarse tables count as in Delta^2 (``marginal_units``)."""
+        return sum(self.marginal_units) if self.marginal_units else len(self.marginal_sizes)
+
+    def coarse_table_weights(self) -> np.ndarray:
+        """The weight of every coarse 1-way cell: sqrt(u) w, u its table's ``marginal_units``."""
+        units = np.asarray(self.marginal_units or (1,) * len(self.marginal_sizes), dtype=np.float64)
+        return np.repeat(np.sqrt(units) * self.marginal_weight, self.marginal_sizes)
 
     def fine_table_weight(self, column: FineCells) -> float:
         """The weight of a fine table's cells: sqrt(units) w, with units = ``column.weight_units``."""
@@ -144,25 +157,28 @@ class MeasurementPlan:
             **({"grid_weight": self.grid_weight, "interval_weight": self.interval_weight,
                 "one_way_share": self.one_way_share}
                if self.fine and (self.grid_weight, self.interval_weight) != (1, 1) else {}),
+            **({"marginal_units": list(self.marginal_units), "one_way_share": self.one_way_share}
+               if self.coarse_units != len(self.marginal_sizes) else {}),
             **({"pair_selection": {"candidates": len(self.pairs), "selected": self.selected_pairs,
                                    "share": self.selection_share}} if self.selected_pairs else {}),
             **({"target_triples": len(self.triples)} if self.triples else {}),
         }
 
 
-def one_way_units(coarse_tables: int, fine: tuple[FineCells, ...], grid_weight: int, interval_weight: int) -> int:
-    """How many 1-way tables the coarse and fine tables count as in Delta^2 (a per-value fine table as
-    ``grid_weight``, one of intervals as ``interval_weight``, ``FineCells.weight_units``)."""
-    return coarse_tables + sum(c.weight_units(grid_weight, interval_weight) * c.tables for c in fine)
+def one_way_units(coarse_units: int, fine: tuple[FineCells, ...], grid_weight: int, interval_weight: int) -> int:
+    """How many 1-way tables the coarse tables (``coarse_units``, ``level_units``) and the fine tables count as in
+    Delta^2 (a per-value fine table as ``grid_weight``, one of intervals as ``interval_weight``,
+    ``FineCells.weight_units``)."""
+    return coarse_units + sum(c.weight_units(grid_weight, interval_weight) * c.tables for c in fine)
 
 
-def one_way_share(marginal_share: float, coarse_tables: int, fine: tuple[FineCells, ...], grid_weight: int,
-                  interval_weight: int) -> float:
+def one_way_share(marginal_share: float, coarse_units: int, coarse_tables: int, fine: tuple[FineCells, ...],
+                  grid_weight: int, interval_weight: int) -> float:
     """The 1-way family's share of Delta^2: ``marginal_share`` times the tables' units over their number, so every
-    table at one unit keeps the noise ``marginal_share`` gives it and the fine tables' extra units come out of the
-    moments' share (docs/decisions/0050, 0052)."""
+    table at one unit keeps the noise ``marginal_share`` gives it and the extra units of the fine tables and of the
+    coarse tables of many cells come out of the moments' share (docs/decisions/0050, 0052, 0064)."""
     plain = one_way_units(coarse_tables, fine, 1, 1)
-    units = one_way_units(coarse_tables, fine, grid_weight, interval_weight)
+    units = one_way_units(coarse_units, fine, grid_weight, interval_weight)
     return marginal_share * units / plain if plain else marginal_share
 
 
@@ -186,6 +202,7 @@ def make_plan(
     pairs_per_coordinate: float = DEFAULT_PAIRS_PER_COORDINATE,
     selection_share: float = DEFAULT_SELECTION_SHARE,
     target_triples: int = DEFAULT_TARGET_TRIPLES,
+    level_units: bool = DEFAULT_LEVEL_UNITS,
 ) -> tuple[MeasurementPlan, privacy.Calibration]:
     """Validate the parameters against the schema's public n_min and calibrate the one Gaussian mechanism.
 
@@ -193,7 +210,8 @@ def make_plan(
     ``numeric_bins`` coarse bins, and with ``fine_bins`` > 0 every numeric column's fine table and, with
     ``fine_split`` > 0, the finer table of a column with intervals (``resolution``); the fine table of a column
     with one cell per grid value counts as ``grid_weight`` tables (its cells weighted sqrt(grid_weight) times a
-    coarse table's), that of a column with intervals as ``interval_weight``, every other table as one.
+    coarse table's), that of a column with intervals as ``interval_weight``, and with ``level_units`` a coarse table
+    of many cells as ``measurement.level_units`` of them (every other table as one).
     ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns (None: by the
     schema, ``defaults.default_pair_share``; both 0 = the paper's moments only); when they number more than
     ``pairs_per_coordinate`` x d, ``selection_share`` of it buys noisy dependence scores and the rest the tables of
@@ -212,6 +230,7 @@ def make_plan(
         raise ValueError(f"scaling mode {scaling!r} is not supported for releases yet; use 'ball'")
     layout = layout_for(schema)
     sizes = marginal_sizes(layout, numeric_bins) if marginal_share > 0 else ()
+    units = measured_level_units(sizes, numeric_bins) if level_units else (1,) * len(sizes)
     fine = fine_cells(schema, fine_bins, numeric_bins, fine_split) if marginal_share > 0 else ()
     pairs = coordinate_pairs(layout) if pair_share > 0 else ()
     cells = pair_sizes(layout, pairs, numeric_bins)
@@ -224,11 +243,11 @@ def make_plan(
         layout, schema.target, target_triples, numeric_bins
     )
     three_way = triple_sizes(layout, triples, numeric_bins)
-    # A fine or finer table weighted sqrt(u) w (u its weight units) moves by as much as u tables at w: it counts u
+    # A coarse, fine or finer table weighted sqrt(u) w (u its units) moves by as much as u tables at w: it counts u
     # times; a 3-way table is one more table at the pair weight (each row adds 1 to one of its cells, as to a pair's).
-    tables = one_way_units(len(sizes), fine, grid_weight, interval_weight)
-    table_cells = int(sum(sizes)) + sum(c.weight_units(grid_weight, interval_weight) * c.size for c in fine)
-    share1 = one_way_share(marginal_share, len(sizes), fine, grid_weight, interval_weight)
+    tables = one_way_units(sum(units), fine, grid_weight, interval_weight)
+    table_cells = int(np.dot(units, sizes)) + sum(c.weight_units(grid_weight, interval_weight) * c.size for c in fine)
+    share1 = one_way_share(marginal_share, sum(units), len(sizes), fine, grid_weight, interval_weight)
     if share1 + pair_share + count_share >= 1.0:
         raise ValueError(
             f"with grid_weight {grid_weight!r} and interval_weight {interval_weight!r} the fine tables raise the "
@@ -242,7 +261,9 @@ def make_plan(
     )
     plan = MeasurementPlan(
         schema.name, schema.version, public_n, epsilon, delta, n_directions, k, seed, scaling,
-        marginal_share, numeric_bins, sizes, weights.marginal, pair_share, pairs, cells, weights.pair, relation,
+        # () where every table has one unit: the plan, its public parameters and the measurement read as before
+        marginal_share, numeric_bins, sizes, weights.marginal, units if sum(units) != len(units) else (), pair_share,
+        pairs, cells, weights.pair, relation,
         weights.row_count, fine_bins if fine else 0, fine, fine_split if fine else 0, grid_weight, interval_weight,
         measured if selecting else 0, score_share, weights.score, triples, three_way,
     )
@@ -398,9 +419,9 @@ def measure_exact(
     """Check the exact statistics -> reserve the spend -> add noise -> ``on_noisy`` (persist) -> commit.
 
     Sensitivity: each row adds T_j(z)/n with |T_j| <= 1 to moment (j, l), 1/n to one cell of each 1-way histogram
-    (every coordinate's at weight w, and every numeric column's fine table at sqrt(u) w, where a missing value adds
-    to no cell; u = grid_weight for a per-value table, interval_weight for one of intervals; C counts each table u
-    times) and of each pair's and
+    (every coordinate's at sqrt(u) w, u its ``level_units``, and every numeric column's fine table at sqrt(u) w,
+    where a missing value adds to no cell; u = grid_weight for a per-value table, interval_weight for one of
+    intervals; C counts each table u times) and of each pair's and
     each target triple's (P tables in all, at one weight w2); replacing one row moves
     [m_j/sqrt(j), w * h1, w2 * h2] by at most sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n. Under add-remove the vector is
     [S_j/sqrt(j), w * c1, w2 * c2, wn * n] of sums and counts, and one row moves it by at most
@@ -436,7 +457,7 @@ def measure_exact(
     counted = [] if stats.count is None else [float(stats.count)]
     try:
         cell_weights = np.concatenate([
-            np.full(stats.marginals.size, plan.marginal_weight), np.full(first_pairs.size, plan.pair_weight),
+            plan.coarse_table_weights(), np.full(first_pairs.size, plan.pair_weight),
             np.full(len(counted), plan.count_weight),
             *(np.full(column.size, plan.fine_table_weight(column)) for column in plan.fine),
         ])
@@ -463,7 +484,7 @@ def measure_exact(
         n_hat = pooled_row_count(
             float(noisy_count[0]), calibration.count_noise_std(), marginals, plan.marginal_sizes,
             calibration.marginal_noise_std(), pairs, tuple(plan.pair_sizes[i] for i in chosen),
-            calibration.pair_noise_std(),
+            calibration.pair_noise_std(), plan.marginal_units,
         )
         measurement = measurement_of(
             plan, calibration, stats.d, noisy_moments / n_hat, marginals / n_hat, pairs / n_hat, entry_id,
@@ -490,7 +511,7 @@ def _selected_tables(
     if plan.relation == RELATION_ADD_REMOVE:
         total = pooled_row_count(
             float(noisy_count[0]), calibration.count_noise_std(), noisy_marginals, plan.marginal_sizes,
-            calibration.marginal_noise_std(), np.zeros(0), (), calibration.pair_noise_std(),
+            calibration.marginal_noise_std(), np.zeros(0), (), calibration.pair_noise_std(), plan.marginal_units,
         )
     scores = dependence_scores(stats.pairs, plan.pairs, plan.marginal_sizes, noisy_marginals, total)
     noisy_scores = privacy.gaussian_noise(plan.score_weight * scores, calibration.sigma) / plan.score_weight
@@ -540,6 +561,7 @@ def measurement_of(
         noisy_marginals=marginals,
         marginal_sizes=plan.marginal_sizes,
         marginal_weight=plan.marginal_weight,
+        marginal_units=plan.marginal_units,
         numeric_bins=plan.numeric_bins,
         noisy_pairs=pairs,
         pairs=tuple(plan.pairs[i] for i in chosen),

@@ -140,6 +140,8 @@ def accuracy_statement(measurement: Measurement) -> str:
         + (
             f" Each cell of the {len(measurement.marginal_sizes)} noisy 1-way marginals (frequencies) carries noise of "
             f"standard deviation {measurement.marginal_noise_std():.3g}"
+            + (" (a category column of many levels counts as u tables: its cells carry 1/sqrt(u) of that)"
+               if any(u > 1 for u in measurement.marginal_units) else "")
             + (f", each cell of a numeric column's per-value table {measurement.fine_noise_std(True):.3g}"
                if measurement.grid_weight != 1 else "")
             + (f", each cell of a numeric column's fine intervals {measurement.fine_noise_std(False):.3g}."

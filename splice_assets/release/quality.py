@@ -58,7 +58,7 @@ def quality_summary(measurement: Measurement, schema: TableSchema, synthetic: pd
     """The public quality summary (see the module docstring): per column and overall."""
     layout = layout_for(schema)
     sizes = marginal_sizes(layout, measurement.numeric_bins)
-    std1, std2 = measurement.marginal_noise_std(), measurement.pair_noise_std()
+    stds1, std2 = measurement.table_noise_stds(), measurement.pair_noise_std()
     hidden = below_noise(measurement, schema)
     x = encode(synthetic, schema) if len(synthetic) else np.zeros((0, layout.d))
     columns: dict[str, Any] = {}
@@ -66,7 +66,7 @@ def quality_summary(measurement: Measurement, schema: TableSchema, synthetic: pd
     if measurement.marginal_sizes:
         counts = np.split(marginal_counts(x, layout, measurement.numeric_bins).counts.astype(np.float64),
                           np.cumsum(sizes)[:-1])
-        for coordinate, noisy, synth in zip(layout.coordinates, measurement.marginals(), counts):
+        for coordinate, noisy, synth, std1 in zip(layout.coordinates, measurement.marginals(), counts, stds1):
             if coordinate.role != "value":
                 continue
             s = len(noisy)
