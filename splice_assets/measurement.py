@@ -34,6 +34,11 @@ def level_units(sizes: tuple[int, ...], numeric_bins: int) -> tuple[int, ...]:
     return tuple(max(1, round((size / numeric_bins) ** (2.0 / 3.0))) for size in sizes)
 
 
+def units_or_ones(units: tuple[int, ...], tables: int) -> tuple[int, ...]:
+    """Stored ``marginal_units``, or one unit for each of ``tables`` where none are stored (every table at one)."""
+    return units or (1,) * tables
+
+
 def pooled_row_count(
     noisy_count: float,
     count_std: float,
@@ -50,7 +55,7 @@ def pooled_row_count(
     noise std t per cell totals n + N(0, s t^2), independently of the count and of the other histograms; a 1-way
     table of u ``marginal_units`` has t = ``marginal_std`` / sqrt(u)."""
     estimates, precisions = [noisy_count], [count_std**-2]
-    units = marginal_units or (1,) * len(marginal_sizes)
+    units = units_or_ones(marginal_units, len(marginal_sizes))
     for cells, sizes, stds in ((marginals, marginal_sizes, [marginal_std / math.sqrt(u) for u in units]),
                                (pairs, pair_sizes, [pair_std] * len(pair_sizes))):
         for block, std in zip(np.split(np.asarray(cells, dtype=np.float64), np.cumsum(sizes)[:-1]) if sizes else (),
@@ -63,8 +68,8 @@ def pooled_row_count(
 @dataclass(frozen=True)
 class Measurement:
     """Noisy moments ``noisy_moments[j-1, l]`` ~ m_{j,l} + N(0, j * sigma^2), optional noisy 1-way marginal
-    frequencies (+ N(0, (sigma/w)^2) per cell) and 2-way frequencies of coordinate ``pairs`` (+ N(0, (sigma/w2)^2)),
-    and their public context.
+    frequencies (+ N(0, (sigma/w)^2 / u) per cell, u the table's ``marginal_units``) and 2-way frequencies of
+    coordinate ``pairs`` (+ N(0, (sigma/w2)^2)), and their public context.
 
     ``sigma`` is always on the frequency scale the fit reads. Under replace-one it is the mechanism's sigma and ``n``
     the public row count; under add-remove the mechanism noised sums, ``n`` is the noisy row count they were divided
@@ -152,7 +157,7 @@ class Measurement:
 
     def table_noise_stds(self) -> np.ndarray:
         """Noise std of each 1-way table's cells: sigma / (sqrt(u) w), u its ``marginal_units``."""
-        units = np.asarray(self.marginal_units or (1,) * len(self.marginal_sizes), dtype=np.float64)
+        units = np.asarray(units_or_ones(self.marginal_units, len(self.marginal_sizes)), dtype=np.float64)
         return self.marginal_noise_std() / np.sqrt(units)
 
     def marginal_cell_noise_stds(self) -> np.ndarray:

@@ -26,12 +26,12 @@ from splice_assets.sampling import sample_table
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd2", "tvd3", "tstr", "chi2")
 
 
-def release_scores(prepared, synth: Synthesizer, seed: int) -> dict[str, float]:
+def release_scores(prepared, synth: Synthesizer, seed: int, rows=None) -> dict[str, float]:
     """``pair_selection.scores`` of the release's rows, ``schema_variants.tail_share``, ``gap_share``, ``spike_share``,
     ``tail_error`` and ``rule_share``, ``strong``
     (the mean |Spearman error| over the numeric pairs with real |Spearman| >= 0.8; NaN: none) and TSTR (the best
-    learner's primary metric)."""
-    rows = sample_table(synth.model, synth.schema, len(prepared.train), seed)
+    learner's primary metric). ``rows``: the release's rows if the caller sampled them (as this would)."""
+    rows = sample_table(synth.model, synth.schema, len(prepared.train), seed) if rows is None else rows
     utility = tstr(prepared.train, prepared.test, rows, prepared.schema, 0, trtr=False)
     best = float("nan") if utility is None else float(utility.best_tstr[utility.primary])
     chi2 = float("nan") if synth.model is None or synth.model.tilt is None else synth.model.tilt.chi2_end

@@ -56,8 +56,8 @@ def main() -> None:
                     assert synth.measurement is not None
                     synth.measurement = replace(synth.measurement, marginal_units=())
                     synth.fit_model()
-                rows.append(release_scores(prepared, synth, seed))
                 synthetic = sample_table(synth.model, synth.schema, len(prepared.train), seed)
+                rows.append(release_scores(prepared, synth, seed, synthetic))
                 tvds.append({spec.name: column_tvd(prepared.train[spec.name], synthetic[spec.name], spec)
                              for spec in prepared.schema.columns})
             print_means(name, variant, rows, KEYS)

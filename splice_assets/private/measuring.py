@@ -33,6 +33,7 @@ from splice_assets.measurement import (
     RELATION_REPLACE_ONE,
     Measurement,
     pooled_row_count,
+    units_or_ones,
 )
 from splice_assets.measurement import level_units as measured_level_units
 from splice_assets.private import mechanism as privacy
@@ -120,11 +121,11 @@ class MeasurementPlan:
     @property
     def coarse_units(self) -> int:
         """How many 1-way tables the coarse tables count as in Delta^2 (``marginal_units``)."""
-        return sum(self.marginal_units) if self.marginal_units else len(self.marginal_sizes)
+        return sum(units_or_ones(self.marginal_units, len(self.marginal_sizes)))
 
     def coarse_table_weights(self) -> np.ndarray:
         """The weight of every coarse 1-way cell: sqrt(u) w, u its table's ``marginal_units``."""
-        units = np.asarray(self.marginal_units or (1,) * len(self.marginal_sizes), dtype=np.float64)
+        units = np.asarray(units_or_ones(self.marginal_units, len(self.marginal_sizes)), dtype=np.float64)
         return np.repeat(np.sqrt(units) * self.marginal_weight, self.marginal_sizes)
 
     def fine_table_weight(self, column: FineCells) -> float:
