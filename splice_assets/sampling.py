@@ -40,6 +40,7 @@ from splice_assets.model.fit import FitConfig, FittedMixture, MarginalTargets
 from splice_assets.model.mixture import MixtureParameters
 from splice_assets.model.product_em import simplex_projection
 from splice_assets.postprocess.field import (
+    FieldChoice,
     PairwiseField,
     sample_cells,
     values_in_cells,
@@ -698,6 +699,7 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
             "numeric_bins": pairwise.numeric_bins, "pairs": [list(pair) for pair in pairwise.pairs],
             "sweeps": pairwise.sweeps, "iterations": pairwise.iterations, "residual": pairwise.residual,
         },
+        "field_choice": None if model.field_choice is None else asdict(model.field_choice),
     }
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
     return npz, meta_path
@@ -812,6 +814,7 @@ def load_model(stem: str | Path) -> FittedMixture:
         field=pairwise,
         fine=fine,
         target_tilt=target_tilt,
+        field_choice=None if meta.get("field_choice") is None else FieldChoice(**meta["field_choice"]),
     )
 
 

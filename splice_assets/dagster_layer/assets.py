@@ -306,6 +306,9 @@ def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
             "pairwise field (iterations, residual, chains, sweeps)": dg.MetadataValue.json(
                 None if model.field is None else model.field.summary()  # type: ignore[arg-type]  # None is accepted
             ),
+            "field choice (chi2 per cell of the mixture and the field, tolerance, kept)": dg.MetadataValue.json(
+                None if model.field_choice is None else model.field_choice.summary()  # type: ignore[arg-type]
+            ),
             "links (source, target, lambda)": dg.MetadataValue.json(describe_links(model.links, model.layout)),
             "joint parts (column pairs)": dg.MetadataValue.json(model.params.describe_joint(model.layout)),
         },

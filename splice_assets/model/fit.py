@@ -50,7 +50,7 @@ from splice_assets.model.product_em import (
     pair_misfit,
     simplex_projection,
 )
-from splice_assets.postprocess.field import PairwiseField
+from splice_assets.postprocess.field import FieldChoice, PairwiseField
 from splice_assets.postprocess.links import Link
 from splice_assets.postprocess.tilt import CellTilt
 from splice_assets.resolution import (
@@ -342,6 +342,8 @@ class FittedMixture:
     #: Potentials toward the target's noisy 3-way tables, holding the 1-/2-way ones (``chain.fit_target_tilt``);
     #: sampling resamples the matched rows by them.
     target_tilt: CellTilt | None = None
+    #: Whether the pairwise field was fitted and why it was kept or dropped (public diagnostics; None: not fitted).
+    field_choice: FieldChoice | None = None
 
     @property
     def loss_over_noise_floor(self) -> float:

@@ -28,7 +28,7 @@ from splice_assets.model.fit import (
     fit_targets,
     shrunk_pairs,
 )
-from splice_assets.postprocess.field import fit_field
+from splice_assets.postprocess.field import FieldChoice, fit_field
 from splice_assets.postprocess.links import choose_links
 from splice_assets.postprocess.tilt import CellTilt, fit_tilt, table_cells, table_starts
 from splice_assets.resolution import FineCells, FineTables, choose_couplings, fine_cells
@@ -49,12 +49,25 @@ _TAG_FIELD = 0xF1E1_D001
 _TAG_TARGET_TILT = 0x7117_B003
 _TAG_FOLLOW = 0xF011_0001
 #: The field replaces the tilted mixture only if, tilted in turn, its holdout chi^2 per cell against the noisy tables
-#: is at most this factor times the mixture's (docs/decisions/0029).
+#: is at most this factor times the mixture's (docs/decisions/0029), and on wide tables within the noise of a chi^2
+#: per cell (``field_tolerance``, docs/decisions/0065).
 FIELD_CHI2_TOLERANCE = 1.05
+#: How many noise sd of a chi^2 per cell, sqrt(2 / cells), the field's may exceed the mixture's (``field_tolerance``).
+FIELD_CHI2_Z = 3.0
 #: The field is fitted only when the tilted mixture's holdout chi^2 per cell reaches this factor times ``tilt_chi2``
 #: (the noise level): above it the field, fitted to the mixture's sample, cost shuttle's 2-way TVD and TSTR, and at
 #: 10^7 rows it was fitted only to be dropped (docs/decisions/0034).
 FIELD_NEEDS_CHI2 = 1.05
+
+
+def field_tolerance(cells: int) -> float:
+    """The largest ratio of the tilted field's holdout chi^2 per cell to the tilted mixture's that keeps the field:
+    1 + ``FIELD_CHI2_Z`` noise sd of a chi^2 per cell over ``cells`` cells (sqrt(2 / cells)), at most
+    ``FIELD_CHI2_TOLERANCE``. The flat 5% is 25 such sd on coil2000's 511,357 cells, where a field 4.8% above the
+    mixture passed it and cost 20-25% of the 2-way error (0065); below 7,200 cells the flat 5% is the tighter."""
+    if cells < 1:
+        raise ValueError(f"cells must be >= 1, got {cells!r}")
+    return min(FIELD_CHI2_TOLERANCE, 1.0 + FIELD_CHI2_Z * math.sqrt(2.0 / cells))
 
 
 def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
@@ -247,7 +260,10 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
     assert with_field.tilt is not None and model.tilt is not None
     # On wide tables (pol, fars) the field, tilted, stayed at 2-3 times the noise level where the mixture reached it,
     # and every score fell with it; on California it lowers the 3-way error at the same chi^2.
-    return with_field if with_field.tilt.chi2_end <= FIELD_CHI2_TOLERANCE * model.tilt.chi2_end else model
+    tolerance = field_tolerance(measurement.noisy_marginals.size + measurement.noisy_pairs.size)
+    kept = with_field.tilt.chi2_end <= tolerance * model.tilt.chi2_end
+    choice = FieldChoice(model.tilt.chi2_end, with_field.tilt.chi2_end, tolerance, kept)
+    return replace(with_field if kept else model, field_choice=choice)
 
 
 def fit_target_tilt(

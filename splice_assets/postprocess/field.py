@@ -66,6 +66,22 @@ class PairwiseField:
         }
 
 
+@dataclass(frozen=True)
+class FieldChoice:
+    """Why the chain kept or dropped a fitted field: the holdout chi^2 per cell of the tilted mixture and of the
+    tilted field against the noisy tables, the largest ratio of the two that keeps the field, and the verdict."""
+
+    mixture_chi2: float
+    field_chi2: float
+    tolerance: float
+    kept: bool
+
+    def summary(self) -> dict[str, float | int]:
+        """Public diagnostics for release records."""
+        return {"mixture_chi2": float(self.mixture_chi2), "field_chi2": float(self.field_chi2),
+                "tolerance": float(self.tolerance), "kept": int(self.kept)}
+
+
 def field_pairs(d: int) -> tuple[tuple[int, int], ...]:
     """Every coordinate pair a < b, the two coordinates of one column included (a missing-value indicator and
     its value): the field's tables come from the model, not from the mechanism, so none is unmeasured."""

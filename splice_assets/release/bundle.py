@@ -326,6 +326,8 @@ def write_release(
             "target_tilt": None if model.target_tilt is None else model.target_tilt.summary(),
             # the pairwise field the tilted model's tables were re-imposed with (post-processing; see field.py).
             "field": None if model.field is None else model.field.summary(),
+            # ... and why it was kept or dropped: both tilts' chi^2 per cell and the tolerance (post-processing).
+            "field_choice": None if model.field_choice is None else model.field_choice.summary(),
             # near-functional pairs read from the noisy 2-way tables and redrawn from them (post-processing).
             "links": describe_links(model.links, model.layout),
             # column pairs modelled by one joint table per component, chosen from the noisy 2-way tables.
@@ -499,6 +501,8 @@ def log_to_mlflow(
                 **({} if model.target_tilt is None
                    else {f"target_tilt_{k}": float(v) for k, v in model.target_tilt.summary().items()}),
                 **({} if model.field is None else {f"field_{k}": float(v) for k, v in model.field.summary().items()}),
+                **({} if model.field_choice is None
+                   else {f"field_choice_{k}": float(v) for k, v in model.field_choice.summary().items()}),
                 "links": float(len(model.links)),
                 "joint_parts": float(len(model.params.joint_pairs)),
             }
