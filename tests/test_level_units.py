@@ -1,4 +1,4 @@
-"""The weight of 1-way tables of many cells (``MeasurementSettings.level_units``, on by default, decisions 0064 and
+"""The weight of 1-way tables of many cells (``MeasurementSettings.level_units``, off by default, decisions 0064 and
 0065): with it a coarse table of s cells counts as round((s / 16)^(2/3)) tables, at least one, and the 1-way share
 grows by the extra units, out of the moments' share. So a category column of 40 levels gets two units and 1/sqrt(2) of a
 one-unit table's noise, and every other table keeps its noise. The release path's neighbour test
@@ -108,12 +108,11 @@ def test_the_row_count_pools_each_table_at_its_own_noise():
     assert n == pytest.approx((100 / 2 + 130 * 2 / 2) / (1 / 2 + 2 / 2))
 
 
-def test_level_units_are_on_by_default_and_off_on_request():
+def test_level_units_are_off_by_default_and_on_request():
     plan, _ = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6)
-    assert MeasurementSettings().level_units is True
-    assert plan.coarse_units == len(plan.marginal_sizes) + 1 and max(plan.marginal_units) == 2
-    plain, _ = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, level_units=False)
-    assert plain.marginal_units == ()
+    assert MeasurementSettings().level_units is False and plan.marginal_units == ()
+    units, _ = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, level_units=True)
+    assert units.coarse_units == len(units.marginal_sizes) + 1 and max(units.marginal_units) == 2
 
 
 def test_level_units_is_validated():

@@ -180,8 +180,8 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
     With ``config.field_iterations > 0`` (and histogram numerics), and where the tilted mixture reaches the noise
     level (``FIELD_NEEDS_CHI2``), a pairwise field is then fitted to a sample of the tilted mixture (``field``), and
     the tilt is fitted again, the same way, on pools drawn from the field. The field is kept only if that tilt ends
-    within ``FIELD_CHI2_TOLERANCE`` of the mixture's holdout chi^2 against the noisy tables: a choice between two
-    post-processings by the noisy statistics alone.
+    within ``field_tolerance`` of the mixture's holdout chi^2 against the noisy tables: a choice between two
+    post-processings by the noisy statistics alone, recorded in ``field_choice``.
     """
     check_post_processing(config)
     layout = layout_for(schema)
