@@ -17,13 +17,11 @@ from unittest import mock
 
 import numpy as np
 
-from bench.experiments.field_on_off import release_scores
+from bench.experiments.field_on_off import KEYS, release_scores
 from bench.experiments.pair_selection import print_means
 from bench.run import prepared_datasets
 from splice_assets import Synthesizer
 from splice_assets.postprocess import chain
-
-KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd2", "tvd3", "tstr", "chi2")
 
 
 def main() -> None:
