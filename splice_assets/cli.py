@@ -330,8 +330,7 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
     )
     click.echo(
         f"sensitivity Delta  {cal.sensitivity:.6g}  ({formula} with marginal share {marginal_share:g}"
-        + (f", 1-way share {result['one_way_share']:.4g} with the weights of the fine tables and of the tables of "
-           "many levels"
+        + (f", 1-way share {result['one_way_share']:.4g} with the weights of the fine tables"
            if result["one_way_share"] != marginal_share else "")
         + f", pair share {pair_share:g} over {cal.pair_count} pairs, float slack {cal.slack:.1e})"
     )

@@ -1,7 +1,8 @@
-"""The weight of 1-way tables of many cells (``MeasurementSettings.level_units``, off by default, decisions 0064 and
-0065): with it a coarse table of s cells counts as round((s / 16)^(2/3)) tables, at least one, and the 1-way share
-grows by the extra units, out of the moments' share. So a category column of 40 levels gets two units and 1/sqrt(2) of a
-one-unit table's noise, and every other table keeps its noise. The release path's neighbour test
+"""The weight of 1-way tables of many cells (``MeasurementSettings.level_units``, on by default, decisions 0064 to
+0066): with it a coarse table of s cells counts as round((s / 16)^(2/3)) tables, at least one, and the 1-way share
+keeps its value: the other 1-way tables pay for the extra units (0066). So a category column of 40 levels gets two
+units and 1/sqrt(2) of a one-unit table's noise, every other 1-way table a little more noise, and the moments and
+pairs keep theirs. The release path's neighbour test
 (``test_release_path_neighbours``, whose schema has such a column) checks the same weights and shares on the vector
 the sampler is handed."""
 
@@ -17,7 +18,6 @@ from splice_assets import MeasurementSettings
 from splice_assets.measurement import Measurement, level_units, pooled_row_count
 from splice_assets.private import measuring
 from splice_assets.private.encoding import encode
-from splice_assets.private.mechanism import DEFAULT_COUNT_SHARE
 from splice_assets.schema import parse_schema
 
 REGIONS = [f"r{i:02d}" for i in range(40)]
@@ -44,25 +44,23 @@ def test_the_units_grow_with_the_two_thirds_power_of_the_cells():
 
 
 @pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
-def test_a_table_of_many_levels_counts_twice_and_the_moments_pay(relation):
+def test_a_table_of_many_levels_counts_twice_and_the_other_tables_pay(relation):
     base, cal1 = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, relation=relation, level_units=False)
     heavy, cal2 = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, relation=relation, level_units=True)
     assert base.marginal_sizes == heavy.marginal_sizes == (16, 3, 40)
     assert heavy.marginal_units == (1, 1, 2) and base.marginal_units == ()
     assert heavy.coarse_units == 4 and base.coarse_units == 3
-    # one unit more over the same number of tables: the share grows by one table's
-    plain = 3 + sum(c.tables for c in heavy.fine)
-    assert heavy.one_way_share - base.one_way_share == pytest.approx(heavy.marginal_share / plain)
-    # every table at one unit and every pair keep their noise; the region's cells get sqrt(2) times the weight
-    assert cal2.marginal_noise_std() == pytest.approx(cal1.marginal_noise_std(), rel=1e-5)
+    # the 1-way share is the same; its units are one more, so a unit's weight falls by sqrt(units / (units + 1))
+    assert heavy.one_way_share == pytest.approx(base.one_way_share)
+    units = measuring.one_way_units(base.coarse_units, base.fine, base.grid_weight, base.interval_weight)
+    assert cal2.marginal_noise_std() == pytest.approx(cal1.marginal_noise_std() * math.sqrt((units + 1) / units),
+                                                      rel=1e-5)
+    # the moments and the pairs keep their noise; the region's cells get sqrt(2) times a unit's weight
     assert cal2.pair_noise_std() == pytest.approx(cal1.pair_noise_std(), rel=1e-5)
+    assert cal2.noise_std_per_order()[0] == pytest.approx(cal1.noise_std_per_order()[0], rel=1e-5)
     weights = heavy.coarse_table_weights()
     assert weights[:19] == pytest.approx(np.full(19, heavy.marginal_weight))
     assert weights[19:] == pytest.approx(np.full(40, math.sqrt(2) * heavy.marginal_weight))
-    count = DEFAULT_COUNT_SHARE if relation == "add-remove" else 0.0
-    rest = [1.0 - share - base.pair_share - count for share in (base.one_way_share, heavy.one_way_share)]
-    moments = cal2.noise_std_per_order()[0] / cal1.noise_std_per_order()[0]
-    assert moments == pytest.approx(math.sqrt(rest[0] / rest[1]), rel=1e-5)
     assert heavy.public_params()["marginal_units"] == [1, 1, 2] and "marginal_units" not in base.public_params()
 
 
@@ -108,11 +106,12 @@ def test_the_row_count_pools_each_table_at_its_own_noise():
     assert n == pytest.approx((100 / 2 + 130 * 2 / 2) / (1 / 2 + 2 / 2))
 
 
-def test_level_units_are_off_by_default_and_on_request():
+def test_level_units_are_on_by_default_and_off_on_request():
     plan, _ = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6)
-    assert MeasurementSettings().level_units is False and plan.marginal_units == ()
-    units, _ = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, level_units=True)
-    assert units.coarse_units == len(units.marginal_sizes) + 1 and max(units.marginal_units) == 2
+    assert MeasurementSettings().level_units is True and plan.marginal_units == (1, 1, 2)
+    assert plan.coarse_units == len(plan.marginal_sizes) + 1
+    plain, _ = measuring.make_plan(SCHEMA, 1000, 1.0, 1e-6, level_units=False)
+    assert plain.marginal_units == () and plain.coarse_units == len(plain.marginal_sizes)
 
 
 def test_level_units_is_validated():

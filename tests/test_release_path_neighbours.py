@@ -38,7 +38,8 @@ from splice_assets.resolution import DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGH
 from splice_assets.schema import parse_schema
 
 AR, RO = RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
-# region has 40 levels: with ``level_units`` (the library calls below) its 1-way table counts as two
+# region has 40 levels: with ``level_units`` (the default, and set in the library calls below) its 1-way table counts
+# as two
 SCHEMA_YAML = """
 name: toy_neighbours
 version: 1
@@ -145,10 +146,10 @@ def check_shift(diff: np.ndarray, relation: str, n_measured: int, one_row_measur
     delta, bare, plan = nominal_delta(relation, n_measured, weights, level_units)
     total = float(np.linalg.norm(diff))
     assert total <= delta * (1 + SLACK_TOLERANCE), f"moved {total / delta:.3f} Delta"
-    # A per-value fine table counts grid_weight times, one of intervals interval_weight times, the region's table
-    # twice with ``level_units``, and the 1-way share grows with them (the moments pay).
+    # A per-value fine table counts grid_weight times, one of intervals interval_weight times, and the 1-way share
+    # grows with them (the moments pay); the region's table counts twice with ``level_units``, within that share.
     assert plan.coarse_units == len(plan.marginal_sizes) + level_units
-    units = plan.coarse_units + sum((weights[0] if c.per_value else weights[1]) * c.tables for c in plan.fine)
+    units = len(plan.marginal_sizes) + sum((weights[0] if c.per_value else weights[1]) * c.tables for c in plan.fine)
     plain = len(plan.marginal_sizes) + sum(c.tables for c in plan.fine)
     shares = {"1-way": DEFAULT_MARGINAL_SHARE * units / plain, "2-way": plan.pair_share}  # the schema's pair share
     shares["count"] = DEFAULT_COUNT_SHARE if relation == AR else 0.0

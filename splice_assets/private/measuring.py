@@ -115,8 +115,8 @@ class MeasurementPlan:
     @property
     def one_way_share(self) -> float:
         """The 1-way family's share of Delta^2 (``one_way_share``)."""
-        return one_way_share(self.marginal_share, self.coarse_units, len(self.marginal_sizes), self.fine,
-                             self.grid_weight, self.interval_weight)
+        return one_way_share(self.marginal_share, len(self.marginal_sizes), self.fine, self.grid_weight,
+                             self.interval_weight)
 
     @property
     def coarse_units(self) -> int:
@@ -173,13 +173,14 @@ def one_way_units(coarse_units: int, fine: tuple[FineCells, ...], grid_weight: i
     return coarse_units + sum(c.weight_units(grid_weight, interval_weight) * c.tables for c in fine)
 
 
-def one_way_share(marginal_share: float, coarse_units: int, coarse_tables: int, fine: tuple[FineCells, ...],
-                  grid_weight: int, interval_weight: int) -> float:
-    """The 1-way family's share of Delta^2: ``marginal_share`` times the tables' units over their number, so every
-    table at one unit keeps the noise ``marginal_share`` gives it and the extra units of the fine tables and of the
-    coarse tables of many cells come out of the moments' share (docs/decisions/0050, 0052, 0064)."""
+def one_way_share(marginal_share: float, coarse_tables: int, fine: tuple[FineCells, ...], grid_weight: int,
+                  interval_weight: int) -> float:
+    """The 1-way family's share of Delta^2: ``marginal_share`` times the tables' units over their number, so the
+    extra units of the fine tables come out of the moments' share (docs/decisions/0050, 0052). The extra units of
+    the coarse tables of many cells (``level_units``) do not raise it: they are paid by the other 1-way tables,
+    whose weight falls with the units' total (0066)."""
     plain = one_way_units(coarse_tables, fine, 1, 1)
-    units = one_way_units(coarse_units, fine, grid_weight, interval_weight)
+    units = one_way_units(coarse_tables, fine, grid_weight, interval_weight)
     return marginal_share * units / plain if plain else marginal_share
 
 
@@ -248,7 +249,7 @@ def make_plan(
     # times; a 3-way table is one more table at the pair weight (each row adds 1 to one of its cells, as to a pair's).
     tables = one_way_units(sum(units), fine, grid_weight, interval_weight)
     table_cells = int(np.dot(units, sizes)) + sum(c.weight_units(grid_weight, interval_weight) * c.size for c in fine)
-    share1 = one_way_share(marginal_share, sum(units), len(sizes), fine, grid_weight, interval_weight)
+    share1 = one_way_share(marginal_share, len(sizes), fine, grid_weight, interval_weight)
     if share1 + pair_share + count_share >= 1.0:
         raise ValueError(
             f"with grid_weight {grid_weight!r} and interval_weight {interval_weight!r} the fine tables raise the "
