@@ -696,11 +696,17 @@ def test_a_follower_takes_its_bin_from_the_copula_and_keeps_its_own_margin():
         assert chisquare(np.bincount(drawn[:, 1], minlength=16)).pvalue > 0.01
 
 
-def test_a_follower_is_kept_only_where_the_noisy_tables_support_its_copula(tmp_path):
+def test_a_follower_is_kept_only_where_the_noisy_tables_support_its_copula(tmp_path, monkeypatch):
     """Through the library call at eps = 1 on 12,000 rows: ``width`` is ``length`` to within 0.05 and follows it.
     ``band`` is ``position``, but 15% of its rows sit on a second line 7 above: a coupling (r ~ .97) whose copula
     band (+-3 sd: +-0.7 normal scores) would pull that line back onto the first, so it only keeps its place inside
-    the bins. The followers are saved with the model."""
+    the bins. The followers are saved with the model. The noise is seeded here (the product draws it from OS
+    entropy): unseeded, ``width`` was not kept as a follower in one of 47 runs (one ``make test`` and 46 repeats)."""
+    from splice_assets.private import mechanism
+
+    rng_noise = np.random.default_rng(20261206)
+    monkeypatch.setattr(mechanism, "gaussian_noise",
+                        lambda values, sigma: values + rng_noise.normal(0.0, sigma, np.shape(values)))
     extra = tuple(dataclasses.replace(PAIR_SCHEMA.columns[0], name=name) for name in ("position", "band"))
     schema = dataclasses.replace(PAIR_SCHEMA, name="toy_follow", columns=PAIR_SCHEMA.columns + extra)
     rng = np.random.default_rng(12)

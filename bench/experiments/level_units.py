@@ -1,11 +1,11 @@
-"""Level units, paired (decision 0064): per seed, the product's measurement with ``level_units`` on and off from the
-same standard normal draws (``measurement_variants.seeded_noise``; not releases). Prints per dataset and variant the
-means over seeds of ``refit_variants``' scores, then the off-grid 1-way TVD of each column whose coarse table counts
-as more than one unit (``measurement.level_units``) and the mean over the other columns, and per seed the q 2-way
-TVD, the tilt's final χ² per cell and TSTR. ``--blind`` adds a diagnostic variant: the statistics measured with the
-option on, post-processed as if every table had one unit. ``--from-one-way-share`` funds the extra units from the
-1-way share instead of the moments' (a patched ``measuring.one_way_share``, decision 0065: a variant not built into
-the product). ε = 1, add-remove.
+"""Level units, paired (decisions 0064, 0066): per seed, the product's measurement with ``level_units`` on and off
+from the same standard normal draws (``measurement_variants.seeded_noise``; not releases). Prints per dataset and
+variant the means over seeds of ``refit_variants``' scores, then the off-grid 1-way TVD of each column whose coarse
+table counts as more than one unit (``measurement.level_units``) and the mean over the other columns, and per seed
+the q 2-way TVD, the tilt's final χ² per cell and TSTR. ``--blind`` adds a diagnostic variant: the statistics
+measured with the option on, post-processed as if every table had one unit. ε = 1, add-remove. (0064 and 0065
+measured the units paid from the moments' share, and through a patched ``measuring.one_way_share`` from the 1-way
+share, as the product now does: their commits reproduce them.)
 
     .venv/bin/python -m bench.experiments.level_units --datasets coil2000 churn adult fars --seeds 0 1 2 3
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from unittest import mock
 
 import numpy as np
 
@@ -27,7 +26,6 @@ from bench.run import prepared_datasets
 from splice_assets import MeasurementSettings, Synthesizer
 from splice_assets.layout import DEFAULT_NUMERIC_BINS, layout_for, marginal_sizes
 from splice_assets.measurement import level_units
-from splice_assets.private import measuring
 from splice_assets.sampling import sample_table
 
 
@@ -44,16 +42,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3])
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--blind", action="store_true", help="also post-process the units' statistics at one unit")
-    parser.add_argument("--from-one-way-share", action="store_true",
-                        help="the extra units out of the 1-way share, not out of the moments'")
-    args = parser.parse_args()
-    if args.from_one_way_share:
-        share = measuring.one_way_share
-        with mock.patch.object(measuring, "one_way_share", lambda marginal, units, tables, *rest:
-                               share(marginal, tables, tables, *rest)):
-            compare(args)
-    else:
-        compare(args)
+    compare(parser.parse_args())
 
 
 def compare(args: argparse.Namespace) -> None:
