@@ -15,6 +15,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +57,42 @@ def thread_env(threads: int) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = str(REPO_DIR) + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+@contextmanager
+def seeded_noise(seed: int) -> Iterator[None]:
+    """The Gaussian sampler and the frequent-value selection's entropy replaced by generators seeded with ``seed``
+    (experiments only; ``SPLICE_BENCH_ESTIMATE_SEED`` for the bench's DP estimate, ``estimate_seed``)."""
+    from splice_assets.private import bounds, mechanism
+
+    rng = np.random.default_rng(seed)
+    product, select = mechanism.gaussian_noise, bounds.select_values
+
+    def seeded(values: np.ndarray, sigma: float) -> np.ndarray:
+        values = np.asarray(values, dtype=np.float64)
+        return values + sigma * rng.standard_normal(values.shape)
+
+    def seeded_selection(counts, columns, sigma, entropy):  # noqa: ANN001, ARG001 (the product's signature)
+        return select(counts, columns, sigma, np.random.default_rng([seed, 1]))
+
+    mechanism.gaussian_noise, bounds.select_values = seeded, seeded_selection
+    try:
+        yield
+    finally:
+        mechanism.gaussian_noise, bounds.select_values = product, select
+
+
+def estimate_seed() -> int | None:
+    """``SPLICE_BENCH_ESTIMATE_SEED``: when set, the bench's DP estimate of a schema's ``auto`` entries (bounds,
+    values, decimals, steps, knots) draws its noise from this seed (``seeded_noise``), so that runs in different
+    processes start from the same public schema (bench data only; a release always draws from OS entropy)."""
+    value = os.environ.get("SPLICE_BENCH_ESTIMATE_SEED", "")
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise SystemExit(f"SPLICE_BENCH_ESTIMATE_SEED must be an integer, got {value!r}") from None
 
 
 def split_train_test(table: pd.DataFrame, seed: int = SPLIT_SEED) -> tuple[pd.DataFrame, pd.DataFrame]:

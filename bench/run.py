@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,9 +41,11 @@ from bench.common import (
     RESULTS_DIR,
     code_version,
     ensure_time_binary,
+    estimate_seed,
     log_tail,
     read_json,
     run_timed,
+    seeded_noise,
     split_train_test,
     thread_env,
 )  # fmt: skip
@@ -167,7 +170,9 @@ def resolve_auto_bounds(raw: pd.DataFrame, schema, out: Path):
 
     if not needs_estimate(schema):
         return schema, None
-    resolved, estimate = dp_estimate(raw, schema)
+    seed = estimate_seed()
+    with seeded_noise(seed) if seed is not None else nullcontext():
+        resolved, estimate = dp_estimate(raw, schema)
     path = out / "schema.yaml"
     path.write_text(yaml.safe_dump(schema_to_dict(resolved), sort_keys=False))
     print(f"[bench] {schema.name}: DP bounds for {len(estimate.columns)} auto columns -> {path}", flush=True)

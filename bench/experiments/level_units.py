@@ -17,8 +17,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from bench.common import seeded_noise
 from bench.experiments.field_on_off import release_scores
-from bench.experiments.measurement_variants import seeded_noise
 from bench.experiments.pair_selection import print_means
 from bench.experiments.refit_variants import KEYS
 from bench.offgrid import column_tvd

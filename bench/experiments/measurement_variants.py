@@ -13,39 +13,14 @@ unless ``--relation replace-one``.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 
-import numpy as np
-
+from bench.common import seeded_noise
 from bench.experiments.field_on_off import release_scores
 from bench.experiments.pair_selection import print_means
 from bench.experiments.refit_variants import KEYS, overrides
 from bench.run import prepared_datasets
 from splice_assets import MeasurementSettings, Synthesizer
-from splice_assets.private import bounds, mechanism
-
-
-@contextmanager
-def seeded_noise(seed: int) -> Iterator[None]:
-    """The Gaussian sampler and the frequent-value selection's entropy replaced by generators seeded with ``seed``
-    (experiments only)."""
-    rng = np.random.default_rng(seed)
-    product, select = mechanism.gaussian_noise, bounds.select_values
-
-    def seeded(values: np.ndarray, sigma: float) -> np.ndarray:
-        values = np.asarray(values, dtype=np.float64)
-        return values + sigma * rng.standard_normal(values.shape)
-
-    def seeded_selection(counts, columns, sigma, entropy):  # noqa: ANN001, ARG001 (the product's signature)
-        return select(counts, columns, sigma, np.random.default_rng([seed, 1]))
-
-    mechanism.gaussian_noise, bounds.select_values = seeded, seeded_selection
-    try:
-        yield
-    finally:
-        mechanism.gaussian_noise, bounds.select_values = product, select
 
 
 def main() -> None:
