@@ -104,3 +104,58 @@ def describe(links: Sequence[Link], layout: EncodingLayout) -> list[dict[str, ob
         {"source": columns[link.source], "target": columns[link.target], "lambda": round(link.strength, 4)}
         for link in links
     ]
+
+
+def consistent_links(
+    links: Sequence[Link], margins: list[np.ndarray], margin_stds: Sequence[np.ndarray], noisy_pairs: np.ndarray,
+    pairs: Sequence[tuple[int, int]], layout: EncodingLayout, numeric_bins: int, pair_std: float,
+) -> tuple[tuple[Link, ...], list[np.ndarray]]:
+    """Every link's two 1-way targets made the margins of one joint table, and its conditional read from that table.
+
+    Matching puts each coordinate on its own 1-way target. A link's targets are two noisy estimates, so where the
+    pair is a function (churn's ``number_vmail_messages`` = 0 exactly when ``voice_mail_plan`` = 0), their cells
+    disagree by the noise, and the rows that make up the difference break the rule. Here the link's joint table J
+    is the non-negative table nearest, in noise-weighted least squares, to its noisy 2-way table (noise std
+    ``pair_std`` per cell) with row and column sums nearest to the two targets (``margin_stds``: the pooled noise
+    std of each target cell), on the cells the simplex-projected table holds (as ``choose_links`` reads it); a
+    cell of a target that post-processing set to 0 keeps no mass. The targets become J's
+    margins and the conditional J's rows. Post-processing of the noisy tables. Returns the links and the targets
+    (``margins`` per coordinate, changed for the links' coordinates only)."""
+    from scipy.optimize import lsq_linear
+    from scipy.sparse import csr_matrix, diags, vstack
+
+    sizes = marginal_sizes(layout, numeric_bins)
+    tables = dict(zip(pairs, pair_tables(noisy_pairs, pairs, sizes)))
+    margin_stds = [np.where(s > 0, s, np.inf) for s in margin_stds]  # a cell empty by the schema: no weight
+    margins, out = list(margins), []
+    for link in links:
+        a, b = link.source, link.target
+        noisy = tables[(a, b)] if (a, b) in tables else tables[(b, a)].T
+        # The cells the link's projected table holds (``choose_links``) and each row's and column's largest noisy
+        # cell (a row or column of the target's that the projection emptied keeps its likeliest partner), where
+        # both targets hold mass.
+        held = simplex_projection(noisy.ravel()).reshape(noisy.shape) > 0
+        held[np.arange(noisy.shape[0]), noisy.argmax(axis=1)] = True
+        held[noisy.argmax(axis=0), np.arange(noisy.shape[1])] = True
+        cells = np.flatnonzero((held & np.outer(margins[a] > 0, margins[b] > 0)).ravel())
+        if not len(cells):
+            out.append(link)
+            continue
+        rows, cols = np.divmod(cells, noisy.shape[1])
+        unknowns = np.arange(len(cells))
+        design = vstack([  # the pair's cells, then the row sums and the column sums, each over its noise std
+            diags(np.full(len(cells), 1.0 / pair_std)),
+            csr_matrix((1.0 / margin_stds[a][rows], (rows, unknowns)), shape=(noisy.shape[0], len(cells))),
+            csr_matrix((1.0 / margin_stds[b][cols], (cols, unknowns)), shape=(noisy.shape[1], len(cells))),
+        ]).tocsr()
+        target = np.concatenate([noisy.ravel()[cells] / pair_std, margins[a] / margin_stds[a],
+                                 margins[b] / margin_stds[b]])
+        joint = np.zeros(noisy.size)
+        joint[cells] = lsq_linear(design, target, bounds=(0.0, np.inf)).x
+        if not joint.sum() > 0:
+            out.append(link)
+            continue
+        joint = (joint / joint.sum()).reshape(noisy.shape)
+        margins[a], margins[b] = joint.sum(axis=1), joint.sum(axis=0)
+        out.append(Link(a, b, _conditional(joint), link.strength))
+    return tuple(out), margins
