@@ -18,7 +18,7 @@ from splice_assets.layout import (
 )
 from splice_assets.model.fit import FitConfig
 from splice_assets.postprocess import chain
-from splice_assets.postprocess.links import Link, choose_links, consistent_links, describe, redraw_linked
+from splice_assets.postprocess.links import Link, choose_links, describe, redraw_linked
 from splice_assets.private.statistics import pair_counts
 
 SCHEMA = TOY_SCHEMA
@@ -203,30 +203,3 @@ def test_bad_link_settings_are_rejected_before_fitting_quoting_the_value(value):
     rows = _functional_rows(np.random.default_rng(9), 300)
     with pytest.raises(ValueError, match=f"link_lambda .* got {value!r}"):
         chain.fit(toy_measurement(rows), SCHEMA, dataclasses.replace(FitConfig(), link_lambda=value))
-
-
-def test_consistent_links_make_a_functional_pairs_targets_agree_and_closer_to_the_truth():
-    """c is a function of b (x -> 1, y -> 3, z -> 5). Their 1-way targets are two noisy estimates of the same three
-    shares (noise std .01 per cell, the pair's table .01 per cell; seeded). After ``consistent_links`` c's target
-    is b's carried through the link's conditional (the margins of one table), the cells the post-processing set to
-    0 (c = 2, 4) stay 0, and over 200 draws the targets' squared error falls to at most 0.6 of the raw ones'
-    (three unbiased estimates of each share pooled: about 1/3 in theory)."""
-    truth = np.array([0.5, 0.3, 0.2])
-    joint = np.zeros((3, 5))
-    joint[[0, 1, 2], [0, 2, 4]] = truth
-    rng = np.random.default_rng(20261206)
-    raw_error = consistent_error = 0.0
-    for _ in range(200):
-        noisy_pairs = np.zeros(sum(a * b for a, b in ((SIZES[i], SIZES[j]) for i, j in PAIRS)))
-        start = sum(SIZES[i] * SIZES[j] for i, j in PAIRS[: PAIRS.index((1, 2))])
-        noisy_pairs[start : start + 15] = (joint + rng.normal(0.0, 0.01, joint.shape)).ravel()
-        margins = [np.full(SIZES[0], 1 / SIZES[0]), truth + rng.normal(0.0, 0.01, 3), np.zeros(5)]
-        margins[2][[0, 2, 4]] = truth + rng.normal(0.0, 0.01, 3)
-        stds = [np.full(size, 0.01) for size in SIZES]
-        link = Link(1, 2, np.full((3, 5), 0.2), 1.0)
-        [linked], out = consistent_links([link], margins, stds, noisy_pairs, PAIRS, LAYOUT, BINS, 0.01)
-        assert np.allclose(out[1] @ linked.conditional, out[2]) and np.all(out[2][[1, 3]] == 0.0)
-        assert np.array_equal(out[0], margins[0])  # a coordinate outside the link is left as it was
-        raw_error += float(np.sum((margins[1] - truth) ** 2) + np.sum((margins[2][[0, 2, 4]] - truth) ** 2))
-        consistent_error += float(np.sum((out[1] - truth) ** 2) + np.sum((out[2][[0, 2, 4]] - truth) ** 2))
-    assert consistent_error <= 0.6 * raw_error, consistent_error / raw_error  # measured .34

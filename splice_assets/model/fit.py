@@ -163,9 +163,6 @@ class FitConfig:
     #: Bench medians of 3 seeds, adult 2-way / 3-way TVD without -> with: eps = 1 0.051 / 0.112 -> 0.050 / 0.106,
     #: eps = 3 0.040 / 0.093 -> 0.037 / 0.085. 0.4 let a spurious link in (native_country -> capital_loss).
     link_lambda: float = 0.6
-    #: A link's two 1-way targets and its conditional are read from one joint table fitted to its noisy 2-way
-    #: table and both targets (``links.consistent_links``), so matching need not break a functional pair.
-    consistent_links: bool = False
     #: Joint parts (``model``): up to this many disjoint measured pairs whose noisy 2-way table the product EM
     #: start misfits by a mean squared standardised residual of at least ``joint_min_misfit`` (1 = the noise
     #: level; ``product_em.pair_misfit``), largest chi^2 excess first, get one joint table per component instead
@@ -277,7 +274,7 @@ class FitConfig:
         for name in ("pool_fine_tables", "shrink_categories", "smooth_ordinals", "smooth_numerics",
                      "nonnegative_levels", "shrink_pairs", "shrink_strong_pairs", "fine_smoothing", "fine_level_first",
                      "fine_exponential_tails", "fine_tail_runs", "fine_knot_shapes", "fine_stratified",
-                     "fine_capacity_shapes", "fine_corrected_spikes", "consistent_links"):
+                     "fine_capacity_shapes", "fine_corrected_spikes"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         z = self.fine_follow_z
@@ -767,11 +764,6 @@ def pooled_marginals(measurement: Measurement, fine: Sequence[FineCells] = ()) -
     is empty by the schema: 0."""
     tables, _ = _pooled(measurement, fine)
     return np.concatenate(tables) if tables else measurement.noisy_marginals.copy()
-
-
-def pooled_stds(measurement: Measurement, fine: Sequence[FineCells] = ()) -> list[np.ndarray]:
-    """The noise std of every pooled 1-way cell (``pooled_marginals``), per coordinate."""
-    return _pooled(measurement, fine)[1]
 
 
 def _pooled(measurement: Measurement, fine: Sequence[FineCells] = ()) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -12,7 +12,6 @@ import numpy as np
 
 from splice_assets import progress
 from splice_assets.layout import (
-    EncodingLayout,
     layout_for,
     marginal_cells,
     marginal_sizes,
@@ -27,11 +26,10 @@ from splice_assets.model.fit import (
     copula_shrunk_pairs,
     fit_measurement,
     fit_targets,
-    pooled_stds,
     shrunk_pairs,
 )
 from splice_assets.postprocess.field import FieldChoice, fit_field
-from splice_assets.postprocess.links import choose_links, consistent_links
+from splice_assets.postprocess.links import choose_links
 from splice_assets.postprocess.tilt import CellTilt, fit_tilt, table_cells, table_starts
 from splice_assets.resolution import FineCells, FineTables, choose_couplings, fine_cells
 from splice_assets.sampling import (
@@ -209,8 +207,6 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
             measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda
         )
         model = replace(model, links=links)
-        if links and config.consistent_links and model.marginal_targets is not None:
-            model = with_consistent_links(model, measurement, layout, fine if config.pool_fine_tables else ())
     if config.tilt_chi2 == 0:
         return model
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))
@@ -304,18 +300,6 @@ def fit_target_tilt(
         )
     target_tilt = CellTilt(bins, pairs, potentials, config.tilt_pool_factor, chi2_start, chi2_end, iterations, triples)
     return replace(model, target_tilt=target_tilt)
-
-
-def with_consistent_links(model: FittedMixture, measurement: Measurement, layout: EncodingLayout,
-                          fine: tuple[FineCells, ...]) -> FittedMixture:
-    """``model`` with its links' targets and conditionals read from one joint table each (``consistent_links``)."""
-    assert model.marginal_targets is not None
-    targets = model.marginal_targets
-    links, margins = consistent_links(
-        model.links, targets.per_coordinate(layout), pooled_stds(measurement, fine), measurement.noisy_pairs,
-        measurement.pairs, layout, measurement.numeric_bins, measurement.pair_noise_std(),
-    )
-    return replace(model, links=links, marginal_targets=replace(targets, frequencies=np.concatenate(margins)))
 
 
 def check_post_processing(config: FitConfig) -> None:
