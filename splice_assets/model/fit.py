@@ -163,6 +163,9 @@ class FitConfig:
     #: Bench medians of 3 seeds, adult 2-way / 3-way TVD without -> with: eps = 1 0.051 / 0.112 -> 0.050 / 0.106,
     #: eps = 3 0.040 / 0.093 -> 0.037 / 0.085. 0.4 let a spurious link in (native_country -> capital_loss).
     link_lambda: float = 0.6
+    #: A link must clear ``link_lambda`` once the lambda that noise alone gives its table is taken out
+    #: (``links.null_lambda``).
+    link_null: bool = False
     #: Joint parts (``model``): up to this many disjoint measured pairs whose noisy 2-way table the product EM
     #: start misfits by a mean squared standardised residual of at least ``joint_min_misfit`` (1 = the noise
     #: level; ``product_em.pair_misfit``), largest chi^2 excess first, get one joint table per component instead
@@ -274,7 +277,7 @@ class FitConfig:
         for name in ("pool_fine_tables", "shrink_categories", "smooth_ordinals", "smooth_numerics",
                      "nonnegative_levels", "shrink_pairs", "shrink_strong_pairs", "fine_smoothing", "fine_level_first",
                      "fine_exponential_tails", "fine_tail_runs", "fine_knot_shapes", "fine_stratified",
-                     "fine_capacity_shapes", "fine_corrected_spikes"):
+                     "fine_capacity_shapes", "fine_corrected_spikes", "link_null"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         z = self.fine_follow_z

@@ -48,6 +48,7 @@ _TAG_TILT_POOL = 0x7117_B001
 _TAG_FIELD = 0xF1E1_D001
 _TAG_TARGET_TILT = 0x7117_B003
 _TAG_FOLLOW = 0xF011_0001
+_TAG_LINK_NULL = 0x1111_0001
 #: The field replaces the tilted mixture only if, tilted in turn, its holdout chi^2 per cell against the noisy tables
 #: is at most this factor times the mixture's (docs/decisions/0029), and on wide tables within the noise of a chi^2
 #: per cell (``field_tolerance``, docs/decisions/0065).
@@ -204,7 +205,9 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
         measurement = replace(measurement, noisy_pairs=shrunk)
     if config.link_lambda > 0:
         links = choose_links(
-            measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda
+            measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda,
+            noise_std=measurement.pair_noise_std() if config.link_null else 0.0,
+            rng=np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_LINK_NULL])),
         )
         model = replace(model, links=links)
     if config.tilt_chi2 == 0:
