@@ -76,7 +76,7 @@ class MeasurementSettings:
     chosen by noisy dependence scores, which take ``selection_share`` out of the pair share (``pair_selection``);
     otherwise the schema's target gets a 3-way table with every pair of other columns whose table has at most
     ``layout.MAX_TRIPLE_CELLS`` cells, at the pair weight, when they number at most ``target_triples`` (0 = never;
-    ``layout.triples_with_target``). With ``level_units`` (off: decisions 0064, 0065) a coarse 1-way table of many cells
+    ``layout.triples_with_target``). With ``level_units`` (on: decisions 0064-0066) a coarse 1-way table of many cells
     counts as ``measurement.level_units`` tables, its extra units paid within the 1-way share (0066)."""
 
     n_directions: int = DEFAULT_N_DIRECTIONS

@@ -33,8 +33,8 @@ DEFAULT_PAIR_SHARE = 0.5
 # from DEFAULT_PAIR_SHARE on an all-numeric table to DISCRETE_PAIR_SHARE on an all-discrete one (decision 0060).
 DISCRETE_PAIR_SHARE = 0.75
 #: Whether a 1-way table of many cells counts as more than one table in Delta^2 (``measurement.level_units``): on.
-#: A column of 30-63 levels loses 12-17% of its 1-way TVD; the extra units are paid within the 1-way share, so the
-#: moments and pairs keep their noise (decisions 0064-0066).
+#: A column of 30-63 levels loses 11-16% of its 1-way TVD (churn's state 3%); the extra units are paid within the
+#: 1-way share, so the moments and pairs keep their noise (decisions 0064-0066).
 DEFAULT_LEVEL_UNITS = True
 # Directions and moment order. With the 2-way marginals carrying the categorical structure, L = 256 fits as well as
 # 512 at half the measure and fit cost (adult, K = 20: 2-way TVD 0.074 vs 0.077, SW1 0.0065 vs 0.0073).

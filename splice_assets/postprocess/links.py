@@ -71,7 +71,9 @@ def choose_links(
                 continue
             strength = goodman_kruskal(joint)
             if strength >= min_lambda and noise_std > 0:
-                null = null_lambda(joint, noise_std, rng or np.random.default_rng(0))
+                if rng is None:
+                    raise ValueError("choose_links with noise_std > 0 needs the generator of the null (rng)")
+                null = null_lambda(joint, noise_std, rng)
                 if (strength - null) / (1.0 - null) < min_lambda:
                     continue
             if strength >= min_lambda:
@@ -100,7 +102,7 @@ def null_lambda(joint: np.ndarray, noise_std: float, rng: np.random.Generator) -
     """The mean lambda of ``NULL_DRAWS`` tables with ``joint``'s margins and no dependence (their product) plus
     Gaussian noise of ``noise_std`` per cell, simplex-projected as the noisy table was. Each row's largest cell
     picks up the noise, so a source of many cells shows a lambda well above 0 with no dependence at all: churn's
-    51 states 'predicted' churn at lambda .69 in 6 of 20 draws of the measurement (docs/decisions/0067).
+    51 states 'predicted' churn at lambda .6 or more in 6 of 20 draws of the measurement (docs/decisions/0067).
     Post-processing: the noisy table's own margins, the public noise std and a generator under the public seed."""
     product = np.outer(joint.sum(axis=1), joint.sum(axis=0)).ravel()
     draws = product + rng.normal(0.0, noise_std, (NULL_DRAWS, product.size))
