@@ -166,10 +166,6 @@ class FitConfig:
     #: A link must clear ``link_lambda`` once the lambda that noise alone gives its table is taken out
     #: (``links.null_lambda``).
     link_null: bool = False
-    #: ... or, with ``link_null_test``, must exceed the largest of the null's draws (a test at about 3%).
-    link_null_test: bool = False
-    #: The null only for sources of at least this many cells.
-    link_null_min_cells: int = 0
     #: Joint parts (``model``): up to this many disjoint measured pairs whose noisy 2-way table the product EM
     #: start misfits by a mean squared standardised residual of at least ``joint_min_misfit`` (1 = the noise
     #: level; ``product_em.pair_misfit``), largest chi^2 excess first, get one joint table per component instead

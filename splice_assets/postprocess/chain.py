@@ -205,13 +205,12 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
         measurement = replace(measurement, noisy_pairs=shrunk)
     if config.link_lambda > 0:
         noise_std, null_rng = 0.0, None
-        if config.link_null or config.link_null_test:  # the noise-only lambda is taken out (decision 0067)
+        if config.link_null:  # each candidate's noise-only lambda is taken out (docs/decisions/0067)
             noise_std = measurement.pair_noise_std()
             null_rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_LINK_NULL]))
         links = choose_links(
             measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda,
-            noise_std=noise_std, rng=null_rng, null_test=config.link_null_test,
-            null_min_cells=config.link_null_min_cells,
+            noise_std=noise_std, rng=null_rng,
         )
         model = replace(model, links=links)
     if config.tilt_chi2 == 0:

@@ -56,8 +56,6 @@ def choose_links(
     min_spread: float = 0.2,
     noise_std: float = 0.0,
     rng: np.random.Generator | None = None,
-    null_test: bool = False,
-    null_min_cells: int = 0,
 ) -> tuple[Link, ...]:
     """Links from the noisy 2-way tables of ``pairs`` (in ``layout``'s cells, numeric columns on ``numeric_bins``).
 
@@ -72,17 +70,12 @@ def choose_links(
             if not layout.coordinates[target].is_discrete or 1.0 - commonest < min_spread:
                 continue
             strength = goodman_kruskal(joint)
-            if strength >= min_lambda and noise_std > 0 and len(joint) >= null_min_cells:
+            if strength >= min_lambda and noise_std > 0:
                 if rng is None:
                     raise ValueError("choose_links with noise_std > 0 needs the generator of the null (rng)")
-                draws = null_lambdas(joint, noise_std, rng)
-                if null_test:
-                    if strength <= draws.max():
-                        continue
-                else:
-                    null = float(draws.mean())
-                    if (strength - null) / (1.0 - null) < min_lambda:
-                        continue
+                null = null_lambda(joint, noise_std, rng)
+                if (strength - null) / (1.0 - null) < min_lambda:
+                    continue
             if strength >= min_lambda:
                 candidates.append((strength, source, target, joint))
     links, used = [], set()
@@ -111,14 +104,9 @@ def null_lambda(joint: np.ndarray, noise_std: float, rng: np.random.Generator) -
     picks up the noise, so a source of many cells shows a lambda well above 0 with no dependence at all: churn's
     51 states 'predicted' churn at lambda .6 or more in 6 of 20 draws of the measurement (docs/decisions/0067).
     Post-processing: the noisy table's own margins, the public noise std and a generator under the public seed."""
-    return float(null_lambdas(joint, noise_std, rng).mean())
-
-
-def null_lambdas(joint: np.ndarray, noise_std: float, rng: np.random.Generator) -> np.ndarray:
-    """``null_lambda``'s draws."""
     product = np.outer(joint.sum(axis=1), joint.sum(axis=0)).ravel()
     draws = product + rng.normal(0.0, noise_std, (NULL_DRAWS, product.size))
-    return np.array([goodman_kruskal(simplex_projection(draw).reshape(joint.shape)) for draw in draws])
+    return float(np.mean([goodman_kruskal(simplex_projection(draw).reshape(joint.shape)) for draw in draws]))
 
 
 def _conditional(joint: np.ndarray) -> np.ndarray:
