@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -94,6 +95,61 @@ def _ratio(ours: dict, peer: dict | None) -> str:
     return "" if pw is None or math.isnan(pw) else f"{ow / pw:.2f}"
 
 
+#: The off-grid issue's targets, checked on ``splice_add_remove`` at this epsilon against the same-run references.
+TARGET_EPSILON = 1.0
+QTVD1_TARGET = 0.02
+#: Where independent marginals' q 2-way is at most this, there is little dependence to keep: "within .01" of them.
+DEPENDENCE = 0.03
+
+
+def targets_table(s: pd.DataFrame) -> list[str]:
+    """Markdown lines: per dataset, the off-grid targets (q 1-way <= .02, no frequent value missing, q 2-way and
+    range MAE below the non-DP independent marginals where they show dependence, within .01 elsewhere, TSTR not
+    below AIM's) for ``splice_add_remove`` at ``TARGET_EPSILON``, and which it misses. The references in brackets."""
+    rows = []
+    for ds, g in s.groupby("dataset", sort=False):
+        by = {r["method"]: r for r in g.to_dict("records")
+              if r["method"].startswith("ref_") or r["epsilon"] == TARGET_EPSILON}
+        ours, independent = by.get("splice_add_remove"), by.get("ref_independent")
+        if ours is None or independent is None:
+            continue
+        floor = by.get("ref_dp_marginals", {}).get("qtvd1", float("nan"))
+        aim_row = by.get("aim", {})
+        aim = aim_row.get("tstr", float("nan"))
+        aim_cell = _fmt(aim) or ("timed out" if aim_row.get("timeouts") else "no run")
+        slack = 0.0 if independent["qtvd2"] > DEPENDENCE else 0.01
+        misses = [name for name, missed in (
+            ("q 1-way", ours["qtvd1"] > QTVD1_TARGET),
+            ("missing", ours["missing_values"] > 0),
+            ("q 2-way", ours["qtvd2"] > independent["qtvd2"] + slack),
+            ("range MAE", ours["range_mae"] > independent["range_mae"] + slack),
+            ("TSTR", ours["tstr"] < aim),
+        ) if missed]
+        rows.append(f"| {ds} | {_fmt(ours['qtvd1'], 4)} ({_fmt(floor, 4)}) | {ours['missing_values']:g} "
+                    f"| {_fmt(ours['qtvd2'], 4)} ({_fmt(independent['qtvd2'], 4)}) "
+                    f"| {_fmt(ours['range_mae'], 4)} ({_fmt(independent['range_mae'], 4)}) "
+                    f"| {_fmt(ours['tstr'])} ({aim_cell}) | {', '.join(misses) or 'none'} |")
+    if not rows:
+        return []
+    return [
+        "## Off-grid targets",
+        "",
+        f"`splice_add_remove` at ε = {TARGET_EPSILON:g}, medians over seeds. In brackets: q 1-way of "
+        "`ref_dp_marginals` (the noise floor),",
+        f"q 2-way and range MAE of the non-DP `ref_independent` (to beat where its q 2-way exceeds {DEPENDENCE}, "
+        "else to match within .01),",
+        f"TSTR of `aim`. Targets: q 1-way ≤ {QTVD1_TARGET}; no integer value or category of ≥ 1% of the rows "
+        "missing; the two comparisons;",
+        "TSTR not below AIM's.",
+        "",
+        "| dataset | q 1-way (floor) | missing | q 2-way (independent) | range MAE (independent) | TSTR (AIM) "
+        "| misses |",
+        "|---" * 7 + "|",
+        *rows,
+        "",
+    ]
+
+
 def write_results_md(df: pd.DataFrame, path: Path) -> None:
     s = summarise(df)
     lines = machine_header("Benchmark: SPLICE vs AIM / MST")
@@ -123,6 +179,7 @@ def write_results_md(df: pd.DataFrame, path: Path) -> None:
     if not len(s):
         path.write_text("\n".join(lines + ["(no results yet)", ""]))
         return
+    lines += targets_table(s)
     for ds, g in s.groupby("dataset", sort=False):
         metric = next((m for m in g["tstr_metric"] if m), "tstr")
         lines += [f"## {ds}", ""]
@@ -173,13 +230,12 @@ README_START, README_END = "<!-- bench-results:start -->", "<!-- bench-results:e
 
 
 def sync_readme(results_md: Path, readme: Path) -> bool:
-    """Copy results.md between the README's bench markers (headings three levels down, under its "###"
-    subsection); False if the README has no markers."""
+    """Copy results.md between the document's bench markers, each on a line of its own (headings three levels
+    down, under its "###" subsection); False if it has no such markers. A marker quoted inside prose is not one."""
     text = readme.read_text() if readme.is_file() else ""
-    if README_START not in text or README_END not in text:
+    found = re.search(f"^{re.escape(README_START)}$(.*?)^{re.escape(README_END)}$", text, re.MULTILINE | re.DOTALL)
+    if found is None:
         return False
     table = "\n".join("###" + line if line.startswith("#") else line for line in results_md.read_text().splitlines())
-    head, rest = text.split(README_START, 1)
-    tail = rest.split(README_END, 1)[1]
-    readme.write_text(f"{head}{README_START}\n{table.strip()}\n{README_END}{tail}")
+    readme.write_text(f"{text[: found.start(1)]}\n{table.strip()}\n{text[found.end(1) :]}")
     return True

@@ -1,0 +1,49 @@
+"""The bench's markdown: the off-grid targets table and the copy into docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench.report import README_END, README_START, sync_readme, targets_table
+
+
+def _summary(**ours: float) -> pd.DataFrame:
+    base = {"qtvd1": 0.01, "missing_values": 0.0, "qtvd2": 0.05, "range_mae": 0.004, "tstr": 0.9}
+    rows = [
+        {"dataset": "toy", "method": "splice_add_remove", "epsilon": 1.0, **base, **ours},
+        {"dataset": "toy", "method": "splice_add_remove", "epsilon": 3.0, **base, "qtvd1": 0.5},
+        {"dataset": "toy", "method": "aim", "epsilon": 1.0, **base, "tstr": 0.85},
+        {"dataset": "toy", "method": "ref_independent", "epsilon": float("nan"), **base, "qtvd2": 0.08,
+         "range_mae": 0.01},
+        {"dataset": "toy", "method": "ref_dp_marginals", "epsilon": float("nan"), **base, "qtvd1": 0.03},
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_the_targets_table_names_each_missed_target_at_epsilon_one():
+    assert targets_table(_summary())[-2].endswith("| none |")  # the ε = 3 row's q 1-way of .5 is not read
+    row = targets_table(_summary(qtvd1=0.03, missing_values=2.0, qtvd2=0.09, range_mae=0.02, tstr=0.8))[-2]
+    assert row.startswith("| toy | 0.0300 (0.0300) | 2 | 0.0900 (0.0800) | 0.0200 (0.0100) | 0.800 (0.850) |")
+    assert row.endswith("| q 1-way, missing, q 2-way, range MAE, TSTR |")
+
+
+def test_little_dependence_means_within_a_hundredth_of_independent_marginals():
+    weak = _summary(qtvd2=0.035)
+    weak.loc[weak.method == "ref_independent", "qtvd2"] = 0.028
+    assert targets_table(weak)[-2].endswith("| none |")
+    weak.loc[weak.method == "splice_add_remove", "qtvd2"] = 0.039
+    assert targets_table(weak)[-2].endswith("| q 2-way |")
+
+
+def test_the_results_go_between_the_markers_on_their_own_lines_not_into_prose_that_quotes_them(tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    prose = f"The bench copies them here (between `{README_START}` and `{README_END}`) after every run."
+    doc.write_text(f"# Bench\n\n{prose}\n\n## Latest\n\n{README_START}\nold table\n{README_END}\n\n## After\n")
+    results = tmp_path / "results.md"
+    results.write_text("# Benchmark\n\nnew table\n")
+    assert sync_readme(results, doc)
+    text = doc.read_text()
+    assert prose in text and "old table" not in text and text.endswith("## After\n")
+    assert f"{README_START}\n#### Benchmark\n\nnew table\n{README_END}" in text
+    doc.write_text(prose)
+    assert not sync_readme(results, doc)
