@@ -16,6 +16,7 @@ def _summary(**ours: float) -> pd.DataFrame:
         {"dataset": "toy", "method": "ref_independent", "epsilon": float("nan"), **base, "qtvd2": 0.08,
          "range_mae": 0.01},
         {"dataset": "toy", "method": "ref_dp_marginals", "epsilon": float("nan"), **base, "qtvd1": 0.03},
+        {"dataset": "toy", "method": "ref_bootstrap", "epsilon": float("nan"), **base, "qtvd1": 0.006},
     ]
     return pd.DataFrame(rows)
 
@@ -23,7 +24,7 @@ def _summary(**ours: float) -> pd.DataFrame:
 def test_the_targets_table_names_each_missed_target_at_epsilon_one():
     assert targets_table(_summary())[-2].endswith("| none |")  # the ε = 3 row's q 1-way of .5 is not read
     row = targets_table(_summary(qtvd1=0.03, missing_values=2.0, qtvd2=0.09, range_mae=0.02, tstr=0.8))[-2]
-    assert row.startswith("| toy | 0.0300 (0.0300) | 2 | 0.0900 (0.0800) | 0.0200 (0.0100) | 0.800 (0.850) |")
+    assert row.startswith("| toy | 0.0300 (0.0300 / 0.0060) | 2 | 0.0900 (0.0800) | 0.0200 (0.0100) | 0.800 (0.850) |")
     assert row.endswith("| q 1-way, missing, q 2-way, range MAE, TSTR |")
 
 
