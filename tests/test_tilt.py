@@ -182,23 +182,6 @@ def test_the_holdout_stops_the_fit_where_the_pool_would_be_overfitted():
     assert np.isclose((held @ held) / 1e-10 / held.size, end)  # the returned potentials are the best ones
 
 
-def test_a_tilt_that_only_creeps_toward_its_target_stops_after_its_patience():
-    """Noisy targets (std .05 per cell) and a chi^2 target below what the pool can reach: without a minimum gain
-    the holdout's chi^2 keeps falling by a little, so patience never runs out and the fit runs to its cap (300;
-    measured .949 from 2.54). With ``min_gain`` = .001 an iteration that lowers the best chi^2 per cell by less
-    does not count as progress: the fit stops after 57 iterations at .961 (1.3% above)."""
-    rng = np.random.default_rng(5)
-    truth = _correlated_rows(rng, 5_000)
-    one_way, two_way = _tables(truth)
-    std = 0.05
-    noisy1, noisy2 = one_way + rng.normal(0, std, one_way.size), two_way + rng.normal(0, std, two_way.size)
-    pool, holdout = (table_cells(_independent_rows(truth, rng), LAYOUT, BINS, PAIRS) for _ in range(2))
-    *_, start, creeping, all_iterations = fit_tilt(pool, holdout, noisy1, std, noisy2, std, 0.5, 300)
-    *_, stopped, iterations = fit_tilt(pool, holdout, noisy1, std, noisy2, std, 0.5, 300, min_gain=0.001)
-    assert all_iterations == 300 and iterations < 100, (all_iterations, iterations)
-    assert creeping < stopped < 1.03 * creeping < start, (start, creeping, stopped)
-
-
 @pytest.mark.parametrize("bad", [{"std1": 0.0}, {"std2": -1.0}, {"chi2_target": 0.0}])
 def test_fit_tilt_rejects_bad_parameters_quoting_them(bad):
     cells = np.zeros((2, 1), dtype=np.int32)
@@ -283,8 +266,7 @@ def test_tilted_sampling_is_deterministic_and_survives_save_and_load(tmp_path):
 
 @pytest.mark.parametrize(
     "field, value", [("tilt_chi2", -1.0), ("tilt_chi2", float("nan")), ("tilt_pool_factor", 0),
-                     ("tilt_max_iterations", -2), ("tilt_pool_factor", 2.5), ("tilt_wide_pool_factor", -1),
-                     ("tilt_min_gain", -0.001), ("tilt_min_gain", float("inf"))],
+                     ("tilt_max_iterations", -2), ("tilt_pool_factor", 2.5), ("tilt_wide_pool_factor", -1)],
 )
 def test_bad_tilt_settings_are_rejected_before_fitting_quoting_the_value(field, value):
     rows = _correlated_rows(np.random.default_rng(7), 300)

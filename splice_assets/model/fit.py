@@ -144,7 +144,6 @@ class FitConfig:
     tilt_chi2: float = 1.0
     tilt_pool_factor: int = 4
     tilt_max_iterations: int = 300
-    tilt_min_gain: float = 0.0
     #: The tilt toward the target's 3-way tables (``chain.fit_target_tilt``; with measured triples) stops at this
     #: chi^2 per cell of the 1-, 2- and 3-way tables, or where its holdout pool stops improving (0 = no target tilt).
     #: Below the noise level on purpose: the class boundary is a few cells of many, and the average over all cells

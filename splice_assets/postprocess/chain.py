@@ -233,7 +233,7 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
         potentials, chi2_start, chi2_end, iterations = fit_tilt(
             pool, holdout, measurement.noisy_marginals, measurement.marginal_cell_noise_stds(),
             measurement.noisy_pairs, measurement.pair_noise_std(), config.tilt_chi2, config.tilt_max_iterations,
-            initial=initial, starts=table_starts(layout, bins, pairs), min_gain=config.tilt_min_gain,
+            initial=initial, starts=table_starts(layout, bins, pairs),
         )
         return CellTilt(bins, pairs, potentials, sampling_factor, chi2_start, chi2_end, iterations)
 
@@ -302,7 +302,7 @@ def fit_target_tilt(
             pool, holdout, measurement.noisy_marginals, measurement.marginal_cell_noise_stds(),
             tables, measurement.pair_noise_std(), config.target_tilt_chi2,
             config.tilt_max_iterations,
-            starts=table_starts(layout, bins, pairs, triples), min_gain=config.tilt_min_gain,
+            starts=table_starts(layout, bins, pairs, triples),
         )
     target_tilt = CellTilt(bins, pairs, potentials, config.tilt_pool_factor, chi2_start, chi2_end, iterations, triples)
     return replace(model, target_tilt=target_tilt)
@@ -311,7 +311,7 @@ def fit_target_tilt(
 def check_post_processing(config: FitConfig) -> None:
     """The tilt and link settings, checked before any fitting (and where a release config enters); messages quote
     the bad value."""
-    for name in ("tilt_chi2", "target_tilt_chi2", "tilt_min_gain"):
+    for name in ("tilt_chi2", "target_tilt_chi2"):
         chi2 = getattr(config, name)
         if isinstance(chi2, bool) or not isinstance(chi2, (int, float)) or not math.isfinite(chi2) or chi2 < 0:
             raise ValueError(f"{name} must be a finite number >= 0, got {chi2!r}")

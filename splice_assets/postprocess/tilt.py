@@ -207,7 +207,6 @@ def fit_tilt(
     momentum: float = 0.8,
     initial: np.ndarray | None = None,
     starts: np.ndarray | None = None,
-    min_gain: float = 0.0,
 ) -> tuple[np.ndarray, float, float, int]:
     """Potentials fitted on the ``pool`` cells (draws from the mixture) that bring a fresh ``holdout`` pool's
     weighted tables toward the noisy targets (``std1``: the 1-way cells' noise std, one or one per cell).
@@ -269,9 +268,10 @@ def fit_tilt(
         potentials = potentials + move
         velocity, chi2, scaled = move, trial_chi2, trial_scaled
         held = chi2_of(held_cells, potentials)[0]
-        since_best = 0 if held < best_chi2 - min_gain else since_best + 1
         if held < best_chi2:
-            best, best_chi2 = potentials, held
+            best, best_chi2, since_best = potentials, held, 0
+        else:
+            since_best += 1
     return best, start, best_chi2, iterations
 
 
