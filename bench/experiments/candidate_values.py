@@ -1,6 +1,6 @@
 """Candidate values in the main measurement (decision 0051), paired: per dataset one DP estimate of the schema (as
 the bench resolves it, so the same values are found for every variant), then per seed one measurement per variant
-with the same seeded normal draws (``measurement_variants.seeded_noise``; not releases). Variants: the resolved
+with the same seeded normal draws (``bench.common.seeded_noise``; not releases). Variants: the resolved
 schema as it is (``candidates``: the point candidates the selection did not find, measured as fine cells; and
 ``float32`` where declared), without the float32 rounding, without either (before 0051), or with only the
 candidates of denominator at most 6 (``--variants``; the first three by default). Prints the mean over seeds of

@@ -1,5 +1,5 @@
 """Level units, paired (decisions 0064, 0066): per seed, the product's measurement with ``level_units`` on and off
-from the same standard normal draws (``measurement_variants.seeded_noise``; not releases). Prints per dataset and
+from the same standard normal draws (``bench.common.seeded_noise``; not releases). Prints per dataset and
 variant the means over seeds of ``refit_variants``' scores, then the off-grid 1-way TVD of each column whose coarse
 table counts as more than one unit (``measurement.level_units``) and the mean over the other columns, and per seed
 the q 2-way TVD, the tilt's final χ² per cell and TSTR. ``--blind`` adds a diagnostic variant: the statistics
