@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numba
 import numpy as np
 import pytest
 from toy import TOY_SCHEMA, toy_measurement
@@ -110,26 +109,6 @@ def test_incidence_kernels_equal_the_dense_incidence_products():
     for codes, offsets, a in ((cells, np.zeros(tables, dtype=np.int64), dense), (local, starts, local_dense)):
         np.testing.assert_allclose(_row_sums(codes, offsets, v), a @ v, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(_cell_sums(codes, offsets, w, n_cells), a.T @ w, rtol=1e-12, atol=1e-12)
-
-
-def test_incidence_kernels_give_the_same_bits_on_any_number_of_threads():
-    """The kernels run in parallel (rows for A v, fixed row blocks for A^T w), and a refit of a public measurement
-    must not depend on the machine's core count: one thread and every thread give identical arrays."""
-    rng = np.random.default_rng(12)
-    rows, sizes = 5_003, np.array([7, 16, 256, 40])
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    cells = (rng.random((rows, len(sizes))) * sizes).astype(np.uint16)
-    v, w = rng.normal(size=sizes.sum()), rng.random(rows)
-    before = numba.get_num_threads()
-    try:
-        results = []
-        for threads in (1, numba.config.NUMBA_NUM_THREADS):
-            numba.set_num_threads(threads)
-            results.append((_row_sums(cells, starts, v), _cell_sums(cells, starts, w, int(sizes.sum()))))
-    finally:
-        numba.set_num_threads(before)
-    for one, many in zip(*results):
-        assert np.array_equal(one, many)
 
 
 def test_the_tilt_moves_an_independent_pool_onto_correlated_tables():

@@ -169,13 +169,12 @@ def _normalised(log_w: np.ndarray) -> np.ndarray:
     return w / w.sum()
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
 def _row_sums(cells, starts, values):  # pragma: no cover - numba
     """A v for the rows x cells 0/1 incidence A of ``cells`` (rows, tables; table t's cell i is starts[t] + i):
-    each row's sum of its cells' values. Rows in parallel, each row's sum in table order (the same bits on any
-    number of threads)."""
+    each row's sum of its cells' values."""
     out = np.zeros(cells.shape[0])
-    for r in numba.prange(cells.shape[0]):
+    for r in range(cells.shape[0]):
         total = 0.0
         for t in range(cells.shape[1]):
             total += values[starts[t] + cells[r, t]]
@@ -183,25 +182,14 @@ def _row_sums(cells, starts, values):  # pragma: no cover - numba
     return out
 
 
-#: Row blocks that ``_cell_sums`` adds up in parallel: a fixed count, so its sums, and every tilt, are the same
-#: bits on any number of threads.
-_CELL_SUM_BLOCKS = 8
-
-
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
 def _cell_sums(cells, starts, weights, n_cells):  # pragma: no cover - numba
-    """A^T w: every cell's summed row weights (the weighted tables, concatenated); each block of rows sums into
-    its own tables in parallel, then the blocks are added in order."""
-    rows = cells.shape[0]
-    partial = np.zeros((_CELL_SUM_BLOCKS, n_cells))
-    for b in numba.prange(_CELL_SUM_BLOCKS):
-        for r in range(b * rows // _CELL_SUM_BLOCKS, (b + 1) * rows // _CELL_SUM_BLOCKS):
-            w = weights[r]
-            for t in range(cells.shape[1]):
-                partial[b, starts[t] + cells[r, t]] += w
-    out = partial[0].copy()
-    for b in range(1, _CELL_SUM_BLOCKS):
-        out += partial[b]
+    """A^T w: every cell's summed row weights (the weighted tables, concatenated)."""
+    out = np.zeros(n_cells)
+    for r in range(cells.shape[0]):
+        w = weights[r]
+        for t in range(cells.shape[1]):
+            out[starts[t] + cells[r, t]] += w
     return out
 
 
