@@ -2,9 +2,10 @@
 
 Per dataset: one add-remove measurement at ``--epsilon`` of the bench's train split with the noise seeded
 (``bench.common.seeded_noise``, experiments only), then ``fit_model`` of that measurement once per thread count
-(``numba.set_num_threads``), in the order given, each timed. The post-processing's compiled loops (the tilt's
-incidence kernels, the field's sweeps) are what the thread count changes; the fitted model should not depend on
-it, and the tilt's chi^2 and iterations are printed to show it.
+(``numba.set_num_threads``), in the order given, each timed. The thread count reaches the post-processing's
+parallel loops (the field's sweeps; the tilt's incidence kernels at ``1ca0c70``, docs/decisions/0069). The fitted
+model must not depend on it: the tilt's chi^2 and iterations are printed to show that. Run at two commits with
+the same seeds, it times a change of the fit on one measurement.
 
     .venv/bin/python -m bench.experiments.fit_threads --datasets pol --epsilon 0.1 --threads 1 2
 """
