@@ -1,7 +1,7 @@
 """The fit of one noisy measurement on 1 and on more numba threads: wall and CPU seconds, and the tilt's diagnostics.
 
 Per dataset: one add-remove measurement at ``--epsilon`` of the bench's train split with the noise seeded
-(``bench.common.seeded_noise``, experiments only), then ``fit_model`` of that measurement once per thread count
+(``bench.common.seeded_noise``, experiments only), then ``Synthesizer.refit`` of that measurement once per thread count
 (``numba.set_num_threads``), in the order given, each timed. The thread count reaches the post-processing's
 parallel loops (the field's sweeps; the tilt's incidence kernels at ``1ca0c70``, docs/decisions/0069). The fitted
 model must not depend on it: the tilt's chi^2 and iterations are printed to show that. Run at two commits with
@@ -37,10 +37,8 @@ def main() -> None:
             measured.measure(measured.encode(measured.prepare(prepared.train, None).table), None)
         for threads in args.threads:
             numba.set_num_threads(threads)
-            refit = Synthesizer(measured.schema, args.epsilon, 1e-9, "add-remove", 0)
-            refit.measurement, refit.bounds = measured.measurement, measured.bounds
             wall, cpu = time.perf_counter(), time.process_time()
-            refit.fit_model()
+            refit = measured.refit()  # the same measurement and settings, fitted again: no privacy spent
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             assert refit.model is not None
             tilt = refit.model.tilt.summary() if refit.model.tilt is not None else {}
