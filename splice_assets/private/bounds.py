@@ -503,12 +503,24 @@ def select_values(
     counts: Sequence[ValueCounts], columns: Sequence[ColumnSpec], sigma: float, entropy: np.random.Generator
 ) -> dict[str, tuple[float, ...]]:
     """The noisy selection of every ``values: auto`` column's frequent values: each candidate's count plus N(0,
-    sigma^2), selected above ``selection_z`` sigma, the ``MAX_FOUND`` largest kept.
+    sigma^2), selected above ``selection_z`` sigma, the ``MAX_FOUND`` largest kept. Only the chosen values leave.
 
-    Every candidate is noised, as a dense histogram would be: the counts of candidates some row holds from OpenDP's
-    sampler (``gaussian_noise``); for the others, whose counts are 0, the number that would pass is drawn from its
-    binomial law and placed uniformly among them (``entropy``: OS entropy, never seeded), which is the same
-    selection in distribution without drawing millions of noise values. Only the chosen values leave."""
+    Privacy. The mechanism is the Gaussian mechanism on the stacked candidate histograms of all the columns (every
+    candidate, held by a row or not, gets its count plus independent N(0, sigma^2)) followed by post-processing
+    (a threshold, then the largest ``MAX_FOUND`` per column). A row adds 1 to at most one candidate of each column,
+    so its sensitivity is the ``values_columns`` term of ``estimate_sensitivity`` (one cell per column under
+    add-remove; one cell left and one entered under replace-one). Both neighbours therefore see the same
+    distribution of selected sets up to the (epsilon, delta) charged, for any threshold and any cap.
+
+    The implementation draws exactly that distribution without noising millions of empty candidates. Held
+    candidates are noised by OpenDP's sampler (``gaussian_noise``). The A empty candidates of a column have i.i.d.
+    N(0, sigma^2) noisy counts, so the ones above z sigma are: K ~ Binomial(A, Phi(-z)) of them, a uniformly random
+    K-subset of the empty candidates, with noisy counts i.i.d. N(0, sigma^2) conditioned on exceeding z sigma
+    (``_empty_above``). The joint law of the (candidate, noisy count) pairs above the threshold is the dense one,
+    and the kept set is a function of those pairs. (Giving the empty ones z sigma and ranking them last, as before,
+    is not that law: once more than the cap passed, a code held by one row could be kept but the same code held by
+    none never could; ``tests/test_selection_privacy.py``.) No noisy count is released, so the float sampler used
+    for the empty candidates (``entropy``, OS entropy, never seeded) leaks no low bits."""
     from splice_assets.private.mechanism import gaussian_noise
 
     sizes = [len(held) for held, _ in counts]
@@ -520,21 +532,34 @@ def select_values(
         if candidates is None:
             continue
         z = selection_z(candidates.size)
-        passed = noisy_counts > z * sigma
-        chosen = [(float(c), int(i)) for c, i in zip(noisy_counts[passed], held[passed])]
-        absent = candidates.size - len(held)
-        held_set = set(held.tolist())
-        for _ in range(int(entropy.binomial(absent, NormalDist().cdf(-z))) if absent > 0 else 0):
-            while (drawn := int(entropy.integers(candidates.size))) in held_set:
-                pass
-            chosen.append((z * sigma, drawn))  # ranked last: their noisy counts are just above the threshold
-        chosen.sort(key=lambda item: -item[0])
-        kept = np.array(sorted({i for _, i in chosen[:MAX_FOUND]}), dtype=np.int64)
+        empty_index, empty_noisy = _empty_above(np.sort(held), candidates.size, z, sigma, entropy)
+        index = np.concatenate([held, empty_index]).astype(np.int64)
+        values = np.concatenate([noisy_counts, empty_noisy])
+        passed = np.flatnonzero(values > z * sigma)
+        ranked = passed[np.argsort(-values[passed], kind="stable")][:MAX_FOUND]
+        kept = np.sort(index[ranked])
         # Rounded so that the schema reads well (2/3 as 0.666666666667), but never past a bound: a DP estimate's
         # bound has all its digits, and clipped rows make it a frequent value.
         found[spec.name] = tuple(min(max(round(float(v), 12), candidates.lo), candidates.hi)
                                  for v in candidates.value(kept))
     return found
+
+
+def _empty_above(held: np.ndarray, size: int, z: float, sigma: float, entropy: np.random.Generator
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates of ``range(size)`` outside the sorted ``held`` whose N(0, sigma^2) noisy count exceeds z sigma,
+    and those counts, drawn as the dense draw would give them (``select_values``): how many from their binomial
+    law, which ones uniformly without replacement, their counts from the normal law truncated below at z sigma."""
+    from scipy.stats import truncnorm
+
+    empty = size - len(held)
+    above = int(entropy.binomial(empty, NormalDist().cdf(-z))) if empty > 0 else 0
+    if above == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    rank = np.sort(entropy.choice(empty, size=above, replace=False))
+    # The rank-th empty candidate: rank plus the held candidates below it (held[j] - j counts empties before held[j]).
+    index = rank + np.searchsorted(held - np.arange(len(held)), rank, side="right")
+    return index.astype(np.int64), sigma * truncnorm.rvs(z, np.inf, size=above, random_state=entropy)
 
 
 def exact_histograms(raw: pd.DataFrame, columns: list[ColumnSpec]) -> np.ndarray:
