@@ -71,9 +71,6 @@ DEFAULT_FINE_LEVEL_FIRST = True
 #: ... and a column's tail bins toward an exponential density where it fits them better than a straight one
 #: (``FineTables.exponential_tails``; docs/decisions/0043).
 DEFAULT_FINE_EXPONENTIAL_TAILS = True
-#: ... in every bin of a tail's falling run, not only the outermost (``FineTables.tail_runs``). Off: it cost
-#: California's qtvd1 .0006-.0011 and gave magic nothing on top of ``knot_shapes`` (docs/decisions/0057).
-DEFAULT_FINE_TAIL_RUNS = False
 #: ... and the bin shapes read densities on the column's scale where its bins have unequal widths
 #: (``FineTables.knot_shapes``; magic's qtvd1 -9 to -14%, values beyond the real extremes -36%: docs/decisions/0057).
 DEFAULT_FINE_KNOT_SHAPES = True
@@ -346,16 +343,12 @@ class FineTables:
     #: its bin is conditioned on its leader's through a Gaussian copula; see ``choose_couplings``.
     couplings: tuple[tuple[int, int, float], ...] = ()
     shrink: bool = DEFAULT_FINE_SHRINK
-    #: Smooth each column's intervals across its bins first, where SURE says a kernel lowers the risk (``_smoothed``).
-    smooth: bool = False
     #: Before the shrinkage, shift a bin's noisy cells by one constant so that they sum to the bin's mass: the
     #: shrinkage then reads only their shape (``consistent``).
     level_first: bool = DEFAULT_FINE_LEVEL_FIRST
     #: Shrink a column's tail bins toward an exponential density where it fits their cells better than the straight
     #: one (``_tail_bins``, ``_steeper_tail``).
     exponential_tails: bool = DEFAULT_FINE_EXPONENTIAL_TAILS
-    #: ... not only the outermost bin on each side but every bin of the run that falls toward it (``_tail_bins``).
-    tail_runs: bool = DEFAULT_FINE_TAIL_RUNS
     #: The bin shapes read the neighbours' densities on the column's scale (mass / ``FineCells.bin_widths``), not
     #: their masses: a column with ``knots`` has bins of unequal widths.
     knot_shapes: bool = DEFAULT_FINE_KNOT_SHAPES
@@ -408,12 +401,6 @@ class FineTables:
         values = np.asarray(column.points, dtype=np.float64)[dropped[: len(column.points)]]
         np.add.at(counts, column.interval_cells(column.cube(values)), counts[dropped])
         fine = np.where(column.holds_values() & ~dropped, self.kept(counts, noise_std), 0.0)
-        shrink = self.shrink
-        if self.smooth and column.intervals >= 8:
-            n_points = len(column.points)
-            smoothed = _smoothed(fine[n_points:], column.holds_values()[n_points:], noise_std)
-            if smoothed is not None:
-                fine[n_points:], shrink = smoothed, False
         declared = np.isin(np.arange(column.n_cells), [column.points.index(v) for v in column.declared
                                                        if v in column.points])
         parents = np.asarray(column.parents)
@@ -423,13 +410,13 @@ class FineTables:
         masses = np.array([fine[inside].sum() if coarse is None else max(coarse[bin_] - points[bin_], 0.0)
                            for bin_, inside in enumerate(inside_of)])
         widths = column.bin_widths(numeric_bins) if self.knot_shapes else np.ones(numeric_bins)
-        tails = (_tail_bins(masses / widths, self.tail_runs) if self.exponential_tails and column.intervals else {})
+        tails = _tail_bins(masses / widths) if self.exponential_tails and column.intervals else {}
         capacity = column.capacities() if self.capacity_shapes else np.ones(column.n_cells)
         spike = spike_z(column.n_cells) if self.corrected_spikes else SPIKE_Z
         for bin_, inside in enumerate(inside_of):
             if len(inside):
                 cells = fine[inside]
-                if shrink:
+                if self.shrink:
                     if self.level_first:  # the projection's own first move, so the shrinkage sees only the shape
                         cells = cells + (masses[bin_] - cells.sum()) / len(cells)
                     shape = _bin_shape(masses, bin_, len(inside), widths, capacity[inside])
@@ -674,53 +661,18 @@ def james_stein(cells: np.ndarray, target: np.ndarray, noise_std: float | np.nda
     return out, kept
 
 
-#: Gaussian kernel widths (in fine intervals) ``_smoothed`` chooses among.
-SMOOTHING_WIDTHS = (1.0, 2.0, 4.0, 8.0)
-
-
-def _smoothed(cells: np.ndarray, holds: np.ndarray, noise_std: float) -> np.ndarray | None:
-    """A column's noisy interval cells (in value order) smoothed by the Gaussian kernel (rows normalised, over the
-    cells that can hold a value) whose width has the lowest SURE, ||y - S y||^2 + 2 sigma^2 tr(S), if that is below
-    the unsmoothed table's, 2 n sigma^2; else None. SURE is an unbiased estimate of a linear smoother's risk under
-    Gaussian noise of known sigma (Stein 1981), so the choice reads only the noisy cells: post-processing."""
-    index = np.flatnonzero(holds)
-    if len(index) < 8 or not noise_std > 0:
-        return None
-    y = cells[index]
-    distance = (index[:, None] - index[None, :]).astype(np.float64)
-    best, best_risk = None, 2.0 * len(y) * noise_std**2
-    for width in SMOOTHING_WIDTHS:
-        kernel = np.exp(-0.5 * (distance / width) ** 2)
-        kernel /= kernel.sum(axis=1, keepdims=True)
-        fitted = kernel @ y
-        risk = float(np.sum((y - fitted) ** 2)) + 2.0 * noise_std**2 * float(np.trace(kernel))
-        if risk < best_risk:
-            best, best_risk = fitted, risk
-    if best is None:
-        return None
-    out = np.zeros_like(cells)
-    out[index] = best
-    return out
-
-
-def _tail_bins(masses: np.ndarray, runs: bool = False) -> dict[int, bool]:
+def _tail_bins(masses: np.ndarray) -> dict[int, bool]:
     """The outermost bins with mass on each side that hold less than their inner neighbour (the column's tails), each
-    with whether its density rises with the value (the lower tail) or falls (the upper one); with ``runs``, every
-    bin of the run inward from each of them that holds less than its inner neighbour too (the bins of a
-    falling tail: with ``knots`` its outer bins are wide, and the density falls steeply inside several)."""
+    with whether its density rises with the value (the lower tail) or falls (the upper one)."""
     occupied = np.flatnonzero(masses > 0)
     if len(occupied) < 2:
         return {}
     first, last = int(occupied[0]), int(occupied[-1])
     tails = {}
-    bin_ = first
-    while bin_ < last and masses[bin_] < masses[bin_ + 1] and (bin_ == first or runs):
-        tails[bin_] = True
-        bin_ += 1
-    bin_ = last
-    while bin_ > first and masses[bin_] < masses[bin_ - 1] and (bin_ == last or runs) and bin_ not in tails:
-        tails[bin_] = False
-        bin_ -= 1
+    if masses[first] < masses[first + 1]:
+        tails[first] = True
+    if masses[last] < masses[last - 1]:
+        tails[last] = False
     return tails
 
 

@@ -678,7 +678,6 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
         "seconds": model.seconds,
         "seconds_per_step": model.seconds_per_step,
         "config": asdict(model.config),
-        "holdout_losses": {str(k): v for k, v in model.holdout_losses.items()},
         "marginal_weight": None if model.marginal_targets is None else model.marginal_targets.weight,
         "numeric_bins": None if model.marginal_targets is None else model.marginal_targets.numeric_bins,
         "tilt": None if tilt is None else _tilt_meta(tilt),
@@ -687,9 +686,8 @@ def save_model(model: FittedMixture, stem: str | Path) -> tuple[Path, Path]:
         "fine": None if model.fine is None else {
             "noise_std": model.fine.noise_std, "fine_bins": model.fine.fine_bins, "threshold": model.fine.threshold,
             "split": model.fine.split, "couplings": [list(c) for c in model.fine.couplings],
-            "shrink": model.fine.shrink, "smooth": model.fine.smooth, "level_first": model.fine.level_first,
-            "exponential_tails": model.fine.exponential_tails, "tail_runs": model.fine.tail_runs,
-            "knot_shapes": model.fine.knot_shapes,
+            "shrink": model.fine.shrink, "level_first": model.fine.level_first,
+            "exponential_tails": model.fine.exponential_tails, "knot_shapes": model.fine.knot_shapes,
             "stratified": model.fine.stratified,
             "grid_weight": model.fine.grid_weight, "interval_weight": model.fine.interval_weight,
             "followers": list(model.fine.followers),
@@ -760,16 +758,16 @@ def load_model(stem: str | Path) -> FittedMixture:
             for i, (source, target, strength) in enumerate(meta.get("links", []))
         )
         fine_meta = meta.get("fine")
+        if fine_meta is not None:
+            _refuse_removed_fine_options(stem, fine_meta)
         fine = None if fine_meta is None else FineTables(
             data["fine_frequencies"], float(fine_meta["noise_std"]), int(fine_meta["fine_bins"]),
             float(fine_meta["threshold"]), int(fine_meta["split"]),
             tuple((int(f), int(l), float(r)) for f, l, r in fine_meta["couplings"]),
-            bool(fine_meta.get("shrink", False)),  # models written before the shrinkage sample without it
-            bool(fine_meta.get("smooth", False)),
-            bool(fine_meta.get("level_first", False)),  # models written before it sample as they did
-            bool(fine_meta.get("exponential_tails", False)),
+            shrink=bool(fine_meta.get("shrink", False)),  # models written before the shrinkage sample without it
+            level_first=bool(fine_meta.get("level_first", False)),  # models written before it sample as they did
+            exponential_tails=bool(fine_meta.get("exponential_tails", False)),
             stratified=bool(fine_meta.get("stratified", False)),
-            tail_runs=bool(fine_meta.get("tail_runs", False)),
             knot_shapes=bool(fine_meta.get("knot_shapes", False)),
             grid_weight=int(fine_meta.get("grid_weight", 1)),
             interval_weight=int(fine_meta.get("interval_weight", 1)),
@@ -788,12 +786,10 @@ def load_model(stem: str | Path) -> FittedMixture:
             residual=float(field_meta["residual"]),
         )
     params.check(layout)
-    cfg = dict(meta["config"])
-    cfg["candidate_K"] = tuple(cfg.get("candidate_K", ()))
-    if "holdout_fraction" in cfg:  # models saved before the field was renamed
-        cfg["holdout_direction_fraction"] = cfg.pop("holdout_fraction")
     known = {f.name for f in fields(FitConfig)}
-    cfg = {k: v for k, v in cfg.items() if k in known}
+    # Settings removed since the model was written (candidate_K, link_null, ...: issue 66) are dropped; the model
+    # holds what they chose (its K, links and tables).
+    cfg = {k: v for k, v in meta["config"].items() if k in known}
     return FittedMixture(
         layout=layout,
         params=params,
@@ -807,7 +803,6 @@ def load_model(stem: str | Path) -> FittedMixture:
         seconds=float(meta["seconds"]),
         seconds_per_step=float(meta["seconds_per_step"]),
         config=FitConfig(**cfg),
-        holdout_losses={int(k): float(v) for k, v in meta["holdout_losses"].items()},
         marginal_targets=targets,
         tilt=tilt,
         links=links,
@@ -816,6 +811,18 @@ def load_model(stem: str | Path) -> FittedMixture:
         target_tilt=target_tilt,
         field_choice=None if meta.get("field_choice") is None else FieldChoice(**meta["field_choice"]),
     )
+
+
+#: FineTables options removed in issue 66 (docs/decisions/0037, 0057): models written before then carry them, false.
+_REMOVED_FINE_OPTIONS = ("smooth", "tail_runs")
+
+
+def _refuse_removed_fine_options(stem: Path, fine_meta: dict[str, Any]) -> None:
+    """A model written with a removed fine-table option on would now sample differently: refused, naming it."""
+    on = [name for name in _REMOVED_FINE_OPTIONS if fine_meta.get(name)]
+    if on:
+        raise ValueError(f"model {str(stem)!r} was written with the fine-table option(s) {on} on, removed in issue 66; "
+                         "sample it with the release that wrote it")
 
 
 def from_parameters(params: MixtureParameters, layout: EncodingLayout, k: int = 0) -> FittedMixture:

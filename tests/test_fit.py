@@ -172,22 +172,6 @@ def test_pairs_enter_the_loss_with_their_weight():
     assert target_mass(fits[1.0]) > target_mass(fits[0.0]) + 0.5, (target_mass(fits[0.0]), target_mass(fits[1.0]))
 
 
-def test_holdout_selects_K():
-    dirs = draw_directions(4, 128, LAYOUT.d)
-    scales = direction_scales(dirs, "ball")
-    m = model_moments(TRUTH, LAYOUT, dirs, scales, 8)
-    fm = fit_mixture(
-        m,
-        dirs,
-        scales,
-        LAYOUT,
-        0.0,
-        FitConfig(numeric_model="gaussian", R=1, max_steps=150, holdout_direction_fraction=0.25, candidate_K=(1, 3)),
-    )
-    assert set(fm.holdout_losses) == {1, 3}
-    assert fm.config.K == 3 and fm.params.K == 3
-
-
 FAIR_SCHEMA = parse_schema(
     {
         "name": "fair",

@@ -23,11 +23,9 @@ from splice_assets.postprocess.links import (
     choose_links,
     describe,
     goodman_kruskal,
-    null_lambda,
     redraw_linked,
 )
 from splice_assets.private.statistics import pair_counts
-from splice_assets.schema import parse_schema
 
 SCHEMA = TOY_SCHEMA
 LAYOUT = layout_for(SCHEMA)  # a: numeric, b: categorical x / y / z, c: ordinal 1..5
@@ -218,47 +216,3 @@ def test_goodman_kruskal_is_one_for_a_function_and_zero_without_dependence():
     assert goodman_kruskal(function) == pytest.approx(1.0)
     assert goodman_kruskal(np.outer([0.2, 0.3, 0.5], [0.7, 0.3])) == pytest.approx(0.0)
     assert goodman_kruskal(np.array([[0.6, 0.0], [0.4, 0.0]])) == 0.0  # one column holds everything
-
-
-REGIONS = parse_schema({
-    "name": "toy_regions", "version": 1, "n_min": 100,
-    "columns": [
-        {"name": "region", "kind": "categorical", "categories": [f"r{i:02d}" for i in range(51)]},
-        {"name": "flag", "kind": "categorical", "categories": ["no", "yes"]},
-        {"name": "tier", "kind": "categorical", "categories": ["a", "b", "c", "d"]},
-        {"name": "plan", "kind": "categorical", "categories": ["none", "basic", "full"]},
-    ],
-})
-
-
-def test_noise_alone_does_not_make_a_many_level_column_a_link():
-    """churn's shape at eps = 1: 51 regions and a flag (25% yes) independent of them, and a plan that is a function
-    of a 4-level tier; 4,000 rows, the 2-way cells' noise std .02 (seeded, 20 draws). Without the null, the regions
-    'predict' the flag at lambda >= .6 in 7 of the 20 draws, since every region's larger noisy cell counts as a hit
-    (churn's 51 states 'predicted' churn in 6 of 20 draws); with ``null_lambda`` taken out, never. The functional
-    pair stays linked in every draw."""
-    layout = layout_for(REGIONS)
-    pairs = coordinate_pairs(layout)
-    rng = np.random.default_rng(20261206)
-    region, tier = rng.integers(0, 51, 4_000), rng.choice(4, 4_000, p=[0.4, 0.3, 0.2, 0.1])
-    flag = (rng.random(4_000) < 0.25).astype(np.int64)
-    grids = [coordinate.grid() for coordinate in layout.coordinates]
-    rows = np.column_stack([grids[0][region], grids[1][flag], grids[2][tier], grids[3][np.minimum(tier, 2)]])
-    exact = pair_counts(rows, layout, pairs, BINS).frequencies(len(rows))
-    plain = null = functional = 0
-    for _ in range(20):
-        noisy = exact + rng.normal(0.0, 0.02, exact.shape)
-        found = {(link.source, link.target) for link in choose_links(noisy, pairs, layout, BINS, 0.6)}
-        checked = {(link.source, link.target) for link in choose_links(noisy, pairs, layout, BINS, 0.6, noise_std=0.02,
-                                                                       rng=np.random.default_rng(1))}
-        plain += (0, 1) in found
-        null += (0, 1) in checked
-        functional += (2, 3) in checked
-    assert plain >= 3 and null == 0 and functional == 20, (plain, null, functional)
-
-
-def test_the_null_lambda_grows_with_the_noise_and_the_sources_cells():
-    rng = np.random.default_rng(3)
-    many, few = np.outer(np.full(51, 1 / 51), [0.75, 0.25]), np.outer(np.full(3, 1 / 3), [0.75, 0.25])
-    assert null_lambda(many, 1e-6, rng) == pytest.approx(0.0, abs=1e-3)
-    assert null_lambda(many, 0.02, rng) > 0.4 > null_lambda(few, 0.02, rng)  # measured .55 and 0

@@ -621,30 +621,6 @@ def test_the_truncated_normal_quantile_matches_scipy_in_both_tails():
     assert np.abs(_truncated_normal_ppf(u, a, b) - truncnorm.ppf(u, a, b)).max() < 1e-9
 
 
-def test_smoothing_takes_a_kernel_for_a_smooth_column_and_none_for_a_spiky_one():
-    """``_smoothed`` picks a kernel width by SURE from the noisy cells alone. 256 intervals of a smooth two-bump
-    density under noise sd 0.38% per cell (California at eps = 1): a kernel every time, squared error 0.05 of the
-    noise's (over 100 seeded draws; tolerance 0.3). Every 16th interval holding 1/16 of the rows, sd 0.2%: no width
-    beats the cells as measured, so they are left to the per-bin shrinkage (None every time)."""
-    from splice_assets.resolution import _smoothed
-
-    rng = np.random.default_rng(17)
-    i = np.arange(256)
-    smooth = np.exp(-0.5 * ((i - 80) / 25) ** 2) + 0.5 * np.exp(-0.5 * ((i - 170) / 12) ** 2)
-    smooth /= smooth.sum()
-    spiky = np.where(i % 16 == 0, 1.0 / 16, 0.0)
-    holds = np.ones(256, dtype=bool)
-    raw = fitted = 0.0
-    for _ in range(100):
-        noisy = smooth + rng.normal(0.0, 0.0038, 256)
-        out = _smoothed(noisy, holds, 0.0038)
-        assert out is not None
-        raw += float(np.sum((noisy - smooth) ** 2))
-        fitted += float(np.sum((out - smooth) ** 2))
-        assert _smoothed(spiky + rng.normal(0.0, 0.002, 256), holds, 0.002) is None
-    assert fitted < 0.3 * raw, fitted / raw
-
-
 def test_rows_off_the_sentinels_never_take_values_only_the_sentinels_bin_holds():
     """A result column with sentinels 0 (not tested) and 1 (no drugs) and codes from 100 on, bounds [0, 999]: its
     first coarse bin, [0, 62.4), holds the sentinels and nothing else. The model's rows off the sentinels that land

@@ -171,3 +171,37 @@ def test_alias_tables_reproduce_their_distributions_exactly():
             implied = (k + np.bincount(a, weights=1.0 - k, minlength=m)) / m
             want = row / row.sum() if row.sum() > 0 else np.full(m, 1.0 / m)
             np.testing.assert_allclose(implied, want, atol=1e-12)
+
+
+def test_a_model_written_with_the_options_removed_in_issue_66_still_loads(tmp_path):
+    """Models written before issue 66 carry the removed fit options in their config (``candidate_K``,
+    ``link_null``, ...), ``holdout_losses`` and the fine tables' ``smooth`` / ``tail_runs`` (all off by default): they
+    load as before, the removed keys dropped; this code writes none of them. A model written with a removed fine-table
+    option on would sample differently now, so it is refused, naming the option."""
+    import dataclasses
+    import json
+
+    import pytest
+
+    from splice_assets.resolution import FineTables
+
+    model = dataclasses.replace(_model(), fine=FineTables(np.full(8, 0.125), 0.01, 256, couplings=((1, 0, 0.9),)))
+    save_model(model, tmp_path / "m")
+    meta = json.loads((tmp_path / "m.json").read_text())
+    assert "holdout_losses" not in meta and not {"smooth", "tail_runs"} & set(meta["fine"])
+    removed = {"candidate_K": [1, 3], "holdout_direction_fraction": 0.25, "link_null": False, "smooth_numerics": False,
+               "nonnegative_levels": False, "shrink_pairs": False, "shrink_strong_pairs": False,
+               "fine_smoothing": False, "fine_tail_runs": False}
+    old = {**meta, "config": {**meta["config"], **removed}, "holdout_losses": {"1": 0.5, "3": 0.4},
+           "fine": {**meta["fine"], "smooth": False, "tail_runs": False}}
+    (tmp_path / "m.json").write_text(json.dumps(old))
+    loaded = load_model(tmp_path / "m")
+    assert loaded.config == model.config
+    assert loaded.fine is not None and model.fine is not None
+    assert dataclasses.replace(loaded.fine, frequencies=model.fine.frequencies) == model.fine
+    np.testing.assert_array_equal(loaded.fine.frequencies, model.fine.frequencies)
+    assert np.array_equal(sample_cube(loaded, 1000, 7), sample_cube(model, 1000, 7))
+    for option in ("smooth", "tail_runs"):
+        (tmp_path / "m.json").write_text(json.dumps({**old, "fine": {**old["fine"], option: True}}))
+        with pytest.raises(ValueError, match=f"'{option}'.*removed in issue 66"):
+            load_model(tmp_path / "m")

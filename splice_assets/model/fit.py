@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import numpy as np
@@ -54,21 +54,16 @@ from splice_assets.postprocess.field import FieldChoice, PairwiseField
 from splice_assets.postprocess.links import Link
 from splice_assets.postprocess.tilt import CellTilt
 from splice_assets.resolution import (
-    COUPLING_MAX_ERROR,
     DEFAULT_FINE_CAPACITY_SHAPES,
     DEFAULT_FINE_CORRECTED_SPIKES,
     DEFAULT_FINE_COUPLING,
     DEFAULT_FINE_EXPONENTIAL_TAILS,
     DEFAULT_FINE_KNOT_SHAPES,
     DEFAULT_FINE_STRATIFIED,
-    DEFAULT_FINE_TAIL_RUNS,
     DEFAULT_FINE_THRESHOLD,
     FineCells,
     FineTables,
-    copula_table,
     james_stein,
-    latent_correlation,
-    shrunk_toward,
 )
 
 #: ``FitConfig.marginal_tail_z``: a run of outer coarse bins within this many noise std of zero is read as empty.
@@ -83,8 +78,7 @@ DEFAULT_ISLAND_Z = 3.0
 
 @dataclass(frozen=True)
 class FitConfig:
-    """Fit settings (all public), checked on construction (messages quote the value). ``candidate_K`` with
-    ``holdout_direction_fraction > 0`` selects K on held-out directions (research; no default path uses it)."""
+    """Fit settings (all public), checked on construction (messages quote the value)."""
 
     # Diagonal (R = 0) components, more of them: measured at eps = 1 with rank matching, K = 10 / R = 0 beat the
     # paper's K = 5 / R = 2 on every metric (adult 2-way TVD 0.093 vs 0.098, SW1 0.0058 vs 0.0080, MMD 0.012 vs
@@ -116,8 +110,6 @@ class FitConfig:
     tol: float = 3e-3
     window: int = 50
     seed: int = 0
-    holdout_direction_fraction: float = 0.0
-    candidate_K: tuple[int, ...] = ()
     tail_sigmas: float = 6.0
     sd_min: float = 1e-3
     tail_penalty: float = 10.0
@@ -163,9 +155,6 @@ class FitConfig:
     #: Bench medians of 3 seeds, adult 2-way / 3-way TVD without -> with: eps = 1 0.051 / 0.112 -> 0.050 / 0.106,
     #: eps = 3 0.040 / 0.093 -> 0.037 / 0.085. 0.4 let a spurious link in (native_country -> capital_loss).
     link_lambda: float = 0.6
-    #: A link must clear ``link_lambda`` once the lambda that noise alone gives its table is taken out
-    #: (``links.null_lambda``).
-    link_null: bool = False
     #: Joint parts (``model``): up to this many disjoint measured pairs whose noisy 2-way table the product EM
     #: start misfits by a mean squared standardised residual of at least ``joint_min_misfit`` (1 = the noise
     #: level; ``product_em.pair_misfit``), largest chi^2 excess first, get one joint table per component instead
@@ -218,29 +207,11 @@ class FitConfig:
     #: instead of its mean cell, its frequent cells left alone: coil2000's qtvd1 .0309 -> .0286, qtvd2 .0836 ->
     #: .0797 (docs/decisions/0056).
     smooth_ordinals: bool = True
-    #: Shrink each numeric column's pooled 1-way target between its tails toward its nearest log-quadratic density
-    #: (``smoothed_numeric``), its spikes left alone.
-    smooth_numerics: bool = False
-    #: Read each shrunk discrete 1-way cell as a non-negative share, its mean under the truncated posterior
-    #: (``nonnegative_means``), instead of letting the simplex projection zero every cell below a common level.
-    nonnegative_levels: bool = False
-    #: Shrink each noisy 2-way table toward the product of its columns' 1-way targets (``shrunk_pairs``) before the
-    #: fit, the links, the tilt and the field read it. Off: it cost adult and California (docs/decisions/0037).
-    shrink_pairs: bool = False
-    #: Shrink each numeric pair whose noisy 2-way table shows a Gaussian-copula |correlation| of at least
-    #: ``fine_coupling`` (``copula_shrunk_pairs``) toward that copula's table before the fit, the links, the tilt
-    #: and the field read it.
-    shrink_strong_pairs: bool = False
-    #: Smooth each numeric column's fine intervals across its bins where SURE prefers it (``resolution._smoothed``).
-    #: Off: California's qtvd1 fell 13%, adult's rose 4% (docs/decisions/0037).
-    fine_smoothing: bool = False
     #: Move a bin's noisy fine cells to the bin's mass before shrinking them (``FineTables.level_first``).
     fine_level_first: bool = True
     #: Shrink a column's tail bins toward an exponential density where it fits them better than a straight one
     #: (``FineTables.exponential_tails``).
     fine_exponential_tails: bool = DEFAULT_FINE_EXPONENTIAL_TAILS
-    #: ... in every bin of a tail's falling run, not only the outermost (``FineTables.tail_runs``).
-    fine_tail_runs: bool = DEFAULT_FINE_TAIL_RUNS
     #: The bin shapes read densities on the column's scale where its knots make the bins unequal
     #: (``FineTables.knot_shapes``).
     fine_knot_shapes: bool = DEFAULT_FINE_KNOT_SHAPES
@@ -274,17 +245,14 @@ class FitConfig:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
                 raise ValueError(f"{name} must be a number {'in (0, inf)' if positive else '>= 0'}, got {value!r}")
-        for name in ("pool_fine_tables", "shrink_categories", "smooth_ordinals", "smooth_numerics",
-                     "nonnegative_levels", "shrink_pairs", "shrink_strong_pairs", "fine_smoothing", "fine_level_first",
-                     "fine_exponential_tails", "fine_tail_runs", "fine_knot_shapes", "fine_stratified",
-                     "fine_capacity_shapes", "fine_corrected_spikes", "link_null"):
+        for name in ("pool_fine_tables", "shrink_categories", "smooth_ordinals", "fine_level_first",
+                     "fine_exponential_tails", "fine_knot_shapes", "fine_stratified", "fine_capacity_shapes",
+                     "fine_corrected_spikes"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         z = self.fine_follow_z
         if z is not None and (isinstance(z, bool) or not isinstance(z, (int, float)) or not 0 <= z < math.inf):
             raise ValueError(f"fine_follow_z must be a finite number >= 0 or null (never), got {z!r}")
-        if not 0.0 <= self.holdout_direction_fraction < 1.0:
-            raise ValueError(f"holdout_direction_fraction must be in [0, 1), got {self.holdout_direction_fraction!r}")
         if self.numeric_model not in NUMERIC_MODELS:
             raise ValueError(f"numeric_model must be one of {NUMERIC_MODELS}, got {self.numeric_model!r}")
 
@@ -331,7 +299,6 @@ class FittedMixture:
     seconds: float
     seconds_per_step: float
     config: FitConfig
-    holdout_losses: dict[int, float] = field(default_factory=dict)
     #: The noisy 1-way marginals the fit saw (public mechanism output); sampling can match them exactly.
     marginal_targets: MarginalTargets | None = None
     #: Potentials that tilt the mixture toward the noisy tables (``tilt``); sampling applies them when matching.
@@ -640,14 +607,6 @@ def _weighted_cells(targets: MarginalTargets | PairTargets | None, loss_weight: 
     return 0.0 if targets is None else loss_weight**2 * len(targets.frequencies)
 
 
-def _holdout_loss(module: MixtureModule, directions: np.ndarray, scales: np.ndarray, noisy: torch.Tensor) -> float:
-    k = noisy.shape[0]
-    evaluator = MomentEvaluator(module.layout, directions, scales, k, noisy.device, joint_pairs=module.joint_pairs)
-    inv_j2 = (1.0 / torch.arange(1, k + 1, dtype=noisy.dtype, device=noisy.device) ** 2).unsqueeze(1)
-    with torch.no_grad():
-        return float(((noisy - evaluator(module())) ** 2 * inv_j2).sum() / noisy.shape[1])
-
-
 def fit_mixture(
     noisy_moments: np.ndarray,
     directions: np.ndarray,
@@ -689,26 +648,11 @@ def fit_mixture(
         k, L = noisy_np.shape
         loss_marginals = _loss_targets(marginals, config.marginal_loss_weight)
         loss_pairs = _loss_targets(pairs, config.pair_loss_weight)
-        holdout: dict[int, float] = {}
-        K = config.K
-        if config.holdout_direction_fraction > 0 and config.candidate_K:
-            perm = torch.randperm(L, generator=torch.Generator().manual_seed(int(config.seed) + 1)).numpy()
-            n_hold = max(1, int(round(config.holdout_direction_fraction * L)))
-            hold, train = np.sort(perm[:n_hold]), np.sort(perm[n_hold:])
-            y_train = torch.as_tensor(noisy_np[:, train], device=device)
-            y_hold = torch.as_tensor(noisy_np[:, hold], device=device)
-            for cand in config.candidate_K:
-                module, _, _ = _run_adam(
-                    layout, y_train, directions[train], scales[train], cand, config, device, sigma, loss_marginals,
-                    loss_pairs, (marginals, pairs),
-                )
-                holdout[int(cand)] = _holdout_loss(module, directions[hold], scales[hold], y_hold)
-            K = min(holdout, key=lambda c: (holdout[c], c))
         y = torch.as_tensor(noisy_np, device=device)
         fit_started = time.perf_counter()
         with progress.stage("mixture: gradient steps (stops early once converged)", total=config.max_steps):
             module, curve, converged = _run_adam(
-                layout, y, directions, scales, K, config, device, sigma, loss_marginals, loss_pairs,
+                layout, y, directions, scales, config.K, config, device, sigma, loss_marginals, loss_pairs,
                 (marginals, pairs),
             )
         fit_seconds = time.perf_counter() - fit_started
@@ -729,20 +673,17 @@ def fit_mixture(
         device=str(device),
         seconds=time.perf_counter() - started,
         seconds_per_step=fit_seconds / max(len(curve), 1),
-        config=replace(config, K=K),
-        holdout_losses=holdout,
+        config=config,
         marginal_targets=marginals,
     )
 
 
 def fit_measurement(
     measurement: Measurement, layout: EncodingLayout, config: FitConfig = FitConfig(),
-    fine: Sequence[FineCells] = (), noisy_pairs: np.ndarray | None = None,
+    fine: Sequence[FineCells] = (),
 ) -> FittedMixture:
     """``fit_mixture`` on a stored ``Measurement`` (directions and scales recomputed from the public seed); ``fine``:
-    the public fine cells of its fine tables (``resolution.fine_cells``), pooled into the 1-way targets;
-    ``noisy_pairs``: the 2-way tables to fit (default: the measurement's own; the 1-way targets always pool those).
-    """
+    the public fine cells of its fine tables (``resolution.fine_cells``), pooled into the 1-way targets."""
     if measurement.d != layout.d:
         raise ValueError(f"measurement has d = {measurement.d} but the layout has d = {layout.d}")
     return fit_mixture(
@@ -753,7 +694,7 @@ def fit_measurement(
         measurement.sigma,
         config,
         fit_targets(measurement, layout, config, fine),
-        pair_targets(measurement if noisy_pairs is None else replace(measurement, noisy_pairs=noisy_pairs)),
+        pair_targets(measurement),
     )
 
 
@@ -867,67 +808,28 @@ def _island_cut(view: np.ndarray, std: np.ndarray, z: float, island_z: float) ->
 def marginal_targets(
     measurement: Measurement, layout: EncodingLayout | None = None, tail_z: float = 0.0,
     fine: Sequence[FineCells] = (), shrink_categories: bool = False, island_z: float = 0.0,
-    smooth_ordinals: bool = False, smooth_numerics: bool = False, nonnegative: bool = False,
+    smooth_ordinals: bool = False,
 ) -> MarginalTargets | None:
     """The measurement's noisy 1-way marginals, pooled with its 2-way margins and its ``fine`` tables
     (``pooled_marginals``), as targets (None without them); with ``layout`` and ``tail_z`` > 0, every numeric
     column's tails trimmed (``trimmed_tails``), and with ``shrink_categories`` every other coordinate's table
     shrunk toward its mean cell, its frequent cells left alone (``resolution.shrunk_toward``); with
     ``smooth_ordinals`` too, an ordinal column of ``MIN_SMOOTHED_LEVELS`` categories or more toward its
-    log-quadratic shape instead (``ordinal_shape``; its missing level as pooled); with ``smooth_numerics`` every
-    numeric column's bins between its tails toward its log-quadratic density (``smoothed_numeric``); with
-    ``nonnegative`` the shrunk discrete cells are read as non-negative shares (``nonnegative_means``)."""
+    log-quadratic shape instead (``ordinal_shape``; its missing level as pooled)."""
     if not measurement.marginal_sizes:
         return None
     tables, stds = _pooled(measurement, fine)
-    widths = {c.coordinate: c.bin_widths(measurement.numeric_bins) for c in fine} if smooth_numerics else {}
     if layout is not None:
         for i, coordinate in enumerate(layout.coordinates):
             if coordinate.is_binned or not coordinate.is_discrete:
-                noisy = tables[i]
                 if tail_z > 0:
                     tables[i] = trimmed_tails(tables[i], stds[i], tail_z, island_z)
-                if smooth_numerics:
-                    tables[i] = smoothed_numeric(noisy, tables[i], stds[i], widths.get(i))
             elif shrink_categories and np.all(stds[i] > 0):
                 k = coordinate.ordered if smooth_ordinals and coordinate.ordered >= MIN_SMOOTHED_LEVELS else None
                 table = tables[i][:k]
                 shape = ordinal_shape(table) if k else np.full(len(table), np.mean(table))
-                shrunk, kept = james_stein(table, shape, float(stds[i][0]))
-                tables[i][:k] = nonnegative_means(shrunk, kept, float(stds[i][0])) if nonnegative else shrunk
+                tables[i][:k] = james_stein(table, shape, float(stds[i][0]))[0]
     return MarginalTargets(np.concatenate(tables), measurement.marginal_weight, measurement.numeric_bins)
-
-
-def nonnegative_means(shrunk: np.ndarray, kept: np.ndarray, noise_std: float) -> np.ndarray:
-    """A discrete column's shrunk 1-way cells read as shares that are never negative. Post-processing.
-
-    A cell shrunk to m has posterior sd s = sqrt(kept) * noise_std (``resolution.james_stein``); given that its
-    share is not negative, its mean is that of N(m, s^2) truncated at 0: m + s * phi(m / s) / Phi(m / s). The
-    cells are first moved by one common level so that these means add up to the cells' own total, as the
-    Euclidean projection onto the simplex moves them (that projection is this with s = 0, so it sets every cell
-    below the level to 0: at coil2000's noise, 1.9% of the rows per cell, levels holding 1-2% of the rows came out
-    at 0). A cell far above 0 moves by the level alone; one near 0 keeps a share of about 0.8 s."""
-    from scipy.special import log_ndtr
-
-    s = np.sqrt(np.clip(kept, 0.0, 1.0)) * noise_std
-    free = s > 0
-
-    def means(level: float) -> np.ndarray:
-        m = shrunk - level
-        out = np.clip(m, 0.0, None)
-        a = m[free] / s[free]
-        out[free] = m[free] + s[free] * np.exp(-0.5 * a**2 - 0.5 * math.log(2.0 * math.pi) - log_ndtr(a))
-        return out
-
-    total = float(shrunk.sum())
-    if not total > 0:
-        return np.clip(shrunk, 0.0, None)
-    # At level ``low`` the means add up to more than the total, at ``high`` (no cell above 0) to less.
-    low, high = float(shrunk.min()) - total - 10.0 * noise_std, float(shrunk.max())
-    for _ in range(100):
-        level = 0.5 * (low + high)
-        low, high = (level, high) if means(level).sum() > total else (low, level)
-    return means(high)
 
 
 def ordinal_shape(table: np.ndarray) -> np.ndarray:
@@ -937,52 +839,13 @@ def ordinal_shape(table: np.ndarray) -> np.ndarray:
     table."""
     ones = np.ones(len(table))
     fit = _LogQuadratic(table, ones, np.linspace(-1.0, 1.0, len(table)), ones)
-    return fit.shape(fit.fitted(np.arange(len(table)), fit.start(), "linear"))
-
-
-def smoothed_numeric(noisy: np.ndarray, trimmed: np.ndarray, std: np.ndarray,
-                     widths: np.ndarray | None = None) -> np.ndarray:
-    """A numeric column's coarse 1-way target: the pooled ``noisy`` bins between the tails ``trimmed`` kept (bins of
-    noise std 0, empty by the schema, left out) shrunk toward their log-quadratic density (``numeric_shape``) by
-    positive-part James-Stein, spikes (a declared value's bin) left alone, then projected onto the simplex; the cut
-    tails stay 0. Post-processing. A bell-shaped or smoothly skewed column's 16 bins are then read with about three
-    parameters' noise instead of sixteen; a column the shape does not describe keeps its bins nearly as measured,
-    since its residuals stand far above the noise. ``trimmed`` as it is with fewer than ``MIN_SMOOTHED_LEVELS`` bins."""
-    kept = np.flatnonzero(trimmed > 0)
-    if not len(kept):
-        return trimmed
-    span = np.arange(kept[0], kept[-1] + 1)
-    held = span[std[span] > 0]
-    if len(held) < MIN_SMOOTHED_LEVELS:
-        return trimmed
-    widths = np.ones(len(noisy)) if widths is None else np.asarray(widths, dtype=np.float64)
-    shape = numeric_shape(noisy[held], std[held], (np.cumsum(widths) - 0.5 * widths)[held], widths[held])
-    shape *= float(noisy[held].sum()) / max(float(shape.sum()), 1e-300)  # the spikes' mass included
-    out = np.zeros_like(trimmed)
-    out[held] = simplex_projection(shrunk_toward(noisy[held], shape, std[held], fitted=3))
-    return out
-
-
-def numeric_shape(table: np.ndarray, std: np.ndarray, centres: np.ndarray, widths: np.ndarray,
-                  spike: float = 3.0) -> np.ndarray:
-    """The bin masses width * exp(a + b t + c t^2) (t: the bins' centres on the column's scale, mapped to [-1, 1])
-    nearest to a numeric column's noisy bins in least squares weighted by their noise; fitted again without the bins
-    more than ``spike`` noise std above a first, robust fit (a declared value's point mass is not the density's).
-    Post-processing of the noisy table."""
-    t = -1.0 + 2.0 * (centres - centres.min()) / max(float(np.ptp(centres)), 1e-300)
-    fit = _LogQuadratic(table, std, t, widths / widths.mean())
-    everything = np.arange(len(table))
-    theta = fit.fitted(everything, fit.start(), "soft_l1")  # robust: a spike far above the noise pulls it little
-    body = np.flatnonzero(table <= fit.shape(theta) + spike * std)
-    if len(table) > len(body) >= 3:
-        theta = fit.fitted(body, theta, "linear")
-    return fit.shape(theta)
+    return fit.shape(fit.fitted(np.arange(len(table)), fit.start()))
 
 
 @dataclass(frozen=True)
 class _LogQuadratic:
     """Cell masses relative * exp(a + b t + c t^2) fitted to noisy ``table`` cells of noise ``std`` by least squares
-    (``ordinal_shape``, ``numeric_shape``)."""
+    (``ordinal_shape``)."""
 
     table: np.ndarray
     std: np.ndarray
@@ -1001,11 +864,11 @@ class _LogQuadratic:
         floor = max(float(np.clip(self.table, 0.0, None).sum()), 1e-12) / (10.0 * len(self.table))
         return np.linalg.lstsq(self.design, np.log(np.maximum(self.table, floor) / self.relative), rcond=None)[0]
 
-    def fitted(self, rows: np.ndarray, start: np.ndarray, loss: str) -> np.ndarray:
+    def fitted(self, rows: np.ndarray, start: np.ndarray) -> np.ndarray:
         from scipy.optimize import least_squares
 
         design, table, std = self.design[rows], self.table[rows], self.std[rows]
-        return least_squares(lambda theta: (self.shape(theta, rows) - table) / std, start, loss=loss,
+        return least_squares(lambda theta: (self.shape(theta, rows) - table) / std, start,
                              jac=lambda theta: design * (self.shape(theta, rows) / std)[:, None]).x
 
 
@@ -1013,66 +876,9 @@ def fit_targets(
     measurement: Measurement, layout: EncodingLayout, config: FitConfig, fine: Sequence[FineCells] = ()
 ) -> MarginalTargets | None:
     """The 1-way targets a fit with ``config`` reads (``marginal_targets`` with its tail cut, fine-table pooling and
-    category shrinkage, an ordinal's toward its shape); the couplings and the shrunk pair tables take their margins
-    from the same ones."""
+    category shrinkage, an ordinal's toward its shape); the couplings take their margins from the same ones."""
     return marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else (),
-                            config.shrink_categories, config.marginal_island_z, config.smooth_ordinals,
-                            config.smooth_numerics, config.nonnegative_levels)
-
-
-def shrunk_pairs(measurement: Measurement, margins: Sequence[np.ndarray]) -> np.ndarray:
-    """The measurement's noisy 2-way tables, each shrunk toward the product of its two columns' 1-way targets
-    (``margins``, per coordinate, projected onto the simplex, times the table's own noisy sum) by positive-part
-    James-Stein with the independence test's degrees of freedom, (r - 1)(c - 1). Post-processing. A pair whose
-    dependence stands far above the noise keeps nearly all of it; a pair the noise hides (most of a wide table's
-    pairs, every pair of a small one) moves toward independence instead of handing its noise to the model as
-    dependence. Tables of at most 2 degrees of freedom are left as measured. An option, off by default
-    (``FitConfig.shrink_pairs``): the model already denoises the tables, and shrinking took real dependence with
-    the noise on adult and California (docs/decisions/0037)."""
-    std = measurement.pair_noise_std()
-    out = []
-    for (a, b), table in zip(measurement.pairs, pair_tables(measurement.noisy_pairs, measurement.pairs,
-                                                            measurement.marginal_sizes)):
-        product = np.outer(simplex_projection(margins[a]), simplex_projection(margins[b])) * table.sum()
-        freedom = (table.shape[0] - 1) * (table.shape[1] - 1)
-        out.append(_james_stein(table, product, freedom, std).ravel())
-    return np.concatenate(out) if out else measurement.noisy_pairs.copy()
-
-
-def copula_shrunk_pairs(
-    measurement: Measurement, margins: Sequence[np.ndarray], numeric: Collection[int], minimum: float,
-    max_error: float = COUPLING_MAX_ERROR,
-) -> np.ndarray:
-    """The measurement's noisy 2-way tables, where a pair of ``numeric`` coordinates shows a Gaussian-copula
-    correlation of at least ``minimum`` in absolute value known to within ``max_error`` (``latent_correlation``,
-    the rule of the within-bin couplings), shrunk toward that copula's table on the pair's 1-way targets
-    (``margins``, times the table's noisy sum) by positive-part James-Stein, with the cells less the copula's
-    parameters as degrees of freedom. Post-processing. Near-identical columns put most rows on a few diagonal cells
-    of their table and none on most others; fitted to the noisy table, the model keeps the positive noise of the
-    empty cells and takes that mass from the diagonal. The copula's table is empty where the pair is, so the noise
-    shrinks away there while a diagonal the copula misses keeps what stands above the noise. Other pairs are left
-    as measured."""
-    std = measurement.pair_noise_std()
-    out = []
-    for (a, b), table in zip(measurement.pairs, pair_tables(measurement.noisy_pairs, measurement.pairs,
-                                                            measurement.marginal_sizes)):
-        if a in numeric and b in numeric and std > 0:
-            r, error = latent_correlation(table, std, (margins[a], margins[b]))
-            if abs(r) >= minimum and error <= max_error:
-                target = copula_table(margins[a], margins[b], r) * table.sum()
-                freedom = table.size - (table.shape[0] - 1) - (table.shape[1] - 1) - 1
-                table = _james_stein(table, target, freedom, std)
-        out.append(table.ravel())
-    return np.concatenate(out) if out else measurement.noisy_pairs.copy()
-
-
-def _james_stein(table: np.ndarray, target: np.ndarray, freedom: int, std: float) -> np.ndarray:
-    """A noisy table (cells of noise std ``std``) shrunk toward ``target`` by positive-part James-Stein with
-    ``freedom`` degrees of freedom; as measured with at most 2."""
-    residual = table - target
-    spread = float(np.sum(residual**2)) / std**2 if std > 0 else math.inf
-    factor = max(0.0, 1.0 - (freedom - 2) / spread) if freedom > 2 and spread > 0 else 1.0
-    return target + factor * residual
+                            config.shrink_categories, config.marginal_island_z, config.smooth_ordinals)
 
 
 def pair_targets(measurement: Measurement) -> PairTargets | None:

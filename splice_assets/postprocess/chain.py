@@ -23,10 +23,8 @@ from splice_assets.measurement import (
 from splice_assets.model.fit import (
     FitConfig,
     FittedMixture,
-    copula_shrunk_pairs,
     fit_measurement,
     fit_targets,
-    shrunk_pairs,
 )
 from splice_assets.postprocess.field import FieldChoice, fit_field
 from splice_assets.postprocess.links import choose_links
@@ -48,7 +46,6 @@ _TAG_TILT_POOL = 0x7117_B001
 _TAG_FIELD = 0xF1E1_D001
 _TAG_TARGET_TILT = 0x7117_B003
 _TAG_FOLLOW = 0xF011_0001
-_TAG_LINK_NULL = 0x1111_0001
 #: The field replaces the tilted mixture only if, tilted in turn, its holdout chi^2 per cell against the noisy tables
 #: is at most this factor times the mixture's (docs/decisions/0029), and on wide tables within the noise of a chi^2
 #: per cell (``field_tolerance``, docs/decisions/0065).
@@ -87,10 +84,10 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
         margins=targets.per_coordinate(layout) if targets is not None else None,
     )
     fine = FineTables(measurement.noisy_fine, measurement.marginal_noise_std(), measurement.fine_bins,
-                      config.fine_threshold, measurement.fine_split, couplings, smooth=config.fine_smoothing,
+                      config.fine_threshold, measurement.fine_split, couplings,
                       level_first=config.fine_level_first, exponential_tails=config.fine_exponential_tails,
-                      tail_runs=config.fine_tail_runs, knot_shapes=config.fine_knot_shapes,
-                      stratified=config.fine_stratified, grid_weight=measurement.grid_weight,
+                      knot_shapes=config.fine_knot_shapes, stratified=config.fine_stratified,
+                      grid_weight=measurement.grid_weight,
                       interval_weight=measurement.interval_weight, capacity_shapes=config.fine_capacity_shapes,
                       corrected_spikes=config.fine_corrected_spikes)
     model = replace(model, fine=fine)
@@ -189,28 +186,10 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
     fine = fine_columns(measurement, schema)
     if not measurement.pairs or not measurement.marginal_sizes:
         return fit_measurement(measurement, layout, config, fine)
-    shrunk = None
-    if config.shrink_pairs or config.shrink_strong_pairs:
-        # Every step below reads the shrunk tables; the 1-way targets pool the measured ones.
-        targets = fit_targets(measurement, layout, config, fine)
-        assert targets is not None
-        margins = targets.per_coordinate(layout)
-        if config.shrink_strong_pairs:
-            numeric = {column.coordinate for column in fine}
-            shrunk = copula_shrunk_pairs(measurement, margins, numeric, config.fine_coupling)
-        if config.shrink_pairs:
-            shrunk = shrunk_pairs(measurement if shrunk is None else replace(measurement, noisy_pairs=shrunk), margins)
-    model = fit_measurement(measurement, layout, config, fine, shrunk)
-    if shrunk is not None:
-        measurement = replace(measurement, noisy_pairs=shrunk)
+    model = fit_measurement(measurement, layout, config, fine)
     if config.link_lambda > 0:
-        noise_std, null_rng = 0.0, None
-        if config.link_null:  # each candidate's noise-only lambda is taken out (docs/decisions/0067)
-            noise_std = measurement.pair_noise_std()
-            null_rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_LINK_NULL]))
         links = choose_links(
             measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda,
-            noise_std=noise_std, rng=null_rng,
         )
         model = replace(model, links=links)
     if config.tilt_chi2 == 0:

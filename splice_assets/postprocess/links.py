@@ -54,13 +54,8 @@ def choose_links(
     numeric_bins: int,
     min_lambda: float,
     min_spread: float = 0.2,
-    noise_std: float = 0.0,
-    rng: np.random.Generator | None = None,
 ) -> tuple[Link, ...]:
-    """Links from the noisy 2-way tables of ``pairs`` (in ``layout``'s cells, numeric columns on ``numeric_bins``).
-
-    With ``noise_std`` > 0 (the 2-way cells' noise std) a candidate must also clear ``min_lambda`` once the
-    lambda the noise alone gives is taken out (``null_lambda``, drawn with ``rng``)."""
+    """Links from the noisy 2-way tables of ``pairs`` (in ``layout``'s cells, numeric columns on ``numeric_bins``)."""
     sizes = marginal_sizes(layout, numeric_bins)
     candidates = []
     for (a, b), noisy in zip(pairs, pair_tables(noisy_pairs, pairs, sizes)):
@@ -70,12 +65,6 @@ def choose_links(
             if not layout.coordinates[target].is_discrete or 1.0 - commonest < min_spread:
                 continue
             strength = goodman_kruskal(joint)
-            if strength >= min_lambda and noise_std > 0:
-                if rng is None:
-                    raise ValueError("choose_links with noise_std > 0 needs the generator of the null (rng)")
-                null = null_lambda(joint, noise_std, rng)
-                if (strength - null) / (1.0 - null) < min_lambda:
-                    continue
             if strength >= min_lambda:
                 candidates.append((strength, source, target, joint))
     links, used = [], set()
@@ -92,21 +81,6 @@ def goodman_kruskal(joint: np.ndarray) -> float:
     column's cell that knowing the row's removes (0 when the commonest column holds everything)."""
     commonest = float(joint.sum(axis=0).max())
     return (float(joint.max(axis=1).sum()) - commonest) / (1.0 - commonest) if commonest < 1.0 else 0.0
-
-
-#: Noise draws ``null_lambda`` averages.
-NULL_DRAWS = 32
-
-
-def null_lambda(joint: np.ndarray, noise_std: float, rng: np.random.Generator) -> float:
-    """The mean lambda of ``NULL_DRAWS`` tables with ``joint``'s margins and no dependence (their product) plus
-    Gaussian noise of ``noise_std`` per cell, simplex-projected as the noisy table was. Each row's largest cell
-    picks up the noise, so a source of many cells shows a lambda well above 0 with no dependence at all: churn's
-    51 states 'predicted' churn at lambda .6 or more in 6 of 20 draws of the measurement (docs/decisions/0067).
-    Post-processing: the noisy table's own margins, the public noise std and a generator under the public seed."""
-    product = np.outer(joint.sum(axis=1), joint.sum(axis=0)).ravel()
-    draws = product + rng.normal(0.0, noise_std, (NULL_DRAWS, product.size))
-    return float(np.mean([goodman_kruskal(simplex_projection(draw).reshape(joint.shape)) for draw in draws]))
 
 
 def _conditional(joint: np.ndarray) -> np.ndarray:
