@@ -27,12 +27,32 @@ REPO_DIR = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 # Raw rows (train/test splits, synthetic tables) live here: git-ignored, never committed.
 RAW_DIR = RESULTS_DIR / "raw"
-# The shared datasets sit beside the checkout (../shared/datasets) unless SPLICE_BENCH_DATASETS says otherwise.
-DATASETS_DIR = Path(os.environ.get("SPLICE_BENCH_DATASETS") or REPO_DIR.parent / "shared" / "datasets")
+#: The environment variable naming the folder of the bench's tables: one ``<name>/data.csv.gz`` per table, used where
+#: ``schemas/<name>.yaml`` exists (docs/benchmarks.md, "Data"). There is no default: the tables are not in the repo.
+DATASETS_ENV = "SPLICE_BENCH_DATASETS"
+DATASETS_HELP = (f"set {DATASETS_ENV} to a folder holding one <name>/data.csv.gz per table, named like the schemas "
+                 "in schemas/ (adult, california_housing, churn, ...); see docs/benchmarks.md, \"Data\"")
+DATASETS_DIR: Path | None = Path(os.environ[DATASETS_ENV]) if os.environ.get(DATASETS_ENV) else None
 TIME_BIN = "/usr/bin/time"
 DELTA = 1e-9
 TEST_FRACTION = 0.2
 SPLIT_SEED = 0
+
+
+def datasets_dir(folder: Path | None = None) -> Path:
+    """The bench's data folder (``folder``, else ``$SPLICE_BENCH_DATASETS``); exits with how to set it when it is not
+    set or is not a folder."""
+    folder = DATASETS_DIR if folder is None else folder
+    if folder is None:
+        raise SystemExit(f"[bench] {DATASETS_ENV} is not set: {DATASETS_HELP}")
+    if not folder.is_dir():
+        raise SystemExit(f"[bench] {DATASETS_ENV}={folder} is not a folder: {DATASETS_HELP}")
+    return folder
+
+
+def dataset_file(name: str, folder: Path | None = None) -> Path:
+    """``<data folder>/<name>/data.csv.gz`` (``datasets_dir``)."""
+    return datasets_dir(folder) / name / "data.csv.gz"
 
 
 def code_version() -> str:
@@ -49,7 +69,7 @@ def code_version() -> str:
 
 
 def thread_env(threads: int) -> dict[str, str]:
-    """Environment for a method subprocess: the same thread caps for every method (fairness on 2 cores)."""
+    """Environment for a method subprocess: the same thread caps for every method (fairness)."""
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
         env[var] = str(threads)

@@ -3,7 +3,7 @@
 Runs under a different interpreter from the project (pandas < 3, old mbi/opacus), so it imports nothing from
 ``splice_assets``: the public domain comes as JSON written by ``bench.run`` from our schema.
 
-Fairness choices (see ../shared/docs/peers.md, beside the checkout):
+Fairness choices (docs/benchmarks.md, "Methods"):
 * Numeric columns -> 16 equal-width bins over the PUBLIC schema bounds (the TVD metric's grid); discrete
   columns -> their public category positions; a nullable column gets one extra "missing" code.
 * The smartnoise transformer is fitted on the public code lists only (every code of every column), so it needs

@@ -1,14 +1,20 @@
-"""Markdown tables for bench/results/: medians over seeds, and our wall time relative to AIM's and MST's."""
+"""Markdown tables for bench/results/: medians over seeds, and our wall time relative to AIM's and MST's.
+
+``python -m bench.report`` regenerates bench/results/results.md from bench/results/results.csv and copies it into
+docs/benchmarks.md between the bench-results markers, without running anything (``bench.run`` does the same after
+every run).
+"""
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from pathlib import Path
 
 import pandas as pd
 
-from bench.common import machine_info
+from bench.common import REPO_DIR, RESULTS_DIR, machine_info
 
 QUALITY = ["tvd1", "tvd2", "tvd3", "sw1", "mmd", "tstr", "det_auc_lr", "det_auc_xgb", "dup_rows",
            "qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "det_auc_max"]
@@ -40,14 +46,11 @@ def _fmt(v, digits: int = 3) -> str:
     return f"{v:.{digits}f}"
 
 
-def machine_header(title: str) -> list[str]:
+def machine_header(title: str, machine: bool = True) -> list[str]:
+    """The title and when (and, with ``machine``, on what) the tables were generated."""
     m = machine_info()
-    return [
-        f"# {title}",
-        "",
-        f"Generated {m['date']} on {m['nproc']} cores ({m['cpu']}), {m['memory']} RAM, Python {m['python']}.",
-        "",
-    ]
+    where = f" on {m['nproc']} cores ({m['cpu']}), {m['memory']} RAM, Python {m['python']}" if machine else ""
+    return [f"# {title}", "", f"Generated {m['date']}{where}.", ""]
 
 
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
@@ -67,7 +70,8 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
             r["wall_lb"] = float(pd.to_numeric(g["wall_s"], errors="coerce").min())
             r["peak_rss_mb"] = float(pd.to_numeric(g["peak_rss_mb"], errors="coerce").max())
         r["tstr_metric"] = next((m for m in g["tstr_metric"].dropna()), "")
-        r["concurrent"] = bool(g.get("concurrent", pd.Series(dtype=bool)).fillna(False).astype(bool).any())
+        concurrent = g["concurrent"] if "concurrent" in g else pd.Series(dtype=object)
+        r["concurrent"] = bool(concurrent.astype(object).eq(True).any())  # True, or 1.0 from a CSV with blanks
         rows.append(r)
     out = pd.DataFrame(rows)
     if len(out):
@@ -153,14 +157,16 @@ def targets_table(s: pd.DataFrame) -> list[str]:
     ]
 
 
-def write_results_md(df: pd.DataFrame, path: Path) -> None:
+def write_results_md(df: pd.DataFrame, path: Path, machine: bool = True) -> None:
+    """results.md from the rows of results.csv; ``machine`` names the machine it is generated on (the bench's own
+    runs), which a regeneration elsewhere leaves out."""
     s = summarise(df)
-    lines = machine_header("Benchmark: SPLICE vs AIM / MST")
+    lines = machine_header("Benchmark: SPLICE vs AIM / MST", machine)
     lines += [
-        "Generated from `results.csv` by `bench/run.py` (medians over seeds; `runs` = seeds run). "
+        "Generated from `results.csv` by `bench.report` (medians over seeds; `runs` = seeds run). "
         "δ = 1e-9, 80/20 split",
         "with seed 0 after validation with our schema; every synthetic table is scored by",
-        "`splice_assets.metrics.fidelity_metrics` against the same real test split (metric seed 0).",
+        "`splice_assets.evaluation.metrics.fidelity_metrics` against the same real test split (metric seed 0).",
         "Wall time and peak RSS are of the whole method process (`/usr/bin/time -v`, imports included); stage columns",
         "are in-process seconds (for AIM/MST `validate` = discretisation, and the measurements happen inside `fit`).",
         "AIM/MST: smartnoise-synth in its own venv, numeric columns in 16 equal-width bins over the public bounds,",
@@ -242,3 +248,21 @@ def sync_readme(results_md: Path, readme: Path) -> bool:
     table = "\n".join("###" + line if line.startswith("#") else line for line in results_md.read_text().splitlines())
     readme.write_text(f"{text[: found.start(1)]}\n{table.strip()}\n{text[found.end(1) :]}")
     return True
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--csv", type=Path, default=RESULTS_DIR / "results.csv")
+    ap.add_argument("--md", type=Path, default=RESULTS_DIR / "results.md")
+    ap.add_argument("--doc", type=Path, default=REPO_DIR / "docs" / "benchmarks.md",
+                    help="the document whose bench-results block is replaced")
+    args = ap.parse_args(argv)
+    if not args.csv.is_file():
+        raise SystemExit(f"[bench] {args.csv} not found: run python -m bench.run first")
+    write_results_md(pd.read_csv(args.csv), args.md, machine=False)
+    synced = sync_readme(args.md, args.doc)
+    print(f"[bench] wrote {args.md}" + (f" and its copy in {args.doc}" if synced else f"; {args.doc} has no markers"))
+
+
+if __name__ == "__main__":
+    main()

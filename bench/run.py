@@ -1,17 +1,19 @@
-"""Benchmark entry point (issue 8): SPLICE (default and paper variant) vs AIM and MST, same data, same metrics.
+"""Benchmark entry point: SPLICE (product defaults and the paper's configuration) vs AIM and MST, same data, same
+metrics (docs/benchmarks.md).
 
-    .venv/bin/python -m bench.run --quick                       # both datasets, eps 1, seed 0, all methods
+    export SPLICE_BENCH_DATASETS=/path/to/datasets              # one <name>/data.csv.gz per table; no default
+    .venv/bin/python -m bench.run --quick                       # every table, eps 1, seed 0, all methods
     .venv/bin/python -m bench.run --datasets adult --epsilons 0.5 1 3 10 --seeds 0 1 2 --methods splice,mst
     make bench BENCH_ARGS="--quick"
 
-For every dataset folder in ../shared/datasets (beside the checkout; or SPLICE_BENCH_DATASETS) that has a schema
+The tables are not in the repo: SPLICE_BENCH_DATASETS names their folder. For every table there that has a schema
 in schemas/ (absent ones are skipped): validate with our schema, split 80/20 (seed 0), write the train split
 (git-ignored bench/results/raw/), and run each (method, epsilon, seed) in its own subprocess under
-``/usr/bin/time -v`` (wall time, peak RSS of the whole
-process). Every synthetic table is read back through ``validation.validate`` and scored by the same
-``splice_assets.evaluation.metrics.fidelity_metrics`` call against the same real test split. Results accumulate in
-bench/results/results.csv (a rerun of a (dataset, method, epsilon, seed) replaces its row) and
-bench/results/results.md is regenerated from the CSV each time.
+``/usr/bin/time -v`` (wall time, peak RSS of the whole process). Every synthetic table is read back through
+``validation.validate`` and scored by the same ``splice_assets.evaluation.metrics.fidelity_metrics`` call against
+the same real test split. Results accumulate in bench/results/results.csv (a rerun of a (dataset, method, epsilon,
+seed) replaces its row); bench/results/results.md and the block of docs/benchmarks.md between its bench-results
+markers are regenerated from the CSV each time (``python -m bench.report`` does only that).
 """
 
 from __future__ import annotations
@@ -35,11 +37,14 @@ import yaml
 from bench.common import (
     BENCH_DIR,
     DATASETS_DIR,
+    DATASETS_ENV,
     DELTA,
     RAW_DIR,
     REPO_DIR,
     RESULTS_DIR,
     code_version,
+    dataset_file,
+    datasets_dir,
     ensure_time_binary,
     estimate_seed,
     log_tail,
@@ -185,7 +190,7 @@ def prepare(name: str) -> Prepared | None:
     from splice_assets.private.validation import read_table, validate
     from splice_assets.schema import load_schema
 
-    data = DATASETS_DIR / name / "data.csv.gz"
+    data = dataset_file(name, DATASETS_DIR)
     if not data.is_file():
         print(f"[bench] dataset {name!r}: {data} not found, skipped", flush=True)
         return None
@@ -380,7 +385,8 @@ def save_rows(new_rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", nargs="+", default=None, help="default: every folder in ../shared/datasets")
+    ap.add_argument("--datasets", nargs="+", default=None,
+                    help=f"table names (default: every folder in ${DATASETS_ENV} with a schema in schemas/)")
     ap.add_argument("--epsilons", nargs="+", type=float, default=[0.5, 1, 3, 10])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--methods", default=",".join(METHODS),
@@ -398,10 +404,11 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(methods) - set(METHODS + MATCHED_PEERS + VARIANTS)
     if unknown:
         ap.error(f"unknown methods {sorted(unknown)}")
+    folder = datasets_dir(DATASETS_DIR)
     ensure_time_binary()
     if {"aim", "mst", *MATCHED_PEERS} & set(methods):
         print(f"[bench] peers venv: smartnoise-synth, mbi, torch, pandas = {ensure_peers_venv()}", flush=True)
-    found = sorted(d.name for d in DATASETS_DIR.iterdir() if d.is_dir()) if DATASETS_DIR.is_dir() else []
+    found = sorted(d.name for d in folder.iterdir() if d.is_dir())
     prepared = [p for p in (prepare(n) for n in (args.datasets or found)) if p is not None]
     if not prepared:
         print("[bench] no datasets found; nothing to do", flush=True)

@@ -45,7 +45,8 @@ DEFAULT_FINE_BINS = 256
 FALSE_POSITIVES = 0.05
 MIN_CANDIDATE_Z = 4.0
 #: A column on a public grid (integers, a declared ``step``) gets one fine cell per grid value up to this many values
-#: (or ``fine_bins``, if larger); beyond it, intervals. 1,024 helped pol and cost churn (docs/decisions/0025).
+#: (or ``fine_bins``, if larger); beyond it, intervals. 1,024 helped pol and cost churn
+#: (0025, docs/decisions/alternatives.md).
 GRID_LIMIT = 256
 #: Finer cells per fine interval in the second fine table (0 = one fine table only). Off by default: measured in
 #: docs/decisions/0017, it helps columns whose public bounds are far wider than their data and costs the others.

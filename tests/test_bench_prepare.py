@@ -37,3 +37,12 @@ def test_prepare_reports_the_share_of_each_columns_rows_its_bounds_clipped(tmp_p
     assert prepared.clipped == {"amount": pytest.approx(0.05)} and prepared.clipped_max == pytest.approx(0.05)
     assert prepared.train["amount"].max() <= 10.0  # the scores see the clipped rows
     assert "clipped_max" in bench_run.COLUMNS
+
+
+def test_without_a_data_folder_the_bench_says_how_to_set_one(monkeypatch):
+    monkeypatch.setattr(bench_run, "DATASETS_DIR", None)
+    monkeypatch.setattr("bench.common.DATASETS_DIR", None)
+    with pytest.raises(SystemExit, match="SPLICE_BENCH_DATASETS is not set: set SPLICE_BENCH_DATASETS to a folder"):
+        bench_run.prepare("adult")
+    with pytest.raises(SystemExit, match="SPLICE_BENCH_DATASETS is not set"):
+        bench_run.main(["--datasets", "adult", "--methods", "splice"])

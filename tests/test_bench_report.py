@@ -48,3 +48,17 @@ def test_the_results_go_between_the_markers_on_their_own_lines_not_into_prose_th
     assert f"{README_START}\n#### Benchmark\n\nnew table\n{README_END}" in text
     doc.write_text(prose)
     assert not sync_readme(results, doc)
+
+
+def test_the_report_command_regenerates_the_tables_and_their_copy_from_the_csv(tmp_path):
+    from bench.report import main
+
+    rows = _summary().assign(seed=0, status="ok", tstr_metric="roc_auc", wall_s=1.0, code_version="abc1234")
+    rows.to_csv(tmp_path / "results.csv", index=False)
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Bench\n\n{README_START}\nold\n{README_END}\n")
+    main(["--csv", str(tmp_path / "results.csv"), "--md", str(tmp_path / "results.md"), "--doc", str(doc)])
+    generated = (tmp_path / "results.md").read_text()
+    assert "## Off-grid targets" in generated and "| toy | 0.0100 (0.0300 / 0.0060) |" in generated
+    assert " cores (" not in generated  # regenerated elsewhere: no claim about the machine that measured
+    assert "#### Off-grid targets" in doc.read_text() and "old" not in doc.read_text()

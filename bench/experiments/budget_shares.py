@@ -1,5 +1,6 @@
-"""The 1-way tables' share of the measurement (docs/decisions/0022): off-grid and on-grid metrics and TSTR of the
-product at add-remove, eps = 1, with ``marginal_share`` raised at the moments' expense (pairs fixed at 0.5).
+"""The 1-way tables' share of the measurement (docs/decisions/0002; 0022 in docs/decisions/alternatives.md):
+off-grid and on-grid metrics and TSTR of the product at add-remove, eps = 1, with ``marginal_share`` raised at the
+moments' expense (pairs fixed at 0.5).
 
 Each variant is its own measurement (fresh noise), so compare means over several seeds. Prints per dataset the
 TVD a median pair table's noise alone amounts to at the default shares (``pair_table_noise``), then per variant the

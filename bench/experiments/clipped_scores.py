@@ -1,5 +1,5 @@
 """What the bench's scores cannot see: a release's error against the rows as the bench cleans them (clipped to the
-run's DP bounds) and against the same rows before the clipping (decision 0048).
+run's DP bounds) and against the same rows before the clipping (decision 0018; 0048 in docs/decisions/alternatives.md).
 
 Per dataset, variant and seed: the DP estimate of the schema's ``auto`` entries (as ``bench.run.prepare`` draws it,
 its own draw per seed), the cleaned table's 80/20 split, an add-remove release at ε = 1 on the train split, then the
@@ -18,7 +18,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from bench.common import DATASETS_DIR, split_train_test
+from bench.common import dataset_file, split_train_test
 from bench.experiments.pair_selection import best_tstr, fitted_sample
 from bench.offgrid import column_tvd, offgrid_metrics
 from bench.run import dp_estimate
@@ -38,7 +38,7 @@ def main() -> None:
     print("dataset | " + " | ".join(f"{k} cleaned / as read" for k in KEYS)
           + " | largest clipped share | TSTR | most hidden column", flush=True)
     for name in args.datasets:
-        raw = read_table(DATASETS_DIR / name / "data.csv.gz")
+        raw = read_table(dataset_file(name))
         repository = load_schema(schema_path(name))
         rows, hidden = [], []
         for seed in args.seeds:

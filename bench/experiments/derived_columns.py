@@ -25,7 +25,7 @@ import copy
 import numpy as np
 import pandas as pd
 
-from bench.common import DATASETS_DIR, split_train_test
+from bench.common import dataset_file, split_train_test
 from bench.experiments.pair_selection import best_tstr, fitted_sample, print_means, scores
 from bench.offgrid import column_tvd
 from bench.run import dp_estimate
@@ -74,7 +74,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     args = parser.parse_args()
-    raw = read_table(DATASETS_DIR / "churn" / "data.csv.gz")
+    raw = read_table(dataset_file("churn"))
     reference = load_schema(schema_path("churn"))
     if needs_estimate(reference):  # the reference rows: cleaned with the repository schema's bounds, once
         reference = dp_estimate(raw, reference)[0]

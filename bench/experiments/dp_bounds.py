@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from bench.common import DATASETS_DIR
+from bench.common import dataset_file
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
 from splice_assets.private import bounds
@@ -62,7 +62,7 @@ def main() -> None:
     args = ap.parse_args()
     print("dataset     cols share  estimator  clip mean/max   width median/max")
     for name in args.datasets:
-        data = DATASETS_DIR / name / "data.csv.gz"
+        data = dataset_file(name)
         if not data.is_file():
             print(f"{name}: not found, skipped")
             continue

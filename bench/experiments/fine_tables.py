@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from bench.common import DATASETS_DIR, split_train_test
+from bench.common import dataset_file, split_train_test
 from bench.offgrid import bootstrap, offgrid_metrics
 from splice_assets import MeasurementSettings, Synthesizer, load_schema
 from splice_assets.datasets import schema_path
@@ -48,7 +48,7 @@ def main() -> None:
     print(" | ".join(("dataset", "variant", "threshold", *KEYS, "point_err")))
     for name in args.datasets:
         schema = load_schema(schema_path(name))
-        train, _ = split_train_test(validate(read_table(DATASETS_DIR / name / "data.csv.gz"), schema).table)
+        train, _ = split_train_test(validate(read_table(dataset_file(name)), schema).table)
         results: dict[tuple[str, float], list[list[float]]] = {}
         for seed in args.seeds:
             for variant, bins, split, thresholds in VARIANTS:

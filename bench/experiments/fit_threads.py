@@ -1,11 +1,11 @@
 """The fit of one noisy measurement on 1 and on more numba threads: wall and CPU seconds, and the tilt's diagnostics.
 
 Per dataset: one add-remove measurement at ``--epsilon`` of the bench's train split with the noise seeded
-(``bench.common.seeded_noise``, experiments only), then ``Synthesizer.refit`` of that measurement once per thread count
-(``numba.set_num_threads``), in the order given, each timed. The thread count reaches the post-processing's
-parallel loops (the field's sweeps; the tilt's incidence kernels at ``1ca0c70``, docs/decisions/0069). The fitted
-model must not depend on it: the tilt's chi^2 and iterations are printed to show that. Run at two commits with
-the same seeds, it times a change of the fit on one measurement.
+(``bench.common.seeded_noise``, experiments only), then ``Synthesizer.refit`` of that measurement once per thread
+count (``numba.set_num_threads``), in the order given, each timed. The thread count reaches the post-processing's
+parallel loops (the field's sweeps; the tilt's incidence kernels at ``1ca0c70``, 0069 in
+docs/decisions/alternatives.md). The fitted model must not depend on it: the tilt's chi^2 and iterations are printed
+to show that. Run at two commits with the same seeds, it times a change of the fit on one measurement.
 
     .venv/bin/python -m bench.experiments.fit_threads --datasets pol --epsilon 0.1 --threads 1 2
 """

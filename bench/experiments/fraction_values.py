@@ -16,7 +16,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from bench.common import DATASETS_DIR, split_train_test
+from bench.common import dataset_file, split_train_test
 from bench.experiments.pair_selection import best_tstr, fitted_sample, print_means, scores
 from bench.run import dp_estimate
 from splice_assets import load_schema
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--show", nargs="*", default=[])
     args = parser.parse_args()
-    raw = read_table(DATASETS_DIR / args.dataset / "data.csv.gz")
+    raw = read_table(dataset_file(args.dataset))
     repository = load_schema(schema_path(args.dataset))
     train, test = split_train_test(validate(raw, dp_estimate(raw, repository)[0]).table)
     reference = dp_estimate(train, repository)[0]

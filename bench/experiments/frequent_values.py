@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from bench.common import DATASETS_DIR, split_train_test
+from bench.common import dataset_file, split_train_test
 from bench.experiments.pair_selection import fitted_sample, print_means, scores
 from bench.run import dp_estimate
 from splice_assets import load_schema
@@ -30,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     print(" | ".join(("dataset", "variant", *KEYS)), flush=True)
     for name in args.datasets:
-        raw = read_table(DATASETS_DIR / name / "data.csv.gz")
+        raw = read_table(dataset_file(name))
         found_on, estimate = dp_estimate(raw, load_schema(schema_path(name)))
         print(f"{name}: found {estimate.found_values}", flush=True)
         found_off = dataclasses.replace(found_on, columns=tuple(

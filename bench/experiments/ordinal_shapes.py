@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from bench.common import DATASETS_DIR
+from bench.common import dataset_file
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
 from splice_assets.model.fit import ordinal_shape, simplex_projection
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=60)
     args = parser.parse_args()
     schema = load_schema(schema_path("coil2000"))
-    raw = read_table(DATASETS_DIR / "coil2000" / "data.csv.gz")
+    raw = read_table(dataset_file("coil2000"))
     truths = []
     for spec in schema.columns:
         if spec.kind == "ordinal" and spec.categories is not None:

@@ -25,7 +25,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from bench.common import DATASETS_DIR, split_train_test
+from bench.common import dataset_file, split_train_test
 from bench.experiments.pair_selection import best_tstr, fitted_sample, print_means, scores
 from bench.offgrid import column_tvd, spike_values
 from bench.run import dp_estimate
@@ -151,7 +151,7 @@ def compare(dataset: str, variants: dict[str, TableSchema], seeds: list[int], sh
             charged: bool = False, epsilon: float = 1.0) -> None:
     """Print one row of mean scores per schema variant (each seed: its own DP estimate and release; ``charged``: the
     release's own estimate, paid from its ε)."""
-    raw = read_table(DATASETS_DIR / dataset / "data.csv.gz")
+    raw = read_table(dataset_file(dataset))
     reference = load_schema(schema_path(dataset))
     if needs_estimate(reference):  # the reference rows: cleaned with the repository schema's bounds, once
         reference = dp_estimate(raw, reference)[0]

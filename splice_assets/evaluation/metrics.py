@@ -4,7 +4,7 @@ Every function takes *validated* tables (``validation.validate`` / ``encoding.de
 columns, order and dtypes. Nothing here is differentially private; the results describe private rows and
 belong in the internal report only.
 
-Conventions (chosen to match ``../shared/docs/peers.md`` (beside the checkout) so numbers compare with AIM/MST):
+Conventions (the bench's, docs/benchmarks.md "Metrics", so that numbers compare with AIM/MST):
 
 * **Discrete view** (marginal TVD, detection): numeric columns are cut into 16 equal-width bins over the
   PUBLIC schema bounds, discrete columns use their schema category positions; missing is always its own
@@ -45,7 +45,7 @@ DETECTION_MAX_ROWS = 10_000
 DETECTION_FOLDS = 5
 DCR_MAX_REFERENCE = 10_000
 DCR_MAX_SYNTHETIC = 5_000
-# One thread per learner/BLAS call: on a shared 2-core machine, 2 OpenMP threads ran 4-5x slower under load.
+# One thread per learner/BLAS call: on 2 cores under load, 2 OpenMP threads ran 4-5x slower.
 N_JOBS = 1
 PRIVACY_NOTE = "empirical evidence, not a guarantee"
 

@@ -192,7 +192,7 @@ class FitConfig:
     #: wide public bounds became rows far outside the data (churn at eps = 1: 1% of international minutes above
     #: 1,000 where the data end at 20). z = 1 kept churn's gain and, unlike z = 2, cost California nothing under
     #: replace-one, whose larger noise let z = 2 cut thin real tails (docs/decisions/0021); z = 0.5 left more values
-    #: beyond the real extremes on eight of nine tables (0040).
+    #: beyond the real extremes on eight of nine tables (0040, docs/decisions/alternatives.md).
     marginal_tail_z: float = DEFAULT_TAIL_Z
     #: After that cut, an outer run of bins separated from the others by bins within ``marginal_tail_z`` noise std of
     #: zero is cut too while its mass stays within this many noise std (``trimmed_tails``; 0 = never): one bin of
