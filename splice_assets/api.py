@@ -3,10 +3,11 @@
 The stages, in the one order every caller uses (``fit`` runs them all; the Dagster assets run them one per
 asset; the CLI and the bench go through Dagster or ``fit``):
 
-1. ``prepare``: structure and unparseable shares, pre-flight against the ledger (nothing charged yet), DP bounds
-   for ``bounds: auto`` columns (charged), record-level cleaning;
+1. ``prepare``: structure and unparseable shares, pre-flight against the ledger (nothing charged yet), one
+   reservation of everything the release spends (``reserve``), the DP estimate of the schema's ``auto`` entries
+   (its part of the reservation), record-level cleaning;
 2. ``encode``: the cleaned rows into [-1, 1]^d by the public layout;
-3. ``measure``: the exact statistics, a ledger reservation, noise, commit: the only step that charges;
+3. ``measure``: the exact statistics, then the measurement's part of the reservation, noise, commit;
 4. ``fit_model``: post-processing of the measurement (mixture, links, tilt, field): no rows, no cost;
 5. ``sample``: synthetic rows from the fitted model.
 """
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,13 +34,14 @@ from splice_assets.config import (
     SynthesizerSettings,
     fit_config,
 )
+from splice_assets.defaults import ESTIMATE_MECHANISM
 from splice_assets.engine import Engine
 from splice_assets.layout import layout_for
 from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
 from splice_assets.model.fit import FittedMixture
 from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, BoundsEstimate, estimate_bounds, needs_estimate
 from splice_assets.private.encoding import encode
-from splice_assets.private.ledger import BudgetLedger
+from splice_assets.private.ledger import BudgetLedger, Part, ReservedSpend
 from splice_assets.private.measuring import (
     MeasurementPlan,
     SpendRecorder,
@@ -46,12 +49,15 @@ from splice_assets.private.measuring import (
     make_plan,
     measure_exact,
 )
-from splice_assets.private.mechanism import Calibration, compose_epsilon, split_privacy
+from splice_assets.private.mechanism import Calibration, compose_epsilon, epsilon_of, split_privacy
 from splice_assets.private.partitions import Partition, StreamedInput
-from splice_assets.private.validation import ValidatedTable, check_structure, validate
+from splice_assets.private.validation import ValidatedTable, check_row_count, check_structure, validate
 from splice_assets.schema import TableSchema, load_schema, schema_to_dict
 
 SETTINGS_FILE = "settings.json"
+#: The parts of a release's reservation (``Synthesizer.reserve``): the DP estimate of the schema's ``auto`` entries
+#: and the measurement.
+ESTIMATE, MEASUREMENT = "estimate", "measurement"
 
 
 def release_epsilon(measurement: Measurement, bounds_noise_multiplier: float | None) -> float:
@@ -59,6 +65,19 @@ def release_epsilon(measurement: Measurement, bounds_noise_multiplier: float | N
     if bounds_noise_multiplier is None:
         return measurement.epsilon
     return compose_epsilon([measurement.noise_multiplier, bounds_noise_multiplier], measurement.delta)
+
+
+def bounds_from_dict(saved: dict[str, Any]) -> BoundsEstimate:
+    """A DP bounds estimate from its ``dataclasses.asdict`` read back from JSON (tuples came back as lists)."""
+    bounds = dict(saved)
+    bounds["columns"] = {k: tuple(v) for k, v in bounds["columns"].items()}
+    bounds["exact_zero"] = tuple(bounds.get("exact_zero", ()))
+    bounds["found_values"] = {k: tuple(v) for k, v in bounds.get("found_values", {}).items()}
+    bounds["found_decimals"] = dict(bounds.get("found_decimals", {}))
+    bounds["found_steps"] = dict(bounds.get("found_steps", {}))
+    bounds["found_knots"] = {k: tuple(v) for k, v in bounds.get("found_knots", {}).items()}
+    bounds["clipped"] = dict(bounds.get("clipped", {}))
+    return BoundsEstimate(**bounds)
 
 
 @dataclass(frozen=True)
@@ -79,14 +98,17 @@ class NotFitted(RuntimeError):
 
 @dataclass(frozen=True)
 class PrivacyFacts:
-    """The public privacy facts of a fitted synthesizer. ``epsilon`` is the whole guarantee at ``delta``: the
-    measurement's Gaussian composed with that of any DP bounds estimate (``bounds_noise_multiplier``, None without
-    one); ``n`` is public under replace-one and the noisy estimate under add-remove."""
+    """The public privacy facts of a fitted synthesizer. ``epsilon`` is the whole guarantee at ``delta``, what the
+    release charged: the measurement's Gaussian composed with that of any DP estimate (``bounds_noise_multiplier``,
+    None without one). Its parts, each alone at ``delta``: ``epsilon_measurement`` and ``epsilon_estimate`` (None
+    without an estimate); they compose to ``epsilon``, they do not add up to it. ``n`` is public under replace-one
+    and the noisy estimate under add-remove."""
 
     epsilon: float
     delta: float
     relation: str
-    measurement_epsilon: float
+    epsilon_measurement: float
+    epsilon_estimate: float | None
     bounds_noise_multiplier: float | None
     sigma: float
     sensitivity: float
@@ -98,8 +120,9 @@ class PrivacyFacts:
 class Synthesizer:
     """A differentially private synthesizer of one table under a public schema.
 
-    ``fit`` charges the ledger once (plus once for DP bounds when the schema has ``bounds: auto``); ``sample``,
-    ``refit``, ``save`` and ``load`` are post-processing and cost nothing.
+    ``fit`` reserves the whole release once (``reserve``: the measurement and, when the schema has ``auto``
+    entries, the DP estimate, each its own ledger entry); ``sample``, ``refit``, ``save`` and ``load`` are
+    post-processing and cost nothing.
     """
 
     def __init__(
@@ -126,6 +149,8 @@ class Synthesizer:
         self.bounds: BoundsEstimate | None = None
         self.measurement: Measurement | None = None
         self.model: FittedMixture | None = None
+        #: This release's reservation (``reserve``): the ledger entry id of each part, by name.
+        self.reservation: dict[str, str] = {}
 
     @classmethod
     def from_settings(cls, schema: TableSchema, settings: SynthesizerSettings) -> Synthesizer:
@@ -161,12 +186,58 @@ class Synthesizer:
 
     def check(self, raw: pd.DataFrame, ledger: BudgetLedger | None, n_measured: int | None = None,
               expected_version: int | None = None) -> None:
-        """Everything that can fail, before any charge: structure, unparseable shares and (with a ledger) the
-        pre-flight of ``preflight.check_release``. ``n_measured`` defaults to every row of ``raw``."""
-        share = self.settings.max_unparseable_share
-        check_structure(raw, self.schema, expected_version, require_bounds=False, max_unparseable_share=share)
+        """Everything that can fail, before any charge: structure, unparseable shares, the measured rows against
+        n_min (replace-one only: ``check_row_count``) and (with a ledger) the pre-flight of
+        ``preflight.check_release``. ``n_measured`` defaults to every row of ``raw``."""
+        s = self.settings
+        n_measured = len(raw) if n_measured is None else n_measured
+        check_structure(raw, self.schema, expected_version, require_bounds=False,
+                        max_unparseable_share=s.max_unparseable_share, relation=s.relation)
+        check_row_count(n_measured, self.schema, s.relation, "after the holdout (lower it) the measured part has")
         if ledger is not None:
-            self._preflight(len(raw) if n_measured is None else n_measured, ledger)
+            self._preflight(n_measured, ledger)
+
+    def release_parts(self, n_measured: int) -> list[Part]:
+        """What this release will spend, priced from public parameters before anything is drawn: the measurement
+        and, while the schema has ``auto`` entries, the DP estimate, each a Gaussian with its noise multiplier (that
+        of the calibration: it depends on (epsilon, delta) only, not on n or the resolved schema)."""
+        return self._parts(*self.plan(max(n_measured, 1)))
+
+    def _parts(self, plan: MeasurementPlan, calibration: Calibration) -> list[Part]:
+        s = self.settings
+        parts = [Part(MEASUREMENT, plan.mechanism, calibration.noise_multiplier, plan.epsilon, s.delta)]
+        estimate = self.privacy_split()[1]
+        if estimate is not None and needs_estimate(self.schema):
+            parts.insert(0, Part(ESTIMATE, ESTIMATE_MECHANISM, estimate, epsilon_of(estimate, s.delta), s.delta))
+        return parts
+
+    def reserve(self, ledger: BudgetLedger, release_id: str, n_measured: int) -> dict[str, str]:
+        """Reserve everything this release will spend in one ledger transaction, before any of its noise is drawn
+        (``BudgetLedger.reserve_release``): a release refused for budget spends nothing, and racing releases never
+        spend an estimate for a release that cannot measure. Each draw then claims its part (``_spend``)."""
+        self.reservation = ledger.reserve_release(
+            self.schema.name, release_id, self.settings.relation, self.release_parts(n_measured))
+        return self.reservation
+
+    def _spend(self, ledger: SpendRecorder | None, part: str) -> SpendRecorder | None:
+        """What the draw of ``part`` charges: its part of this release's reservation, or the ledger itself when
+        nothing was reserved for it (the draw then reserves on its own)."""
+        entry_id = self.reservation.get(part)
+        if entry_id is None or not isinstance(ledger, BudgetLedger):
+            return ledger
+        return ReservedSpend(ledger, entry_id)
+
+    @contextmanager
+    def _withdrawn_on_failure(self, ledger: SpendRecorder | None) -> Iterator[None]:
+        """On a failure, abort the parts of this release's reservation that no draw claimed: no noise was drawn
+        for them, so they need not count (``BudgetLedger.withdraw``); a claimed part stays counted."""
+        try:
+            yield
+        except BaseException:
+            if isinstance(ledger, BudgetLedger):
+                for entry_id in self.reservation.values():
+                    ledger.withdraw(entry_id)
+            raise
 
     def _preflight(self, n_measured: int, ledger: BudgetLedger, rows_in_memory: int | None = None) -> None:
         """``preflight.check_release`` for this release measuring ``n_measured`` rows (nothing charged)."""
@@ -174,28 +245,36 @@ class Synthesizer:
 
         plan, calibration = self.plan(max(n_measured, 1))
         cells = int(sum(plan.marginal_sizes) + sum(plan.pair_sizes))
-        bounds_multiplier = self.privacy_split()[1]
         m = self.settings.measurement
         preflight.check_release(
             self.schema, self.settings.relation, self.settings.delta, n_measured, layout_for(self.schema).d,
             m.n_directions, m.k, self.settings.model.components, cells, ledger,
-            preflight.ReleaseCost((calibration.noise_multiplier, *([bounds_multiplier] if bounds_multiplier else []))),
+            preflight.ReleaseCost(tuple(p.noise_multiplier for p in self._parts(plan, calibration))),
             rows_in_memory=rows_in_memory,
         )
 
     def prepare(self, raw: pd.DataFrame, ledger: BudgetLedger | None, release_id: str = "adhoc",
-                n_measured: int | None = None, expected_version: int | None = None) -> ValidatedTable:
-        """``check``, then DP bounds for ``bounds: auto`` columns (charged; the schema takes the estimates), then
-        record-level cleaning. Returns the cleaned table and its INTERNAL repair report."""
+                n_measured: int | None = None, expected_version: int | None = None,
+                on_estimate: Callable[[BoundsEstimate], object] | None = None) -> ValidatedTable:
+        """``check``, then (with a ledger) one reservation of the whole release, then the DP estimate of the
+        schema's ``auto`` entries (its part of the reservation; the schema takes the estimates; ``on_estimate``
+        persists their public record before its entry is committed), then record-level cleaning. Returns the
+        cleaned table and its INTERNAL repair report."""
         with progress.stage("validate and clean the input"):
+            n_measured = len(raw) if n_measured is None else n_measured
             self.check(raw, ledger, n_measured, expected_version)
-            bounds_multiplier = self.privacy_split()[1]
-            if bounds_multiplier is not None and needs_estimate(self.schema):
-                self.schema, self.bounds = estimate_bounds(
-                    raw, self.schema, bounds_multiplier, self.settings.delta, ledger, release_id, self.settings.relation
-                )
-            return validate(raw, self.schema, expected_version,
-                            max_unparseable_share=self.settings.max_unparseable_share)
+            if ledger is not None:
+                self.reserve(ledger, release_id, n_measured)
+            with self._withdrawn_on_failure(ledger):
+                bounds_multiplier = self.privacy_split()[1]
+                if bounds_multiplier is not None and needs_estimate(self.schema):
+                    self.schema, self.bounds = estimate_bounds(
+                        raw, self.schema, bounds_multiplier, self.settings.delta, self._spend(ledger, ESTIMATE),
+                        release_id, self.settings.relation, on_estimate,
+                    )
+                return validate(raw, self.schema, expected_version,
+                                max_unparseable_share=self.settings.max_unparseable_share,
+                                relation=self.settings.relation)
 
     def encode(self, table: pd.DataFrame) -> np.ndarray:
         """Cleaned rows into [-1, 1]^d (PRIVATE: the caller keeps the result in memory or the internal folder)."""
@@ -208,12 +287,14 @@ class Synthesizer:
         release_id: str = "adhoc",
         on_noisy: Callable[[Measurement], object] | None = None,
     ) -> Measurement:
-        """The one Gaussian measurement of encoded rows: exact statistics -> reservation -> noise -> ``on_noisy``
-        (persist) -> commit (``measuring.measure_exact``). ``ledger=None`` accounts nothing: public data only."""
-        with progress.stage("measure the noisy statistics (charged)"):
+        """The one Gaussian measurement of encoded rows: exact statistics -> its part of the release's reservation
+        (claimed; reserved here if ``prepare`` reserved none) -> noise -> ``on_noisy`` (persist) -> commit
+        (``measuring.measure_exact``). ``ledger=None`` accounts nothing: public data only."""
+        with progress.stage("measure the noisy statistics (charged)"), self._withdrawn_on_failure(ledger):
             plan, calibration = self.plan(x.shape[0])
             stats = exact_statistics(x, plan, layout_for(self.schema))
-            self.measurement = measure_exact(stats, plan, calibration, ledger, release_id, on_noisy)
+            self.measurement = measure_exact(stats, plan, calibration, self._spend(ledger, MEASUREMENT), release_id,
+                                             on_noisy)
         return self.measurement
 
     def fit_model(self, threads: int | None = 1) -> FittedMixture:
@@ -245,10 +326,12 @@ class Synthesizer:
         holdout_fraction: float = 0.0,
         engine: Engine | None = None,
         expected_version: int | None = None,
+        on_estimate: Callable[[BoundsEstimate], object] | None = None,
     ) -> SourceScan:
         """``prepare`` for a file, directory or glob of Parquet/CSV files (any fsspec URL), streamed: the first
         pass checks the header, counts rows and unparseable cells and the ``bounds: auto`` histograms on the
-        ``engine``'s workers; then the same refusals and pre-flight as ``check``, then the DP bounds (charged)."""
+        ``engine``'s workers; then the same refusals and pre-flight as ``check``, the release's one reservation,
+        then the DP estimate (its part of it)."""
         from splice_assets.private.bounds import estimate_bounds_from_counts, exact_knot_counts
         from splice_assets.private.partitions import (
             DEFAULT_BATCH_ROWS,
@@ -263,21 +346,26 @@ class Synthesizer:
             check_columns(self.schema.column_names, self.schema, expected_version, require_bounds=False)
             partitions = tuple(list_partitions(source))
             scan = scan_source(partitions, self.schema, engine)
-            check_row_count(scan.rows, self.schema)
+            relation = self.settings.relation
+            check_row_count(scan.rows, self.schema, relation)
             refuse_unparseable(self.schema, scan.tallies, self.settings.max_unparseable_share)
             n_measured = scan.rows - int(round(holdout_fraction * scan.rows))
+            check_row_count(n_measured, self.schema, relation, "after the holdout (lower it) the measured part has")
             if ledger is not None:  # memory: one batch and the report's two samples at a time, whatever n
                 self._preflight(n_measured, ledger, DEFAULT_BATCH_ROWS + 2 * DEFAULT_REPORT_ROWS)
-            bounds_multiplier = self.privacy_split()[1]
-            if bounds_multiplier is not None and needs_estimate(self.schema):
-                self.schema, self.bounds = estimate_bounds_from_counts(
-                    scan.bounds_counts, self.schema, bounds_multiplier, self.settings.delta, ledger, release_id,
-                    self.settings.relation,
-                    lambda resolved, columns: value_counts_source(partitions, resolved, columns, engine),
-                    scan.decimals_counts, scan.steps_counts,
-                    lambda resolved, columns: value_counts_source(partitions, resolved, columns, engine,
-                                                                  counter=exact_knot_counts),
-                )
+                self.reserve(ledger, release_id, n_measured)
+            with self._withdrawn_on_failure(ledger):
+                bounds_multiplier = self.privacy_split()[1]
+                if bounds_multiplier is not None and needs_estimate(self.schema):
+                    self.schema, self.bounds = estimate_bounds_from_counts(
+                        scan.bounds_counts, self.schema, bounds_multiplier, self.settings.delta,
+                        self._spend(ledger, ESTIMATE), release_id, relation,
+                        lambda resolved, columns: value_counts_source(partitions, resolved, columns, engine),
+                        scan.decimals_counts, scan.steps_counts,
+                        lambda resolved, columns: value_counts_source(partitions, resolved, columns, engine,
+                                                                      counter=exact_knot_counts),
+                        on_estimate,
+                    )
         return SourceScan(source, partitions, scan.rows, n_measured, holdout_fraction)
 
     def measure_source(
@@ -293,17 +381,14 @@ class Synthesizer:
         workers' partial sums, then the one reservation and noise on the driver. Returns the PRIVATE streamed input
         (its repair report and the report's bounded samples of real rows: keep them in the internal folder)."""
         from splice_assets.private.measuring import statistics_of
-        from splice_assets.private.validation import StructuralError
 
-        with progress.stage("measure the noisy statistics (charged)"):
+        with progress.stage("measure the noisy statistics (charged)"), self._withdrawn_on_failure(ledger):
             plan, calibration = self.plan(scan.n_measured)
             streamed = self.stream(scan, engine, report_rows, plan)
-            if streamed.sums.rows < self.schema.n_min:  # add-remove: the split's size is known only now
-                raise StructuralError(
-                    f"after holding out {scan.holdout_fraction:.0%} for evaluation the measured part is below the "
-                    f"schema's public n_min={self.schema.n_min}; lower the holdout fraction; nothing was charged")
-            self.measurement = measure_exact(statistics_of(streamed.sums, plan), plan, calibration, ledger,
-                                             release_id, on_noisy)
+            # No n_min check on the measured rows here: under replace-one ``scan_source`` checked their public
+            # count; under add-remove it is private and is not refused on (``check_row_count``).
+            self.measurement = measure_exact(statistics_of(streamed.sums, plan), plan, calibration,
+                                             self._spend(ledger, MEASUREMENT), release_id, on_noisy)
         return streamed
 
     def stream(self, scan: SourceScan, engine: Engine | None = None, report_rows: int | None = None,
@@ -372,9 +457,11 @@ class Synthesizer:
         m = self.measurement
         if m is None:
             raise NotFitted("a synthesizer has privacy facts once it is measured")
-        bounds = self.bounds.noise_multiplier if self.bounds is not None and self.bounds.spent else None
-        return PrivacyFacts(release_epsilon(m, bounds), m.delta, m.relation, m.epsilon, bounds, m.sigma,
-                            m.sensitivity, m.noise_multiplier, m.n, m.ledger_entry_id)
+        estimate = self.bounds if self.bounds is not None and self.bounds.spent else None
+        bounds = None if estimate is None else estimate.noise_multiplier
+        return PrivacyFacts(release_epsilon(m, bounds), m.delta, m.relation, m.epsilon,
+                            None if estimate is None else estimate.epsilon, bounds, m.sigma, m.sensitivity,
+                            m.noise_multiplier, m.n, m.ledger_entry_id)
 
     def save(self, folder: str | Path) -> Path:
         """Write the public artifacts: noisy measurement, model, schema (with any DP bounds) and settings."""
@@ -402,18 +489,10 @@ class Synthesizer:
         saved = json.loads((folder / SETTINGS_FILE).read_text())
         synth = cls.from_settings(load_schema(folder / "schema.yaml"), SynthesizerSettings.from_dict(saved["settings"]))
         if saved.get("bounds"):
-            bounds = dict(saved["bounds"])
-            if "noise_multiplier" not in bounds:
+            if "noise_multiplier" not in saved["bounds"]:
                 raise ValueError(f"{folder}: saved by a splice whose DP bounds were pure-epsilon quantiles; load it "
                                  "with that version")
-            bounds["columns"] = {k: tuple(v) for k, v in bounds["columns"].items()}
-            bounds["exact_zero"] = tuple(bounds.get("exact_zero", ()))
-            bounds["found_values"] = {k: tuple(v) for k, v in bounds.get("found_values", {}).items()}
-            bounds["found_decimals"] = dict(bounds.get("found_decimals", {}))
-            bounds["found_steps"] = dict(bounds.get("found_steps", {}))
-            bounds["found_knots"] = {k: tuple(v) for k, v in bounds.get("found_knots", {}).items()}
-            bounds["clipped"] = dict(bounds.get("clipped", {}))
-            synth.bounds = BoundsEstimate(**bounds)
+            synth.bounds = bounds_from_dict(saved["bounds"])
         synth.measurement = Measurement.load(folder / "measurement")
         synth.model = load_model(folder / "model")
         return synth

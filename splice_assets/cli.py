@@ -5,7 +5,9 @@ L, k) and the ledger's budget, without touching any data. ``splice release`` run
 in-process; ``releases``, ``show``, ``budget``, ``refit``, ``sample`` and ``export`` work on the release folders
 (``$SPLICE_ARTIFACT_DIR`` or ``$DAGSTER_HOME/releases``), the ledger (``$SPLICE_LEDGER_URL`` or
 ``$DAGSTER_HOME/ledger.sqlite``) and MLflow (``$MLFLOW_TRACKING_URI`` or ``$DAGSTER_HOME/mlflow.db``) and do not
-import Dagster. Errors print one line on stderr and exit non-zero (``SPLICE_DEBUG=1`` shows tracebacks).
+import Dagster. Errors print one line on stderr and exit non-zero (``SPLICE_DEBUG=1`` shows tracebacks); Ctrl-C
+prints one line and exits 130, and after a release's charge that line says what it spent and how to finish it
+(``splice release --resume``).
 """
 
 from __future__ import annotations
@@ -108,16 +110,30 @@ def budget_status(url: str, dataset: str, noise_multipliers: list[float] | None 
 #: Exit status when stdout is a pipe closed early (``splice releases | head -1``): 128 + SIGPIPE, what a shell
 #: reports for a command the pipe's signal ended.
 EXIT_BROKEN_PIPE = 141
+#: Exit status after Ctrl-C: 128 + SIGINT, as a shell reports it.
+EXIT_INTERRUPTED = 130
+
+
+class Interrupted(click.ClickException):
+    """Ctrl-C: one line on stderr (no traceback), exit status 130."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def show(self, file: Any = None) -> None:
+        click.echo(self.format_message(), err=True)
 
 
 class _SpliceGroup(click.Group):
-    """The top-level group: a pipe closed early ends the command quietly (no ``Error: [Errno 32] Broken pipe``)."""
+    """The top-level group: a pipe closed early ends the command quietly (no ``Error: [Errno 32] Broken pipe``),
+    and Ctrl-C prints one line (commands that know more, such as ``release``, say more)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             result = super().invoke(ctx)
             sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit-time flush
             return result
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted") from None
         except BrokenPipeError:
             # As the Python docs recommend (signal module, "Note on SIGPIPE"): point stdout at devnull so the
             # exit-time flush does not raise again, then exit quietly.
@@ -183,7 +199,7 @@ def plan(
     from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, needs_estimate
     from splice_assets.private.ledger import LedgerError, default_ledger_url
     from splice_assets.private.measuring import make_plan
-    from splice_assets.private.mechanism import PrivacyParameterError, split_privacy, validate_parameters
+    from splice_assets.private.mechanism import PrivacyParameterError, epsilon_of, split_privacy, validate_parameters
     from splice_assets.schema import SchemaError, load_schema
 
     try:
@@ -220,8 +236,9 @@ def plan(
         "holdout_fraction": holdout_fraction,
         "L": n_directions,
         "k": k,
-        "epsilon": epsilon,
-        "measurement_epsilon": cal.epsilon,
+        "epsilon": epsilon,  # the whole release's; its parts, each alone, beside it
+        "epsilon_estimate": None if bounds_multiplier is None else epsilon_of(bounds_multiplier, delta),
+        "epsilon_measurement": cal.epsilon,
         "bounds_noise_multiplier": bounds_multiplier,
         "delta": cal.delta,
         "sensitivity": cal.sensitivity,
@@ -322,8 +339,9 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
     click.echo(f"n, L, k            {n}, {n_directions}, {k}")
     click.echo(f"this release       {release_text(result['epsilon'], cal.delta)}, charged when it runs")
     if result["bounds_noise_multiplier"] is not None:
-        click.echo(f"                   of it DP bounds for the 'auto' columns: noise multiplier "
-                   f"{result['bounds_noise_multiplier']:.4g}; the measurement alone: epsilon = {cal.epsilon:.6g}")
+        click.echo(f"                   its parts alone: DP estimate of the 'auto' entries epsilon = "
+                   f"{result['epsilon_estimate']:.4g} (noise multiplier {result['bounds_noise_multiplier']:.4g}), "
+                   f"measurement epsilon = {cal.epsilon:.6g}; composed, not added")
     formula = (
         "sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n" if relation == RELATION_REPLACE_ONE
         else "sqrt(L H_k + w^2 C + w2^2 P + wn^2), on sums and counts"
@@ -428,9 +446,12 @@ def _ledger_datasets(ledger: BudgetLedger) -> list[str]:
 
 
 def _entry_dict(entry: Any) -> dict[str, Any]:
+    from splice_assets.release.budget_text import part_of
+
     return {
         "ledger_entry_id": entry.id,
         "release_id": entry.release_id,
+        "part": part_of(entry),
         "parent_release_id": entry.parent_release_id,
         "created_at": entry.created_at.isoformat(timespec="seconds"),
         "mechanism": entry.mechanism,
@@ -466,7 +487,10 @@ def _status(manifest: dict[str, Any] | None, entry_status: str | None) -> str:
 
 
 def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
-    """One row per release: ledger entries joined with release folders (either may be missing)."""
+    """One row per release: its ledger entries, as one release (``budget_text.release_rows``: the headline epsilon
+    composes its parts), joined with release folders (either may be missing)."""
+    from splice_assets.release import budget_text
+
     ledger = _open_ledger()
     try:
         if dataset is not None and not _known_dataset(dataset, ledger):
@@ -475,12 +499,10 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
         datasets = {dataset} if dataset else {d for d, _ in locations}
         if ledger is not None and dataset is None:
             datasets.update(_ledger_datasets(ledger))
-        entries: dict[tuple[str, str], Any] = {}
+        entries: dict[tuple[str, str], dict[str, Any]] = {}
         for name in sorted(datasets):
-            for ledger_entry in ledger.entries(name) if ledger is not None else []:
-                current = entries.get((name, ledger_entry.release_id))
-                if current is None or current.status == "aborted":
-                    entries[(name, ledger_entry.release_id)] = ledger_entry
+            for summary in budget_text.release_rows(ledger, name) if ledger is not None else []:
+                entries[(name, summary["release_id"])] = summary
     finally:
         if ledger is not None:
             ledger.close()
@@ -491,22 +513,30 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
         if loc is not None and (loc.public_dir / "release.json").is_file():
             manifest = loc.manifest()
         privacy = (manifest or {}).get("privacy", {})
+        # A release.json written before its parts had these names says measurement_epsilon.
+        parts = {"epsilon_estimate": privacy.get("epsilon_estimate"),
+                 "epsilon_measurement": privacy.get("epsilon_measurement", privacy.get("measurement_epsilon"))}
+        if entry is not None:
+            parts = {name: entry.get(name) for name in parts}
         rows.append(
             {
                 "release_id": key[1],
                 "dataset": key[0],
                 "kind": (manifest or {}).get("kind")
-                or ("refit" if entry is not None and entry.parent_release_id else "release"),
-                "parent_release_id": (entry.parent_release_id if entry is not None else None)
+                or ("refit" if entry is not None and entry["parent_release_id"] else "release"),
+                "parent_release_id": (entry["parent_release_id"] if entry is not None else None)
                 or (manifest or {}).get("parent_release_id"),
-                "epsilon": entry.epsilon if entry is not None else privacy.get("epsilon_cost", privacy.get("epsilon")),
-                "delta": entry.delta if entry is not None else privacy.get("delta"),
+                # The headline: what the whole release charged (its parts composed), beside its parts alone.
+                "epsilon": entry["epsilon"] if entry is not None
+                else privacy.get("epsilon_cost", privacy.get("epsilon")),
+                "delta": entry["delta"] if entry is not None else privacy.get("delta"),
+                **parts,
                 "guarantee": [privacy["epsilon"], privacy["delta"]] if "epsilon" in privacy else None,
-                "created_at": entry.created_at.isoformat(timespec="seconds")
+                "created_at": entry["created_at"].isoformat(timespec="seconds")
                 if entry is not None
                 else (manifest or {}).get("created_at"),
-                "status": _status(manifest, entry.status if entry is not None else None),
-                "ledger_status": entry.status if entry is not None else None,
+                "status": _status(manifest, entry["status"] if entry is not None else None),
+                "ledger_status": entry["status"] if entry is not None else None,
                 "path": str(loc.root) if loc is not None else None,
             }
         )
@@ -524,11 +554,11 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
 @click.option("--engine", type=click.Choice(["local", "dask"]), default=None,
               help="Where a streamed input is measured and sampled [default: $SPLICE_ENGINE or local]; dask: the "
               "scheduler at $SPLICE_DASK_SCHEDULER, else a local cluster of $SPLICE_DASK_WORKERS workers.")
-@click.option("--epsilon", required=True, type=float, help="Epsilon of this release's measurement.")
+@click.option("--epsilon", default=None, type=float, help="Epsilon of this release's measurement [required].")
 @click.option("--relation", type=click.Choice(RELATIONS), default=None,
               help=f"Neighbouring relation: {RELATION_REPLACE_ONE} (n public) or {RELATION_ADD_REMOVE} (n private, as "
               f"AIM / MST) [default: {RELATION_REPLACE_ONE}].")
-@click.option("--delta", required=True, type=float, help="Delta of this release, in (0, 1/n_min).")
+@click.option("--delta", default=None, type=float, help="Delta of this release, in (0, 1/n_min) [required].")
 @click.option("--k", "k", default=None, type=int, help=f"Highest Chebyshev order k [default: {DEFAULT_K}].")
 @click.option(
     "--L",
@@ -552,6 +582,9 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
               help="Most column pairs given one joint table per component, 0 = none [default: 6].")
 @click.option("--field-iterations", "field_iterations", default=None, type=int,
               help="Pairwise field's fit iterations, 0 = no field (faster) [default: 40].")
+@click.option("--resume", "resume_id", default=None, metavar="RELEASE",
+              help="Finish RELEASE, whose run stopped after its charge, from its stored noisy measurement and settings "
+              "(no other option): no new charge, no new noise.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--verbose", is_flag=True, help="Dagster's console log at DEBUG (every step event) instead of INFO.")
 @guarded
@@ -560,16 +593,30 @@ def release_command(
     schema_file: str | None,
     input_path: str | None,
     engine: str | None,
+    resume_id: str | None,
     as_json: bool,
     verbose: bool,
     **options: Any,
 ) -> None:
-    """Run one release (the Dagster `release` job, in-process): validate, measure (charged), fit, sample, write."""
+    """Run one release (the Dagster `release` job, in-process): validate, measure (charged), fit, sample, write.
+
+    Ctrl-C or a failure after the charge leaves the release to finish with `--resume RELEASE`, at no further cost."""
     from splice_assets.datasets import DEMO_DATASET, schema_path
     from splice_assets.private.mechanism import validate_parameters
-    from splice_assets.release.budget_text import release_text
+    from splice_assets.release.budget_text import parts_text, release_text
     from splice_assets.schema import load_schema
 
+    chosen = {k: v for k, v in options.items() if v is not None}
+    if resume_id is not None:
+        others = [k for k, v in {"dataset": dataset, "schema": schema_file, "input": input_path, "engine": engine,
+                                 **chosen}.items() if v is not None]
+        if others:
+            raise fail(f"--resume takes its settings from the stopped run; drop {', '.join(sorted(others))}")
+        _resume(resume_id, as_json)
+        return
+    for name in ("epsilon", "delta"):
+        if name not in chosen:
+            raise click.UsageError(f"Missing option '--{name}'.", ctx=click.get_current_context())
     if schema_file is not None:
         schema = load_schema(schema_file)
         if dataset is not None and dataset != schema.name:
@@ -594,7 +641,6 @@ def release_command(
         raise fail(f"input {input_path!r} does not exist")
     if engine is not None:
         os.environ["SPLICE_ENGINE"] = engine  # the Dagster engine resource reads it (dagster_layer.resources)
-    chosen = {k: v for k, v in options.items() if v is not None}
     validate_parameters(
         chosen["epsilon"],
         chosen["delta"],
@@ -614,6 +660,8 @@ def release_command(
     click.echo(f"MLflow run     {record['mlflow_run_id']}" + (
         f"; model models:/{model}/{record['registered_model_version']}" if model else ""))
     click.echo(f"this release   {release_text(record['epsilon_cost'], chosen['delta'])} charged to the ledger")
+    if parts_text(record):
+        click.echo(f"               {parts_text(record)} (composed into the release's epsilon, not added)")
     click.echo(f"lifetime       {_lifetime_now(dataset)}")
 
 
@@ -628,11 +676,14 @@ def _lifetime_now(dataset: str) -> str:
 
 def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], verbose: bool) -> dict[str, Any]:
     """Execute the Dagster release job in-process (like ``make demo``) with a progress display on stderr;
-    one-line error on failure."""
+    one-line error on failure or Ctrl-C."""
     from splice_assets import progress
 
-    with progress.showing(progress.display_for()):
-        return _execute_release_job(dataset, input_path, options, verbose)
+    try:
+        with progress.showing(progress.display_for()):
+            return _execute_release_job(dataset, input_path, options, verbose)
+    except KeyboardInterrupt:  # the run reports its own: this one came before it started
+        raise Interrupted("interrupted before the release started: nothing was charged") from None
 
 
 def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any], verbose: bool) -> dict[str, Any]:
@@ -644,14 +695,14 @@ def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any],
     with warnings.catch_warnings(), progress.stage("load Dagster and the release job"):
         if not verbose:
             warnings.simplefilter("ignore")
-        import dagster as dg
         from pydantic import ValidationError
 
-        from splice_assets.dagster_layer.assets import op_name
         from splice_assets.dagster_layer.automation import run_config_for
         from splice_assets.dagster_layer.config import ReleaseConfig
         from splice_assets.dagster_layer.console import console_level, with_console_level, with_splice_console
         from splice_assets.dagster_layer.definitions import build_definitions
+        from splice_assets.dagster_layer.inprocess import run_release
+        from splice_assets.release.resume import NOTHING_CHARGED
 
         job = with_splice_console(build_definitions().resolve_job_def("release"))
     with warnings.catch_warnings():
@@ -666,12 +717,42 @@ def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any],
             raise fail(f"{where}: {first.get('msg', exc)}") from None
         # INFO: what the assets log and the errors; DEBUG (--verbose): every step event as well.
         run_config = with_console_level(run_config_for(config), console_level(verbose))
-        with dg.DagsterInstance.get() as instance:
-            result = job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False,
-                                            tags={"splice/trigger": "cli", "splice/dataset": dataset})
-        if result.success:
-            return result.output_for_node(op_name("release"))
-        raise fail(f"release failed (Dagster run {result.run_id}): {_failure_reason(result)}")
+        run = run_release(job, run_config, dataset, tags={"splice/trigger": "cli", "splice/dataset": dataset})
+        if run.success:
+            return run.record()
+        stopped = run.stopped_text()
+        if run.interrupted:
+            raise Interrupted(f"interrupted: {stopped}")
+        spent = "" if stopped == NOTHING_CHARGED else f"; {stopped}"
+        raise fail(f"release failed (Dagster run {run.release_id}): {_failure_reason(run.result)}{spent}")
+
+
+def _resume(release_id: str, as_json: bool) -> None:
+    """`splice release --resume RELEASE`: finish a charged release from its stored measurement."""
+    from splice_assets import progress
+    from splice_assets.release.budget_text import release_text
+    from splice_assets.release.resume import resume_command, resume_release
+
+    quiet_mlflow()
+    try:
+        with progress.showing(progress.display_for()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            record = resume_release(release_id)
+    except KeyboardInterrupt:
+        finish = resume_command(release_id)
+        raise Interrupted(f"interrupted: nothing more was charged; `{finish}` finishes it") from None
+    if as_json:
+        _json_out(record)
+        return
+    click.echo(f"release {record['release_id']} ({record['dataset']}), finished from its stored measurement")
+    click.echo(f"public bundle  {record['public_dir']}")
+    click.echo(f"internal audit {record['internal_dir']}  (internal: reads real rows; never release)")
+    if record["fidelity_report"]:
+        click.echo(f"               {record['fidelity_report']}")
+    click.echo(f"MLflow run     {record['mlflow_run_id']}")
+    click.echo(f"this release   {release_text(record['epsilon_cost'], record['delta'])} charged to the ledger when it "
+               "was measured; nothing more now")
+    click.echo(f"lifetime       {_lifetime_now(record['dataset'])}")
 
 
 def _without_class_path(message: str | None, cls_name: str | None) -> str:
@@ -714,6 +795,8 @@ def releases_command(dataset: str | None, as_json: bool) -> None:
     if not rows:
         click.echo("no releases" + (f" of {dataset!r}" if dataset else "") + f" in {artifact_dir()}")
         return
+    from splice_assets.release.budget_text import parts_text
+
     click.echo(
         f"{'release':<36}  {'dataset':<18} {'kind':<7} {'epsilon':>8} {'delta':>8}  {'created (UTC)':<25} status"
     )
@@ -721,8 +804,9 @@ def releases_command(dataset: str | None, as_json: bool) -> None:
         eps = "-" if r["epsilon"] is None else f"{r['epsilon']:g}"
         delta = "-" if r["delta"] is None else f"{r['delta']:g}"
         parent = f" (refit of {r['parent_release_id']})" if r["parent_release_id"] else ""
+        parts = f" ({parts_text(r)})" if parts_text(r) else ""
         click.echo(f"{r['release_id']:<36}  {r['dataset']:<18} {r['kind']:<7} {eps:>8} {delta:>8}  "
-                   f"{r['created_at'] or '-':<25} {r['status']}{parent}")
+                   f"{r['created_at'] or '-':<25} {r['status']}{parent}{parts}")
 
 
 def _ledger_entries_of(location: ReleaseLocation) -> list[dict[str, Any]]:
@@ -742,7 +826,7 @@ def _ledger_entries_of(location: ReleaseLocation) -> list[dict[str, Any]]:
 def show_command(release_id: str, as_json: bool) -> None:
     """Show a release's public manifest (release.json) and its ledger entry."""
     from splice_assets.private.ledger import default_ledger_url
-    from splice_assets.release.budget_text import lifetime_text, release_text
+    from splice_assets.release.budget_text import lifetime_text, parts_text, release_text
 
     location = find_release(release_id)
     manifest = location.manifest()
@@ -757,6 +841,10 @@ def show_command(release_id: str, as_json: bool) -> None:
     click.echo(f"dataset     {manifest['dataset']} (schema v{manifest.get('schema_version')})")
     click.echo(f"created     {manifest.get('created_at', '-')}")
     click.echo(f"guarantee   ({privacy.get('epsilon')}, {privacy.get('delta')})-DP, relation {privacy.get('relation')}")
+    parts = parts_text({"epsilon_estimate": privacy.get("epsilon_estimate"),  # older manifests: measurement_epsilon
+                        "epsilon_measurement": privacy.get("epsilon_measurement", privacy.get("measurement_epsilon"))})
+    if parts:
+        click.echo(f"            {parts} (composed exactly into the guarantee, not added)")
     cost = privacy.get("epsilon_cost")
     refit = manifest.get("kind") == "refit"
     click.echo("this release " + ("-" if cost is None else release_text(cost, None if refit else privacy.get("delta")))
@@ -780,8 +868,8 @@ def show_command(release_id: str, as_json: bool) -> None:
                    f"v{mlflow_info.get('registered_model_version')}")
     click.echo(f"public      {location.public_dir}")
     for e in entries:
-        click.echo(f"ledger      {e['ledger_entry_id']} {e['status']} {e['mechanism']} epsilon {e['epsilon']:g} "
-                   f"delta {e['delta']:g} at {e['created_at']}")
+        click.echo(f"ledger      {e['part']} part {e['ledger_entry_id']} {e['status']} {e['mechanism']} epsilon "
+                   f"{e['epsilon']:g} alone, delta {e['delta']:g} at {e['created_at']}")
     if not entries:
         click.echo("ledger      no entry for this release in " + _redact(default_ledger_url()))
 
@@ -840,7 +928,7 @@ def budget_group() -> None:
 def budget_command(dataset: str, as_json: bool) -> None:
     """A dataset's lifetime budget: spent, remaining, the per-release history and the budget's change history."""
     from splice_assets.private.ledger import BudgetLedger, default_ledger_url
-    from splice_assets.release.budget_text import lifetime_text, release_text
+    from splice_assets.release.budget_text import lifetime_text, parts_text, release_rows, release_text
 
     url = default_ledger_url()
     status = budget_status(url, dataset)
@@ -848,7 +936,9 @@ def budget_command(dataset: str, as_json: bool) -> None:
         raise fail(f"no budget for dataset {dataset!r} in {_redact(url)}")
     ledger = BudgetLedger(url)
     try:
-        history = [_entry_dict(e) for e in ledger.entries(dataset)]
+        # One row per release, its parts (estimate, measurement) composed into its headline epsilon.
+        history = [{**row, "created_at": row["created_at"].isoformat(timespec="seconds"),
+                    "entries": [_entry_dict(e) for e in row["entries"]]} for row in release_rows(ledger, dataset)]
         changes = [_change_dict(c) for c in ledger.budget_changes(dataset)]
     finally:
         ledger.close()
@@ -868,8 +958,9 @@ def budget_command(dataset: str, as_json: bool) -> None:
         click.echo("releases  each at its own (epsilon, delta); the lifetime line composes them")
     for e in history:
         parent = f" refit of {e['parent_release_id']}" if e["parent_release_id"] else ""
+        parts = f" ({parts_text(e)})" if parts_text(e) else ""
         click.echo(f"  {e['created_at']}  {e['release_id']}  {e['status']:<9} this release "
-                   f"{release_text(e['epsilon'], e['delta'])}{parent}")
+                   f"{release_text(e['epsilon'], e['delta'])}{parts}{parent}")
 
 
 @budget_group.command("set")
@@ -930,7 +1021,8 @@ def schema_group() -> None:
               "it until you have checked the values are public and removed the mark.")
 @guarded
 def schema_init_command(input_path: str, out: str | None, name: str | None, from_data: bool) -> None:
-    """Draft a schema: column names, kinds and nullability; bounds, categories and n_min left to you."""
+    """Draft a schema: column names, kinds and nullability, marked `from_data: true` (read from the rows, so refused
+    until you confirm them and remove the mark); bounds, categories and n_min left to you."""
     from splice_assets.private.schema_draft import draft_schema
 
     if out is not None and Path(out).exists():
@@ -940,8 +1032,9 @@ def schema_init_command(input_path: str, out: str | None, name: str | None, from
         click.echo(text, nl=False)
         return
     Path(out).write_text(text, encoding="utf-8")
-    click.echo(f"wrote a draft schema to {out}: fill in n_min, bounds and categories"
-               + (", and remove every from_data mark once its values are confirmed public" if from_data else ""))
+    click.echo(f"wrote a draft schema to {out}: fill in n_min, bounds and categories, and remove every from_data mark "
+               "once what it marks (kinds, nullable" + (", observed values" if from_data else "") + ") is confirmed "
+               "public")
 
 
 # -- ledger maintenance --------------------------------------------------------------------------------------
@@ -952,20 +1045,43 @@ def _measurement_file(dataset: str, release_id: str) -> Path:
     return artifact_dir() / dataset / release_id / "public" / "measurement.json"
 
 
+def _noisy_output(entry: Any) -> tuple[Path, bool]:
+    """Where a ledger entry's noisy output is kept (its DP estimate's public record, or its measurement) and whether
+    it is there: each is stored as soon as it is drawn, before its entry is committed, so a stored one proves that
+    the entry's noise was drawn. An estimate's noise is also proven drawn by its release's measurement, drawn after
+    it. Estimate and measurement entries are resolved by the same rules on this."""
+    from splice_assets.defaults import ESTIMATE_FILE, ESTIMATE_MECHANISM
+
+    measurement = _measurement_file(entry.dataset, entry.release_id)
+    if entry.mechanism != ESTIMATE_MECHANISM:
+        return measurement, measurement.is_file()
+    estimate = measurement.with_name(ESTIMATE_FILE)
+    return estimate, estimate.is_file() or measurement.is_file()
+
+
 @main.group("ledger")
 def ledger_group() -> None:
-    """Maintain the budget ledger: list and resolve reservations left behind by runs that died."""
+    """Maintain the budget ledger: list and resolve reservations left behind by runs that died, finish or clean up
+    the releases they left."""
 
 
 @ledger_group.command("stale")
 @click.option("--older-than", "older_than", default=60.0, show_default=True, type=click.FloatRange(min=0),
-              help="Only reservations created more than this many minutes ago.")
+              help="Only reservations made, and release folders last changed, more than this many minutes ago "
+              "(younger ones may belong to a running release).")
 @click.option("--dataset", default=None, help="Only this dataset.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.option("--remove", is_flag=True,
+              help="Remove the private files the listed releases left (step files; a release not charged entirely). "
+              "A charged release keeps its measurement and charge record, so it can still be resumed.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list (each row's `kind`: reservation or release).")
 @guarded
-def ledger_stale_command(older_than: float, dataset: str | None, as_json: bool) -> None:
-    """List reservations still `reserved` after --older-than minutes, and whether their measurement is stored."""
+def ledger_stale_command(older_than: float, dataset: str | None, remove: bool, as_json: bool) -> None:
+    """List reservations still `reserved` after --older-than minutes, and whether their measurement is stored; and
+    releases their runs left behind: charged but unwritten (with the command that finishes them), or holding private
+    step files."""
     from datetime import timedelta
+
+    from splice_assets.release.resume import leftovers, remove_leftover
 
     ledger = _open_ledger()
     try:
@@ -973,10 +1089,11 @@ def ledger_stale_command(older_than: float, dataset: str | None, as_json: bool) 
     finally:
         if ledger is not None:
             ledger.close()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for entry in stale:
-        path = _measurement_file(entry.dataset, entry.release_id)
+        path, kept = _noisy_output(entry)  # an estimate entry's output is its estimate.json
         rows.append({
+            "kind": "reservation",
             "ledger_entry_id": entry.id,
             "dataset": entry.dataset,
             "release_id": entry.release_id,
@@ -984,34 +1101,83 @@ def ledger_stale_command(older_than: float, dataset: str | None, as_json: bool) 
             "mechanism": entry.mechanism,
             "epsilon": entry.epsilon,
             "delta": entry.delta,
-            "measurement_stored": path.is_file(),
+            "measurement_stored": kept,
             "measurement_path": str(path),
         })
+    left = leftovers(older_than * 60.0, dataset)
+    if remove:
+        for leftover in left:
+            remove_leftover(leftover)
+    releases = [_leftover_row(leftover, remove) for leftover in left]
     if as_json:
-        _json_out(rows)
+        _json_out(rows + releases)
         return
     if not rows:
         click.echo(f"no reservations older than {older_than:g} minutes" + (f" for {dataset!r}" if dataset else ""))
-        return
-    click.echo(f"{'entry':<32}  {'dataset':<18} {'release':<36}  {'created (UTC)':<25} {'epsilon':>8} {'delta':>8}  "
-               "measurement")
+    else:
+        click.echo(f"{'entry':<32}  {'dataset':<18} {'release':<36}  {'created (UTC)':<25} {'epsilon':>8} "
+                   f"{'delta':>8}  measurement")
     for r in rows:
         stored = "stored" if r["measurement_stored"] else "none"
         click.echo(f"{r['ledger_entry_id']:<32}  {r['dataset']:<18} {r['release_id']:<36}  {r['created_at']:<25} "
                    f"{r['epsilon']:>8g} {r['delta']:>8g}  {stored}")
+    if releases:
+        click.echo(f"releases left by stopped runs (unchanged for {older_than:g} minutes):")
+    for r in releases:
+        files = ", ".join(r["private_files"])
+        click.echo(f"  {r['release_id']}  {r['dataset']}  {r['state']}"
+                   + (f"; finish it: {r['resume']}" if r["resume"] else "")
+                   + (f"; private files {'removed' if remove else 'left'}: {files}" if files else ""))
+    if any(r["private_files"] for r in releases) and not remove:
+        click.echo("remove the private files with `splice ledger stale --remove` (same --older-than and --dataset)")
+
+
+def _leftover_row(leftover: Any, removed: bool) -> dict[str, Any]:
+    """A release folder that a stopped run left (``resume.leftovers``), as a row of `splice ledger stale`."""
+    from splice_assets.release.budget_text import release_text
+    from splice_assets.release.resume import ResumeRefused, load_charge, resume_command
+
+    location = leftover.location
+    epsilon = delta = None
+    if leftover.written:
+        state = "written"
+    elif leftover.charged:
+        try:
+            charge = load_charge(location)
+            epsilon, delta = charge.epsilon, charge.delta
+            state = f"charged {release_text(epsilon, delta)}, not written"
+        except (ResumeRefused, OSError, ValueError, KeyError) as exc:
+            state = f"charged, not written, cannot be resumed: {_one_line(exc)}"
+    else:
+        state = "not charged (no measurement stored), not written: nothing to resume"
+    return {
+        "kind": "release",
+        "dataset": location.dataset,
+        "release_id": location.release_id,
+        "path": str(location.root),
+        "state": state,
+        "epsilon": epsilon,
+        "delta": delta,
+        "resume": resume_command(location.release_id) if epsilon is not None else None,
+        "private_files": [str(p.relative_to(location.root)) if p != location.root else "the whole release folder"
+                          for p in leftover.private],
+        "removed": removed and bool(leftover.private),
+    }
 
 
 @ledger_group.command("resolve")
 @click.argument("entry_id")
 @click.option("--abort", "abort", is_flag=True,
-              help="Un-count the reservation (needs --confirm-no-noise-drawn; refused if its measurement is stored).")
+              help="Un-count the reservation (needs --confirm-no-noise-drawn; refused if its noisy output is stored).")
 @click.option("--confirm-no-noise-drawn", "confirm_no_noise", is_flag=True,
               help="Confirm that the dead run never drew this reservation's noise (only with --abort).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @guarded
 def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, as_json: bool) -> None:
-    """Resolve a dead run's reservation: committed if its noisy measurement is stored, else expired (still counted,
-    since its noise may have been drawn and lost). Only --abort --confirm-no-noise-drawn un-counts it."""
+    """Resolve a dead run's reservation: committed if its noisy output (measurement, or DP estimate) is stored, else
+    expired (still counted, since its noise may have been drawn and lost). Only --abort --confirm-no-noise-drawn
+    un-counts it, except a part of a release's reservation that no draw claimed: no noise was drawn for it, so it is
+    aborted either way."""
     from splice_assets.private.ledger import STATUS_RESERVED, default_actor, default_ledger_url
     from splice_assets.release.budget_text import lifetime_of
 
@@ -1025,11 +1191,13 @@ def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, a
         entry = ledger.entry(entry_id)
         if entry.status != STATUS_RESERVED:
             raise fail(f"ledger entry {entry_id!r} is {entry.status!r}; only a 'reserved' entry can be resolved")
-        path = _measurement_file(entry.dataset, entry.release_id)
-        stored = path.is_file()
-        if abort:
+        path, stored = _noisy_output(entry)
+        if not entry.claimed:  # the ledger knows: every draw claims its part before drawing
+            ledger.withdraw(entry_id, actor=default_actor())
+            status, why = "aborted", "un-counted: no draw claimed this part of its release, so no noise was drawn"
+        elif abort:
             if stored:
-                raise fail(f"refusing to abort ledger entry {entry_id!r}: its noisy measurement {str(path)!r} is "
+                raise fail(f"refusing to abort ledger entry {entry_id!r}: its noisy output {str(path)!r} is "
                            "stored, so noise was drawn; resolve it without --abort to commit it")
             if not confirm_no_noise:
                 raise fail(f"--abort un-counts ledger entry {entry_id!r}: add --confirm-no-noise-drawn if and only if "
@@ -1038,8 +1206,8 @@ def ledger_resolve_command(entry_id: str, abort: bool, confirm_no_noise: bool, a
             status, why = "aborted", "un-counted: confirmed that no noise was drawn"
         else:
             status = ledger.resolve(entry_id, noise_released=stored, actor=default_actor()).status
-            why = ("counted: its noisy measurement is stored" if stored
-                   else "still counted: no stored measurement, and its noise may have been drawn and lost")
+            why = ("counted: its noisy output is stored" if stored
+                   else "still counted: no stored output, and its noise may have been drawn and lost")
         spent, delta_total = ledger.spent(entry.dataset)
         budget = ledger.budget(entry.dataset)
         remaining = ledger.remaining(entry.dataset)

@@ -25,10 +25,10 @@ RELATIONS = (RELATION_REPLACE_ONE, RELATION_ADD_REMOVE)
 # 0.0079 -> 0.0078, MMD 0.018 -> 0.018, TSTR R^2 0.616 -> 0.577. Only pairs with a discrete coordinate was worse
 # on both (adult 2-way 0.085, california TSTR 0.48). 0.25 / 0.45 cut the off-grid 1-way error 5-11% but cost the
 # on-grid 2-way TVD under replace-one (california .0903 -> .0918, adult .0500 -> .0508): not adopted
-# (docs/decisions/0022).
+# (docs/decisions/0002, docs/decisions/alternatives.md).
 DEFAULT_MARGINAL_SHARE = 0.15
 DEFAULT_PAIR_SHARE = 0.5
-# The moments carry the numeric dependence the tables' bins do not (0022: California's TSTR falls with their share);
+# The moments carry the numeric dependence the tables' bins do not (0002: California's TSTR falls with their share);
 # on discrete columns they repeat what the tables hold. So the pairs' share grows with the share of discrete columns,
 # from DEFAULT_PAIR_SHARE on an all-numeric table to DISCRETE_PAIR_SHARE on an all-discrete one (decision 0060).
 DISCRETE_PAIR_SHARE = 0.75
@@ -46,6 +46,13 @@ DEFAULT_HOLDOUT_FRACTION = 0.2
 #: The most rows the fixed-point sums of ``private.statistics`` hold; under add-remove it stands in for the private n
 #: in the floating-point slack of the sensitivity.
 MAX_ROWS = 2**31 - 1
+
+#: The ledger mechanism of a release's DP estimate of its schema's ``auto`` entries (``private.bounds``): the
+#: readers of the ledger (``splice releases``, ``show``, ``budget``) tell a release's parts apart by it.
+ESTIMATE_MECHANISM = "gaussian/dp-bounds-histogram"
+#: A release's public files of its noisy draws, stored as soon as each is drawn (before its ledger entry is
+#: committed): what ``splice ledger resolve`` checks for a dead run's estimate and measurement entries.
+ESTIMATE_FILE, MEASUREMENT_FILE = "estimate.json", "measurement.json"
 
 
 def default_pair_share(schema: TableSchema) -> float:

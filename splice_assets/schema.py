@@ -1,8 +1,8 @@
 """Public table schemas: the only source of bounds and category lists that may shape a release.
 
 A schema is a versioned YAML file written from public knowledge (never from observed min/max). A column that
-``splice schema init --from-data`` filled from the rows carries ``from_data: true`` and is refused until the
-operator has confirmed its values are public and removed the mark.
+``splice schema init`` drafted from the rows (its kind and nullable; with ``--from-data`` its values too) carries
+``from_data: true`` and is refused until the operator has confirmed what it says is public and removed the mark.
 It is parsed into small frozen dataclasses; any malformed entry raises ``SchemaError`` quoting it.
 """
 
@@ -213,11 +213,11 @@ def _column_entry(raw: Any, position: int, keys: set[str], hint: str = "") -> tu
 def parse_column(raw: Any, position: int) -> ColumnSpec:
     name, where = _column_entry(raw, position, _COLUMN_KEYS)
     if raw.get("from_data", False) is not False:
-        # `splice schema init --from-data` copied observed values (categories, min/max) from the private rows: they
-        # may shape a release only once the operator has confirmed they are public knowledge.
+        # `splice schema init` read the kind and nullable (and with --from-data categories, min/max) from the private
+        # rows: they may shape a release only once the operator has confirmed they are public knowledge.
         raise _fail(where, {"from_data": raw["from_data"]},
-                    "its bounds or categories were taken from the data (from_data: true); check that they are public "
-                    "knowledge, then delete the from_data mark")
+                    "its kind, nullable, bounds or categories were taken from the data (from_data: true); check that "
+                    "they are public knowledge, then delete the from_data mark")
     kind = raw.get("kind")
     if kind not in NUMERIC_KINDS | DISCRETE_KINDS:
         raise _fail(where, kind, f"kind must be one of {sorted(NUMERIC_KINDS | DISCRETE_KINDS)}")

@@ -23,7 +23,7 @@ from splice_assets.private.bounds import (
     histogram_sensitivity,
 )
 from splice_assets.private.ledger import BudgetExceeded, BudgetLedger
-from splice_assets.private.mechanism import calibrate, compose_epsilon, split_privacy
+from splice_assets.private.mechanism import calibrate, compose_epsilon, epsilon_of, split_privacy
 from splice_assets.private.validation import StructuralError, validate
 from splice_assets.schema import parse_schema
 
@@ -240,7 +240,8 @@ def test_release_job_with_auto_bounds_splits_the_privacy_explicitly(tmp_path, mo
     assert affairs["bounds"] == [lo, hi]
     # The headline guarantee is the whole release's: measurement and bounds composed.
     assert manifest["privacy"]["epsilon"] == pytest.approx(2.0, abs=2e-6)
-    assert manifest["privacy"]["measurement_epsilon"] == pytest.approx(measurement_epsilon)
+    assert manifest["privacy"]["epsilon_measurement"] == pytest.approx(measurement_epsilon)
+    assert manifest["privacy"]["epsilon_estimate"] == pytest.approx(epsilon_of(z_bounds, config.delta))
 
 
 def test_a_frequent_zero_of_an_auto_column_becomes_an_exact_value():

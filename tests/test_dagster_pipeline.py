@@ -1,9 +1,11 @@
-"""The Dagster layer end to end: definitions, full materialisation, budget gate, automation, retries, UI."""
+"""The Dagster layer end to end: definitions, full materialisation, budget gate, automation, a failed run and its
+resume, UI."""
 
 from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 import pytest
-from helpers import FAST, dagster_ui, launch_release, release_resources, run_ids, wait_for_run
+from helpers import FAST, dagster_ui, launch_release, ledger_url, release_resources, run_ids, wait_for_run
 from helpers import set_budget as shared_set_budget
 
 from splice_assets.dagster_layer import assets as assets_mod
@@ -213,8 +215,12 @@ def test_invalid_config_quotes_the_value():
     assert ReleaseConfig(marginal_share=0.4, pair_share=0.59).relation == "replace-one"
 
 
-def test_retry_after_fit_failure_does_not_charge_twice(tmp_path, monkeypatch):
+def test_a_failed_run_removes_its_steps_and_resume_finishes_it_without_a_second_charge(tmp_path, monkeypatch):
+    """A step failing after the charge removes the run's private step files and logs the spend and the resume
+    command; re-executing from the failed step finds no step files and points to `splice release --resume`, which
+    finishes the release from its stored measurement without charging again."""
     from splice_assets.postprocess import chain
+    from splice_assets.release.resume import resume_release
 
     real_fit = chain.fit
     calls = {"n": 0}
@@ -232,13 +238,22 @@ def test_retry_after_fit_failure_does_not_charge_twice(tmp_path, monkeypatch):
         first = run_release(tmp_path, instance)
         assert not first.success
         assert [e.status for e in ledger_entries(tmp_path)] == ["committed"]
+        release_dir = tmp_path / "releases" / "fair_affairs" / first.run_id
+        assert not (release_dir / "internal" / "steps").exists()
+        warnings = [e.message for e in instance.all_logs(first.run_id) if e.level == logging.WARNING]
+        assert any(f"splice release --resume {first.run_id}" in m and "epsilon = 1" in m for m in warnings)
         options = dg.ReexecutionOptions.from_failure(first.run_id, instance)
         with dg.execute_job(
             dg.reconstructable(_release_job_for_tests), instance=instance, reexecution_options=options
         ) as second:
-            assert second.success
-            executed = {e.step_key for e in second.all_events if e.is_step_success}
-    assert op_name("private_moments") not in executed and op_name("mixture_model") in executed
+            assert not second.success
+            failure = next(e for e in second.all_events if e.is_step_failure)
+            assert "splice release --resume" in failure.event_specific_data.error.message
+    assert calls["n"] == 1
+    record = resume_release(first.run_id, base_dir=tmp_path / "releases", ledger_url=ledger_url(tmp_path),
+                            mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+                            mlflow_artifact_root=str(tmp_path / "mlartifacts"))
+    assert record["release_id"] == first.run_id and (release_dir / "public" / "release.json").is_file()
     assert calls["n"] == 2
     assert [e.status for e in ledger_entries(tmp_path)] == ["committed"]
 

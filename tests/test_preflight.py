@@ -19,7 +19,7 @@ from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
 from splice_assets.private import preflight
 from splice_assets.private.ledger import BudgetLedger, budgets_table
-from splice_assets.private.mechanism import PrivacyParameterError, compose_epsilon
+from splice_assets.private.mechanism import PrivacyParameterError, compose_epsilon, epsilon_of
 from splice_assets.schema import load_schema
 
 SCHEMA = {
@@ -197,9 +197,10 @@ def test_release_json_states_the_whole_cost_bounds_estimate_included(world):
     manifest = json.loads(next((world / "releases").rglob("release.json")).read_text())
     privacy = manifest["privacy"]
     assert manifest["release_id"] == release_id
-    assert (privacy["epsilon"], privacy["measurement_epsilon"], privacy["bounds_noise_multiplier"]) == pytest.approx(
+    assert (privacy["epsilon"], privacy["epsilon_measurement"], privacy["bounds_noise_multiplier"]) == pytest.approx(
         (1.0, 0.9463, 17.378), rel=1e-4
     )
+    assert privacy["epsilon_estimate"] == pytest.approx(epsilon_of(17.378, 1e-9), rel=1e-4)
     assert privacy["epsilon_cost"] == pytest.approx(1.0)
     assert manifest["privacy_statement"].startswith("This release satisfies (1, 1e-09)-differential privacy")
     assert "estimated the numeric bounds" in manifest["privacy_statement"]

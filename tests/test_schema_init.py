@@ -1,5 +1,6 @@
-"""`splice schema init`: a draft from the header and cell types; values taken from the data are marked, and the
-schema loader (so every release) refuses them until the operator removes the mark."""
+"""`splice schema init`: a draft from the header and cell types; everything read from the data (every column's kind
+and nullable, with --from-data its values) is marked, and the schema loader (so every release) refuses it until the
+operator removes the mark."""
 
 from __future__ import annotations
 
@@ -40,9 +41,18 @@ def test_init_drafts_names_kinds_and_nullability_and_leaves_the_domain(tmp_path,
     assert kinds == {"age": ("integer", False), "income": ("continuous", True), "colour": ("categorical", False),
                      "member": ("boolean", False), "note": ("categorical", True)}
     assert columns["age"]["bounds"] is None and columns["colour"]["categories"] == []  # left to the operator
-    assert not any("from_data" in c for c in raw["columns"])
-    with pytest.raises(SchemaError, match="n_min"):
+    # Kinds and nullability were read from the rows: every column is marked, booleans included.
+    assert all(c["from_data"] is True for c in raw["columns"])
+    raw.update(n_min=2)
+    raw["columns"] = [{**c, "bounds": [0, 100]} if c["kind"] in ("integer", "continuous")
+                      else {**c, "categories": ["a"]} if c["kind"] == "categorical" else c for c in raw["columns"]]
+    (tmp_path / "people.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(SchemaError, match=r"column 'age': its kind, nullable, bounds or categories were taken"):
         load_schema(tmp_path / "people.yaml")
+    for column in raw["columns"]:  # the operator confirms the kinds are public
+        del column["from_data"]
+    (tmp_path / "people.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert load_schema(tmp_path / "people.yaml").column("member").kind == "boolean"
 
 
 def test_from_data_is_marked_and_refused_until_the_mark_is_removed(tmp_path, people):
@@ -50,11 +60,11 @@ def test_from_data_is_marked_and_refused_until_the_mark_is_removed(tmp_path, peo
     columns = {c["name"]: c for c in raw["columns"]}
     assert columns["age"]["bounds"] == [27, 51] and columns["income"]["bounds"] == [980.0, 1200.5]
     assert columns["colour"]["categories"] == ["green", "red"]
-    assert all(c.get("from_data") is True for c in raw["columns"] if c["kind"] != "boolean")
+    assert all(c.get("from_data") is True for c in raw["columns"])
     raw["n_min"] = 2
     path = tmp_path / "people.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    with pytest.raises(SchemaError, match=r"column 'age': its bounds or categories were taken from the data"):
+    with pytest.raises(SchemaError, match=r"column 'age': its kind, nullable, bounds or categories were taken from"):
         load_schema(path)
     # A release refuses it too, in one line that names the column, before reading anything else.
     result = run("release", "--schema", path, "--input", people, "--epsilon", "1", "--delta", "1e-3")

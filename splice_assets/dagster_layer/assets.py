@@ -32,12 +32,15 @@ from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
 from splice_assets.model.fit import FittedMixture
 from splice_assets.postprocess.links import describe as describe_links
 from splice_assets.private import holdout_split, measuring
+from splice_assets.private.bounds import BoundsEstimate
 from splice_assets.private.partitions import StreamedInput
 from splice_assets.private.validation import (
     ValidationReport,
     read_table,
 )
 from splice_assets.release import bundle as release_lib
+from splice_assets.release import resume
+from splice_assets.release.locations import ReleaseLocation
 from splice_assets.schema import load_schema
 
 GROUP = "splice_release"
@@ -100,6 +103,12 @@ class MeasuredMoments:
         return (cast(pd.DataFrame, validated.train), cast(pd.DataFrame, validated.holdout),
                 cast(ValidationReport, validated.report))
 
+    def measured_rows(self, validated: ValidatedInput) -> int:
+        """INTERNAL: the exact count of the rows measured (private under add-remove)."""
+        if self.streamed is not None:
+            return self.streamed.sums.rows
+        return len(cast(pd.DataFrame, validated.train))
+
 
 @dataclass(frozen=True)
 class FittedModel:
@@ -126,6 +135,15 @@ class FidelityReport:
     result: ReportResult
 
 
+def privacy_parts(estimate_multiplier: float | None, measurement_epsilon: float, delta: float) -> dict[str, float]:
+    """The parts of a release's guarantee, each alone at ``delta``, under their own names (they compose to the
+    release's epsilon, they do not add up to it)."""
+    from splice_assets.private.mechanism import epsilon_of
+
+    estimate = {} if estimate_multiplier is None else {"epsilon_estimate": epsilon_of(estimate_multiplier, delta)}
+    return {**estimate, "epsilon_measurement": measurement_epsilon}
+
+
 def row_count_metadata(n: int, relation: str) -> dict[str, int]:
     """The measured row count for the UI: public under replace-one. Under add-remove it is private, so it is not
     shown at all (Dagster's event log lives outside the internal release folder); the noisy n of the measurement
@@ -140,31 +158,34 @@ def row_count_metadata(n: int, relation: str) -> dict[str, int]:
     check_specs=[dg.AssetCheckSpec("structure", asset=dg.AssetKey([PREFIX, "validated_table"]), blocking=True)],
 )
 def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, ledger: LedgerResource,
-                    engine: EngineResource):
+                    engine: EngineResource, store: ArtifactStore):
     settings = config.settings()
     synth = settings.synthesizer(load_schema(schema_path(settings.dataset)))
     # The release records the pair share the synthesizer resolved for the schema, the one it measures with.
     settings = dataclasses.replace(settings, pair_share=synth.settings.measurement.pair_share)
     source = settings.resolved_input()
+    release_id = release_id_of(context)
+    public_dir = store.public_dir(settings.dataset, release_id)
+
+    def on_estimate(estimate: BoundsEstimate) -> None:  # kept before its entry is committed, as the measurement
+        release_lib.save_estimate(estimate, public_dir)
+
+    # The measured part's size is checked against n_min before anything is charged, and under replace-one only
+    # (``Synthesizer.check``): under add-remove a refusal on it would publish a bit of the private n.
     if engine.streams(source):
         # A partitioned input: one streamed pass now (checks, row count, DP bounds), the rows again at measurement.
         with ledger.open() as book, engine.open() as workers:
-            scan = synth.scan_source(source, book, release_id_of(context), settings.holdout_fraction, workers,
-                                     settings.schema_version)
+            scan = synth.scan_source(source, book, release_id, settings.holdout_fraction, workers,
+                                     settings.schema_version, on_estimate)
         validated, n_measured = ValidatedInput(settings, synth, None, None, None, source, scan), scan.n_measured
     else:
         raw = read_table(source)
         n_measured = len(raw) - int(round(settings.holdout_fraction * len(raw)))
         with ledger.open() as book:
-            checked = synth.prepare(raw, book, release_id_of(context), n_measured, settings.schema_version)
+            checked = synth.prepare(raw, book, release_id, n_measured, settings.schema_version, on_estimate)
         train, holdout = holdout_split.split_holdout(
             checked.table, settings.holdout_fraction, settings.seed, settings.relation
         )
-        if len(train) < synth.schema.n_min:
-            raise dg.Failure(
-                f"after holding out {settings.holdout_fraction:.0%} for evaluation the measured part is below the "
-                f"schema's public n_min={synth.schema.n_min}; lower holdout_fraction"
-            )
         validated, n_measured = ValidatedInput(settings, synth, train, holdout, checked.report, source), len(train)
     if synth.bounds is not None and synth.bounds.spent:
         context.log.info(f"auto bounds, values, decimals, steps and knots (public DP estimates, noise multiplier "
@@ -184,13 +205,14 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
         metadata={
             "dataset": synth.schema.name,
             "auto bounds (DP estimates)": dg.MetadataValue.json(
-                {} if synth.bounds is None else {"epsilon": synth.bounds.epsilon, "bounds": synth.bounds.columns,
+                {} if synth.bounds is None else {"bounds": synth.bounds.columns,
                                                  "values": synth.bounds.found_values,
                                                  "decimals": synth.bounds.found_decimals,
                                                  "steps": synth.bounds.found_steps,
                                                  "knots": synth.bounds.found_knots}
             ),
-            "measurement epsilon": synth.measurement_epsilon,
+            # The release's parts, each alone at its delta; the whole release's epsilon is on private_moments.
+            **privacy_parts(synth.privacy_split()[1], synth.measurement_epsilon, settings.delta),
             "schema_version": synth.schema.version,
             "engine": engine.engine if validated.scan else "whole table in memory",
             # Row groups grow with n, so their count is shown only where n is public (replace-one).
@@ -237,6 +259,15 @@ def private_moments(
     synth, s = e.synth, e.settings
     stem = store.public_dir(s.dataset, release_id_of(context)) / "measurement"
     streamed = None
+
+    def keep(measurement: Measurement) -> None:
+        # What `splice release --resume` needs besides the measurement, stored first: the measurement's file is
+        # what marks the release as charged.
+        release_id = release_id_of(context)
+        location = ReleaseLocation(release_id, s.dataset, store.release_dir(s.dataset, release_id))
+        resume.record_charge(location, s, synth.schema, synth.bounds, e.scan is not None, context.run.run_id)
+        measurement.save(stem)
+
     if stem.with_suffix(".json").exists():
         # A retry of this step: reuse the stored noisy moments, never draw (and pay for) fresh noise.
         synth.measurement, reused = Measurement.load(stem), True
@@ -251,21 +282,23 @@ def private_moments(
                 if e.scan is not None:
                     with engine.open() as workers:
                         streamed = synth.measure_source(e.scan, book, release_id_of(context), workers,
-                                                        on_noisy=lambda m: m.save(stem))
+                                                        on_noisy=keep)
                 else:
-                    synth.measure(cast(np.ndarray, e.x), book, release_id_of(context),
-                                  on_noisy=lambda m: m.save(stem))
+                    synth.measure(cast(np.ndarray, e.x), book, release_id_of(context), on_noisy=keep)
             except measuring.MomentsOutOfRange:
                 yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=False)
                 raise dg.Failure("exact statistics not finite or out of range; nothing was charged") from None
         yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=True)
         reused = False
     measurement = cast(Measurement, synth.measurement)  # measured or loaded above
+    privacy = synth.privacy
     yield dg.Output(
         MeasuredMoments(s, synth, reused, streamed),
         metadata={
-            "epsilon": measurement.epsilon,
-            "delta": measurement.delta,
+            # One headline: the whole release's guarantee, what it charged; its parts beside it.
+            "epsilon": privacy.epsilon,
+            "delta": privacy.delta,
+            **privacy_parts(privacy.bounds_noise_multiplier, privacy.epsilon_measurement, privacy.delta),
             "sigma": measurement.sigma,
             "sensitivity": measurement.sensitivity,
             "L": measurement.n_directions,
@@ -421,6 +454,7 @@ def release(
             dagster_run_id=context.run.run_id,
             bounds_estimate=synth.bounds,
             synthetic_files=synthetic_table.files,
+            measured_rows=private_moments.measured_rows(validated_table),
         )
     context.log.info(f"release {release_id}: public bundle at {record['public_dir']}")
     return dg.Output(
@@ -429,6 +463,8 @@ def release(
             "release_id": release_id,
             "public_bundle": dg.MetadataValue.path(record["public_dir"]),
             "mlflow_run_id": record.get("mlflow_run_id", ""),
+            "epsilon": record["epsilon"],
+            "epsilon_cost": record["epsilon_cost"],
             "epsilon_spent_lifetime": record.get("epsilon_spent", float("nan")),
             "epsilon_remaining": record.get("epsilon_remaining", float("nan")),
         },

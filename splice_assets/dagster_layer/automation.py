@@ -5,7 +5,9 @@ mapping that validates it when a run is launched: Dagster's config schema checks
 such as ``gt=0`` are not part of it), so without the mapping an epsilon of -1 would start a run and fail in its
 first step. ``run_config_for`` is the one mapping from a ``ReleaseConfig`` to that run config.
 
-Every scheduled refresh is a new spend. A refresh that would exceed the dataset's lifetime budget is
+A failed step ends a release's run and removes its private step files (``remove_steps_on_failure``): a release
+charged before it failed is finished by `splice release --resume` from its stored measurement, not by re-executing
+the run. Every scheduled refresh is a new spend. A refresh that would exceed the dataset's lifetime budget is
 skipped with a reason (visible in the UI) instead of failing later; the sensor launches one release per
 new file (run key = file name + modification time).
 """
@@ -20,13 +22,17 @@ from pydantic import ValidationError
 
 from splice_assets.dagster_layer.assets import ALL_ASSETS, CONFIG_OP
 from splice_assets.dagster_layer.config import ReleaseConfig, settings_error
-from splice_assets.dagster_layer.resources import LedgerResource
+from splice_assets.dagster_layer.resources import LedgerResource, ReleaseStepStorage, release_id_of_run
 from splice_assets.datasets import DEMO_DATASET, schema_path
 from splice_assets.private import measuring
 from splice_assets.private.ledger import BUDGET_TOLERANCE
+from splice_assets.release.locations import ReleaseLocation
+from splice_assets.release.resume import stopped_text
 from splice_assets.schema import load_schema
 
 SETTINGS = "settings"  # the job-level settings block of the launchpad
+#: Tag of a run whose caller (`splice release`, `make demo`) reports a stopped run itself (``inprocess``).
+IN_PROCESS_TAG = "splice/in_process"
 
 
 class ReleaseSettingsRefused(dg.DagsterError):
@@ -64,6 +70,24 @@ release_run_config = dg.ConfigMapping(
     },
 )
 
+
+@dg.failure_hook(required_resource_keys={"io_manager"})
+def remove_steps_on_failure(context: dg.HookContext) -> None:
+    """A failed step: the release's private step files go; if it was charged, the log says what it spent and how
+    to finish it (the CLI and the demo say so themselves, in their one line)."""
+    run = context.instance.get_run_by_id(context.run_id)
+    if run is None:
+        return
+    release_id = release_id_of_run(run)
+    storage: ReleaseStepStorage = context.resources.io_manager
+    storage.remove(release_id)
+    if run.tags.get(IN_PROCESS_TAG):
+        return
+    for root in storage.base().glob(f"*/{release_id}"):
+        if ReleaseLocation(release_id, root.parent.name, root).charged:
+            context.log.warning(stopped_text(root.parent.name, release_id, base=storage.base()))
+
+
 release_job = dg.define_asset_job(
     "release",
     selection=dg.AssetSelection.assets(*ALL_ASSETS),
@@ -71,6 +95,7 @@ release_job = dg.define_asset_job(
     config=release_run_config,
     # The chain is linear, so one process loses no parallelism and keeps torch's thread setting in force.
     executor_def=dg.in_process_executor,
+    hooks={remove_steps_on_failure},
 )
 
 INPUT_SUFFIXES = (".csv", ".csv.gz", ".parquet")

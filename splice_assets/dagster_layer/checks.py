@@ -3,10 +3,11 @@
 
 import dagster as dg
 
+from splice_assets.api import MEASUREMENT
 from splice_assets.dagster_layer.assets import PREFIX, EncodedInput, SyntheticTable
 from splice_assets.dagster_layer.resources import LedgerResource
 from splice_assets.evaluation.expectations import check_synthetic
-from splice_assets.private.ledger import BUDGET_TOLERANCE
+from splice_assets.private.ledger import BUDGET_TOLERANCE, STATUS_RESERVED
 from splice_assets.private.preflight import ReleaseCost, ledger_projection
 
 
@@ -14,7 +15,8 @@ from splice_assets.private.preflight import ReleaseCost, ledger_projection
     asset=dg.AssetKey([PREFIX, "unit_ball_encoding"]),
     blocking=True,
     description="Blocking: the measurement's spend still fits the dataset's lifetime budget just before its noise "
-    "(pre-flight checked the whole release before any charge; this catches concurrent releases).",
+    "(pre-flight checked the whole release before any charge, and the release reserved it whole; this catches a "
+    "reservation lost since, and a lowered budget).",
 )
 def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -> dg.AssetCheckResult:
     s, synth = unit_ball_encoding.settings, unit_ball_encoding.synth
@@ -24,7 +26,10 @@ def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -
         budget = book.budget(s.dataset)
         if budget is None:
             return dg.AssetCheckResult(passed=False, description=f"no lifetime budget is set for {s.dataset!r}")
-        cost = ReleaseCost((calibration.noise_multiplier,))
+        held = synth.reservation.get(MEASUREMENT)
+        reserved = held is not None and (entry := book.entry(held)).status == STATUS_RESERVED and not entry.claimed
+        # A measurement already reserved with its release counts in the spend: adding it again would count it twice.
+        cost = ReleaseCost(() if reserved else (calibration.noise_multiplier,))
         spent, after = ledger_projection(book, s.dataset, budget.delta_total, cost)
     fits = after <= budget.epsilon_total + BUDGET_TOLERANCE
     return dg.AssetCheckResult(

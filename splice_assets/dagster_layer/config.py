@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -87,6 +89,14 @@ class ReleaseConfig(dg.Config):
         description="Pairwise field: fit iterations of the maximum-entropy field over the measured cells that "
         "re-imposes the tilted mixture's 1-/2-way tables and is sampled from; 0 = off (faster). Post-processing.",
     )
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_name(cls, value: str) -> str:
+        # The name picks the schema file and the release folder (<artifact dir>/<dataset>/): a path would move both.
+        if value in {"", ".", ".."} or Path(value).name != value:
+            raise ValueError(f"dataset must be a schema name (schemas/<dataset>.yaml), not a path, got {value!r}")
+        return value
 
     @field_validator("n_synthetic")
     @classmethod

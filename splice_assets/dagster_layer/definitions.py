@@ -15,17 +15,18 @@ from splice_assets.dagster_layer.automation import (
     release_job,
 )
 from splice_assets.dagster_layer.checks import ALL_CHECKS
-from splice_assets.dagster_layer.resources import default_resources
+from splice_assets.dagster_layer.resources import default_resources, locked
 
 
 def build_definitions(resources: dict[str, object] | None = None) -> dg.Definitions:
+    """The definitions with these resources (default: the deployment's), which no run config can change."""
     return dg.Definitions(
         assets=ALL_ASSETS,
         asset_checks=ALL_CHECKS,
         jobs=[release_job],
         schedules=[refresh_schedule],
         sensors=[new_file_sensor],
-        resources=resources or default_resources(),
+        resources=locked(resources or default_resources()),
     )
 
 

@@ -1,12 +1,14 @@
 """`make demo`: one full release of the bundled demo dataset, in-process, with embedded defaults.
 
 Shows a progress display of the release's stages on stderr and Dagster's console log at INFO (``--verbose``: DEBUG,
-every step event).
+every step event). Stopped by a failure or Ctrl-C (exit status 130), it says in one line what was spent and how to
+finish it, as `splice release` does.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from splice_assets import progress
@@ -15,6 +17,8 @@ from splice_assets.private.ledger import BudgetLedger, default_ledger_url
 from splice_assets.release.budget_text import lifetime_of, release_text
 from splice_assets.release.locations import prepare_dagster_home, quiet_mlflow
 
+#: Exit status after Ctrl-C: 128 + SIGINT, as a shell reports it (as `splice`'s).
+EXIT_INTERRUPTED = 130
 #: The demo's lifetime budget, set as an administrator would (`splice budget set`) when the ledger has none.
 DEMO_BUDGET = (10.0, 1e-6)
 
@@ -37,31 +41,38 @@ def main(argv: list[str] | None = None) -> int:
     if not verbose:
         quiet_mlflow()
     start = time.perf_counter()
-    with progress.showing(progress.display_for()):
-        with progress.stage("load Dagster and the release job"):
-            import dagster as dg
+    try:
+        with progress.showing(progress.display_for()):
+            with progress.stage("load Dagster and the release job"):
+                from splice_assets.dagster_layer.automation import run_config_for
+                from splice_assets.dagster_layer.config import ReleaseConfig
+                from splice_assets.dagster_layer.console import console_level, with_console_level, with_splice_console
+                from splice_assets.dagster_layer.definitions import build_definitions
+                from splice_assets.dagster_layer.inprocess import run_release
 
-            from splice_assets.dagster_layer.assets import op_name
-            from splice_assets.dagster_layer.automation import run_config_for
-            from splice_assets.dagster_layer.config import ReleaseConfig
-            from splice_assets.dagster_layer.console import console_level, with_console_level, with_splice_console
-            from splice_assets.dagster_layer.definitions import build_definitions
-
-            job = with_splice_console(build_definitions().resolve_job_def("release"))
-        with dg.DagsterInstance.get() as instance:
+                job = with_splice_console(build_definitions().resolve_job_def("release"))
             run_config = with_console_level(run_config_for(ReleaseConfig()), console_level(verbose))
-            result = job.execute_in_process(run_config=run_config, instance=instance)
+            run = run_release(job, run_config, DEMO_DATASET, tags={"splice/trigger": "demo"})
+    except KeyboardInterrupt:  # before the run started (the run reports its own)
+        print("interrupted before the release started: nothing was charged", file=sys.stderr)
+        return EXIT_INTERRUPTED
     wall = time.perf_counter() - start
-    if not result.success:
+    if not run.success:
+        if run.interrupted:
+            print(f"interrupted: {run.stopped_text()}", file=sys.stderr)
+            return EXIT_INTERRUPTED
         from splice_assets.cli import _failure_reason
 
-        print(f"demo release FAILED: {_failure_reason(result)} (make demo DEMO_ARGS=--verbose: every Dagster event)")
+        print(f"demo release FAILED: {_failure_reason(run.result)}; {run.stopped_text()} "
+              "(make demo DEMO_ARGS=--verbose: every Dagster event)")
         return 1
+    result = run.result
+    assert result is not None
     durations = {}
     for event in result.all_events:
         if event.is_step_success and event.step_key:
             durations[event.step_key.removeprefix("splice__")] = event.event_specific_data.duration_ms / 1000.0
-    record = result.output_for_node(op_name("release"))
+    record = run.record()
     print(f"\nrelease {record['release_id']} done in {wall:.1f} s (Dagster home: {home})")
     for step, seconds in durations.items():
         print(f"  {step:<22} {seconds:7.2f} s")

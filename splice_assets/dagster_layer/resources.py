@@ -1,21 +1,26 @@
-"""Resources: the budget ledger, MLflow tracking, the release artifact store and the step storage.
+"""Resources: the budget ledger, MLflow tracking, the release artifact store, the engine and the step storage.
 
 Defaults are embedded (SQLite files under $DAGSTER_HOME); production points them elsewhere through
-environment variables without code changes: SPLICE_LEDGER_URL, MLFLOW_TRACKING_URI, SPLICE_ARTIFACT_DIR.
+environment variables without code changes: SPLICE_LEDGER_URL, MLFLOW_TRACKING_URI, SPLICE_ARTIFACT_DIR,
+SPLICE_ENGINE, SPLICE_DASK_SCHEDULER, SPLICE_DASK_WORKERS. The deployment sets them and no run can: bound as it is,
+a ``ConfigurableResource`` turns its fields into run config (the bound value only a default), so any launch of any
+job could pick the ledger that is charged or where private rows go; ``locked`` serves each with an empty config
+schema instead, and a run config that names one of their fields is refused before the run exists.
 Lifetime budgets are not configured here: an administrator sets them in the ledger (``splice budget set``), so
 nobody who can launch a run can raise them.
 
 Step outputs carry private rows (the validated table, the encoded matrix) and facts computed from them, so they
-never go to Dagster's shared storage: ``ReleaseStepStorage`` keeps them in the release's own internal folder,
-keyed by the release id, and removes them when the release is written.
+never go to Dagster's shared storage: ``ReleaseStepStorage`` keeps them in the release's own internal folder
+(0600 files in 0700 folders), keyed by the release id, and removes them when the release is written or a step
+fails (``automation.remove_steps_on_failure``); `splice release` and `make demo` also on Ctrl-C.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import pickle
-import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -26,9 +31,13 @@ from splice_assets.engine import Engine, make_engine
 from splice_assets.private.ledger import BudgetLedger, default_ledger_url
 from splice_assets.private.row_count import is_partitioned_source
 from splice_assets.release.locations import (
+    STEPS_FOLDER,
     default_artifact_dir,
     default_tracking_uri,
     mlflow_artifact_location,
+    open_private,
+    private_dir,
+    remove_step_files,
 )
 
 
@@ -92,17 +101,15 @@ class ArtifactStore(dg.ConfigurableResource):
         return self.release_dir(dataset, release_id) / "internal"
 
 
-STEPS_FOLDER = "steps"
-
-
 def release_id_of_run(run: Any) -> str:
     """A release is identified by the root run: re-executions of a failed run keep the same id."""
     return run.root_run_id or run.run_id
 
 
 class ReleaseStepStorage(dg.ConfigurableIOManager):
-    """Step outputs pickled into <base_dir>/<dataset>/<release_id>/internal/steps/, readable by a re-execution of
-    the same release (same root run) and by no other run; the final ``release`` step removes the folder.
+    """Step outputs pickled into <base_dir>/<dataset>/<release_id>/internal/steps/, readable by the later steps of
+    the same release (same root run) and by no other run; the final ``release`` step removes the folder, as does a
+    failed step (a charged release is then finished by `splice release --resume`, not by re-executing the run).
 
     Every output of the chain carries its settings, hence its dataset; an input is found by its release id.
     """
@@ -110,45 +117,46 @@ class ReleaseStepStorage(dg.ConfigurableIOManager):
     base_dir: str = ""
     final_asset: str = "release"
 
-    def _root(self) -> Path:
+    def base(self) -> Path:
         return Path(self.base_dir or default_artifact_dir())
 
+    def remove(self, release_id: str) -> None:
+        """Remove the release's step files (and its folders left empty)."""
+        remove_step_files(release_id, self.base())
+
     def _file(self, release_id: str, dataset: str, asset: str) -> Path:
-        return self._root() / dataset / release_id / "internal" / STEPS_FOLDER / f"{asset}.pkl"
+        return self.base() / dataset / release_id / "internal" / STEPS_FOLDER / f"{asset}.pkl"
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         release_id = release_id_of_run(context.step_context.dagster_run)
         asset = context.asset_key.path[-1]
         if asset == self.final_asset:
             # The release is written: nothing downstream needs the step outputs any more.
-            for folder in self._root().glob(f"*/{release_id}/internal/{STEPS_FOLDER}"):
-                shutil.rmtree(folder, ignore_errors=True)
+            self.remove(release_id)
             return
         path = self._file(release_id, obj.settings.dataset, asset)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as handle:
+        private_dir(path.parent.parent)  # internal/
+        private_dir(path.parent)
+        with open_private(path) as handle:
             pickle.dump(obj, handle, protocol=pickle.HIGHEST_PROTOCOL)
 
     def load_input(self, context: dg.InputContext) -> Any:
         release_id = release_id_of_run(context.step_context.dagster_run)
         asset = cast(dg.OutputContext, context.upstream_output).asset_key.path[-1]  # set for an asset's input
-        found = sorted(self._root().glob(f"*/{release_id}/internal/{STEPS_FOLDER}/{asset}.pkl"))
+        found = sorted(self.base().glob(f"*/{release_id}/internal/{STEPS_FOLDER}/{asset}.pkl"))
         if not found:
-            raise dg.Failure(f"no stored output of step {asset!r} for release {release_id!r}; re-execute all steps")
+            raise dg.Failure(f"no stored output of step {asset!r} for release {release_id!r}: a failed run's step "
+                             f"files are removed; finish a charged release with `splice release --resume {release_id}`")
         with open(found[0], "rb") as handle:
             return pickle.load(handle)
 
 
 def default_resources() -> dict[str, object]:
-    """Resources wired from the environment (EnvVar keeps secrets out of the UI)."""
+    """The deployment's resources, from the environment as the definitions load."""
     artifacts = os.environ.get("SPLICE_ARTIFACT_DIR", "")
     return {
-        "ledger": LedgerResource(
-            url=dg.EnvVar("SPLICE_LEDGER_URL") if os.environ.get("SPLICE_LEDGER_URL") else "",
-        ),
-        "mlflow": MlflowResource(
-            tracking_uri=dg.EnvVar("MLFLOW_TRACKING_URI") if os.environ.get("MLFLOW_TRACKING_URI") else "",
-        ),
+        "ledger": LedgerResource(url=os.environ.get("SPLICE_LEDGER_URL", "")),
+        "mlflow": MlflowResource(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI", "")),
         "store": ArtifactStore(base_dir=artifacts),
         "engine": EngineResource(
             engine=os.environ.get("SPLICE_ENGINE", "local"), scheduler=os.environ.get("SPLICE_DASK_SCHEDULER", ""),
@@ -156,3 +164,16 @@ def default_resources() -> dict[str, object]:
         ),
         "io_manager": ReleaseStepStorage(base_dir=artifacts),
     }
+
+
+def locked(resources: Mapping[str, object]) -> dict[str, dg.ResourceDefinition]:
+    """The resources as built, each served to every job, schedule and sensor with an empty config schema: a run
+    config that sets any of their fields fails Dagster's config validation at launch. The UI shows no value."""
+    return {key: _fixed(value) for key, value in resources.items()}
+
+
+def _fixed(value: object) -> dg.ResourceDefinition:
+    description = inspect.getdoc(type(value))
+    if isinstance(value, dg.IOManager):
+        return dg.IOManagerDefinition(lambda _: value, config_schema={}, description=description)
+    return dg.ResourceDefinition(lambda _: value, config_schema={}, description=description)

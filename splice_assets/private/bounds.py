@@ -45,6 +45,13 @@ sqrt(columns), not with their number as in the pure-DP quantiles this replaced (
 columns they put bounds at 10^6 for data within 200). The steps share one reservation and one noise
 multiplier, so they compose (adaptively) into one Gaussian whose sensitivity is ``estimate_sensitivity``.
 Decision records 0018 and 0026.
+
+Every choice is post-processing of noisy counts in which every public cell is noised, so both neighbours see
+the same distribution of choices up to the (epsilon, delta) charged: the bounds, the exact zero and the clipped
+tails read the dense coarse and fine histograms of the whole public grid; the precision and the step their dense
+histograms; the knots their dense 64 cells. The frequent values are the one sparse draw, and ``select_values``
+shows that it has the dense draw's law. ``tests/test_estimate_reads_noise.py`` plants noise and sees every choice
+follow it; ``bench.audit`` measures each step against its claim.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from splice_assets.defaults import ESTIMATE_MECHANISM
 from splice_assets.layout import DEFAULT_NUMERIC_BINS, at_point, cube_of, step_range, value_of
 from splice_assets.measurement import RELATION_REPLACE_ONE
 from splice_assets.resolution import FALSE_POSITIVES, GRID_LIMIT, candidate_z
@@ -123,7 +131,7 @@ STEP_NOISE_SHARE = 0.03
 #: A run of decades beyond the resolved bounds whose noisy count clears this many noise sd is reported as clipped.
 CLIPPED_Z = 3.5
 DEFAULT_BOUNDS_SHARE = 0.05
-MECHANISM = "gaussian/dp-bounds-histogram"
+MECHANISM = ESTIMATE_MECHANISM
 #: Histograms per column (coarse and fine): each row adds 1 to one bucket of each.
 HISTOGRAMS = 2
 #: ``decimals: auto``: cells 0..MAX_DECIMALS decimals, then one for values that need more.
@@ -668,13 +676,15 @@ def estimate_bounds(
     ledger: GaussianSpendRecorder | None,
     release_id: str,
     relation: str,
+    on_noisy: Callable[[BoundsEstimate], object] | None = None,
 ) -> tuple[TableSchema, BoundsEstimate]:
     """Resolve every ``auto`` column of ``schema`` from its two noisy histograms, then select the frequent values of
     its ``values: auto`` columns, then place the knots of its ``knots: auto`` columns; one ledger entry for all.
 
     Sensitivity: ``estimate_sensitivity`` (Delta); the noise is N(0, (noise_multiplier * Delta)^2) per bucket and
-    per candidate (OpenDP's float-safe sampler, OS entropy), drawn after the ledger reservation. Returns the
-    resolved schema and the public record.
+    per candidate (OpenDP's float-safe sampler, OS entropy), drawn after the ledger reservation. ``on_noisy``
+    persists the public record before the entry is committed, as a measurement's is. Returns the resolved schema
+    and the public record.
     """
     from splice_assets.private.validation import clean_records
 
@@ -686,7 +696,7 @@ def estimate_bounds(
         exact_histograms(raw, auto_columns(schema)), schema, noise_multiplier, delta, ledger, release_id, relation,
         lambda resolved, columns: exact_value_counts(clean_records(raw, resolved)[0].table, columns),
         exact_decimals(raw, decimals_auto_columns(schema)), exact_steps(raw, steps_auto_columns(schema)),
-        lambda resolved, columns: exact_knot_counts(clean_records(raw, resolved)[0].table, columns),
+        lambda resolved, columns: exact_knot_counts(clean_records(raw, resolved)[0].table, columns), on_noisy,
     )
 
 
@@ -702,13 +712,15 @@ def estimate_bounds_from_counts(
     decimals: np.ndarray | None = None,
     steps: np.ndarray | None = None,
     count_knots: ValueCounter | None = None,
+    on_noisy: Callable[[BoundsEstimate], object] | None = None,
 ) -> tuple[TableSchema, BoundsEstimate]:
     """``estimate_bounds`` from the exact histograms of the ``auto`` columns (``exact_histograms``), of the
     ``decimals: auto`` columns (``exact_decimals``) and of the ``step: auto`` columns (``exact_steps``); those of
     disjoint partitions add up, so a partitioned input pays for one estimate like a whole table. ``count_values``
     counts the values of the ``values: auto`` columns on the schema the bounds resolved (a second pass over a
     partitioned input); it is required when the schema has such columns, and ``count_knots`` (``exact_knot_counts``
-    on the schema the earlier steps resolved) when it has ``knots: auto`` columns."""
+    on the schema the earlier steps resolved) when it has ``knots: auto`` columns. ``on_noisy``: as
+    ``estimate_bounds``."""
     from splice_assets.private.ledger import params_hash
     from splice_assets.private.mechanism import epsilon_of, gaussian_noise
 
@@ -808,10 +820,13 @@ def estimate_bounds_from_counts(
         schema = dataclasses.replace(schema, columns=tuple(
             dataclasses.replace(c, knots_auto=False, knots=knots[c.name]) if c.knots_auto else c
             for c in schema.columns))
-    if ledger is not None and entry_id is not None:
-        ledger.commit(entry_id)
-    return schema, BoundsEstimate(
+    estimate = BoundsEstimate(
         epsilon, resolved, entry_id, noise_multiplier, sigma, sensitivity, COARSE_Z * sigma, exact_zero=exact_zero,
         found_values=found, found_decimals=found_decimals, found_steps=found_steps, clipped=clipped,
         found_knots=knots,
     )
+    if on_noisy is not None:  # stored before the commit: a dead run's entry then resolves as its output says
+        on_noisy(estimate)
+    if ledger is not None and entry_id is not None:
+        ledger.commit(entry_id)
+    return schema, estimate

@@ -1,10 +1,13 @@
 """Persistent privacy-budget ledger (SQLAlchemy 2 Core; SQLite by default, any SQLAlchemy URL).
 
-One budget row per dataset (epsilon_total at delta_total, neighbouring relation) and one entry per charged or
-zero-cost release. A spend is *reserved* before any noise is drawn and then committed, or aborted when no noise
-was drawn. Reserved and committed entries count; a crash after reservation stays counted (conservative). An
-administrator resolves a dead run's reservation (``resolve``): committed if its noisy measurement is stored, else
-*expired*, which still counts (its noise may have been drawn and lost); only ``abort`` un-counts.
+One budget row per dataset (epsilon_total at delta_total, neighbouring relation) and one entry per noisy draw of a
+release (its DP estimate, its measurement) or zero-cost refit. A release reserves everything it will spend at once
+(``reserve_release``: one entry per part, refused whole or reserved whole) before any of its noise is drawn; each
+draw then *claims* its part just before drawing, and commits it, or aborts it when no noise was drawn. Reserved
+and committed entries count; a crash after reservation stays counted (conservative). An administrator resolves a
+dead run's reservation (``resolve``): a part no draw claimed is aborted (no noise can have been drawn for it);
+otherwise committed if its noisy output is stored, else *expired*, which still counts (its noise may have been
+drawn and lost); only ``abort`` un-counts a claimed entry.
 
 A lifetime budget is set only by an explicit ``set_budget`` call, and every call is recorded in
 ``splice_budget_changes`` (who, when, old -> new, why); administrators' resolutions of reservations are recorded
@@ -181,6 +184,25 @@ class LedgerEntry:
     def counted(self) -> bool:
         return self.status in COUNTED_STATUSES
 
+    @property
+    def claimed(self) -> bool:
+        """Whether a draw has claimed this entry, so its noise may have been drawn: every entry but a Gaussian part
+        that ``reserve_release`` reserved ahead and no draw has claimed yet (it has no sigma until then)."""
+        return self.noise_multiplier is None or self.sigma is not None
+
+
+@dataclass(frozen=True)
+class Part:
+    """One noisy draw a release will make, priced before any of its noise is drawn (``reserve_release``): its name
+    (``estimate``, ``measurement``), mechanism, Gaussian noise multiplier sigma / Delta (what it costs) and, for
+    the record, its own (epsilon, delta)."""
+
+    name: str
+    mechanism: str
+    noise_multiplier: float
+    epsilon: float
+    delta: float
+
 
 @dataclass(frozen=True)
 class BudgetChange:
@@ -346,6 +368,30 @@ def _resolution(row: Any) -> Resolution:
     data["created_at"] = _as_utc(data["created_at"])
     data["noise_released"] = bool(data["noise_released"])
     return Resolution(**data)
+
+
+def _check_multiplier(noise_multiplier: float) -> float:
+    nm = float(noise_multiplier)
+    if not (math.isfinite(nm) and nm > 0):
+        raise PrivacyParameterError(f"noise_multiplier must be a finite number > 0, got {noise_multiplier!r}")
+    return nm
+
+
+def _check_gaussian(noise_multiplier: float, sigma: float, sensitivity: float) -> float:
+    """The noise multiplier of a Gaussian draw, checked against its sigma / sensitivity."""
+    nm = _check_multiplier(noise_multiplier)
+    if not (math.isfinite(sigma) and sigma > 0 and math.isfinite(sensitivity) and sensitivity > 0):
+        raise PrivacyParameterError(f"sigma and sensitivity must be > 0, got {sigma!r}, {sensitivity!r}")
+    if abs(sigma / sensitivity - nm) > 1e-6 * nm:
+        raise PrivacyParameterError(
+            f"noise_multiplier {nm!r} does not equal sigma/sensitivity = {sigma / sensitivity!r}"
+        )
+    return nm
+
+
+def _check_part_privacy(epsilon: float, delta: float) -> None:
+    if not (math.isfinite(epsilon) and epsilon > 0 and 0 < delta < 1):
+        raise PrivacyParameterError(f"per-release (epsilon, delta) must be > 0, got ({epsilon!r}, {delta!r})")
 
 
 def check_delta_total(delta_total: float, n_min: int | None = None) -> None:
@@ -554,29 +600,87 @@ class BudgetLedger:
         params_hash: str,
         parent_release_id: str | None = None,
     ) -> str:
-        """Atomically reserve a Gaussian release; returns the entry id. Call *before* drawing any noise.
+        """Atomically reserve one Gaussian draw; returns the entry id. Call *before* drawing any noise.
 
         All counted (reserved, committed, expired) entries of the dataset plus the new one are composed at
         delta_total (``compose_epsilon``, rounded up); refuses with ``BudgetExceeded`` if that exceeds epsilon_total.
+        A release of several draws reserves them together instead (``reserve_release``).
         """
-        nm = float(noise_multiplier)
-        if not (math.isfinite(nm) and nm > 0):
-            raise PrivacyParameterError(f"noise_multiplier must be a finite number > 0, got {noise_multiplier!r}")
-        if not (math.isfinite(sigma) and sigma > 0 and math.isfinite(sensitivity) and sensitivity > 0):
-            raise PrivacyParameterError(f"sigma and sensitivity must be > 0, got {sigma!r}, {sensitivity!r}")
-        if abs(sigma / sensitivity - nm) > 1e-6 * nm:
-            raise PrivacyParameterError(
-                f"noise_multiplier {nm!r} does not equal sigma/sensitivity = {sigma / sensitivity!r}"
-            )
-        if not (math.isfinite(epsilon) and epsilon > 0 and 0 < delta < 1):
-            raise PrivacyParameterError(f"per-release (epsilon, delta) must be > 0, got ({epsilon!r}, {delta!r})")
+        nm = _check_gaussian(noise_multiplier, sigma, sensitivity)
+        _check_part_privacy(epsilon, delta)
         return self._reserve(
-            dataset, relation, [nm], [],
-            f"this release (epsilon={epsilon:g}, delta={delta:g})",
-            release_id=str(release_id), parent_release_id=parent_release_id, mechanism=str(mechanism),
-            noise_multiplier=nm, sigma=float(sigma), sensitivity=float(sensitivity), epsilon=float(epsilon),
-            delta=float(delta), params_hash=str(params_hash),
+            dataset, relation, f"this release (epsilon={epsilon:g}, delta={delta:g})",
+            [dict(release_id=str(release_id), parent_release_id=parent_release_id, mechanism=str(mechanism),
+                  noise_multiplier=nm, sigma=float(sigma), sensitivity=float(sensitivity), epsilon=float(epsilon),
+                  delta=float(delta), params_hash=str(params_hash))],
+        )[0]
+
+    def reserve_release(
+        self, dataset: str, release_id: str, relation: str, parts: Sequence[Part]
+    ) -> dict[str, str]:
+        """Atomically reserve everything one release will spend, before any of its noise is drawn; returns each
+        part's entry id by name.
+
+        All counted entries plus every part are composed at delta_total in one locked transaction, as ``reserve``
+        does for one draw: the release fits whole or is refused whole (``BudgetExceeded``, nothing reserved), so
+        racing releases never spend a DP estimate for a release that then cannot measure. Each part becomes a
+        ``reserved`` entry with its noise multiplier and no sigma yet; its draw ``claim``s it just before drawing.
+        """
+        names = [p.name for p in parts]
+        if not parts or len(set(names)) != len(names):
+            raise LedgerError(f"a release reserves one or more parts with distinct names, got {names!r}")
+        for part in parts:
+            _check_multiplier(part.noise_multiplier)
+            _check_part_privacy(part.epsilon, part.delta)
+        delta = max(p.delta for p in parts)
+        epsilon = self.composed([p.noise_multiplier for p in parts], delta)  # the release's, its parts composed
+        ids = self._reserve(
+            dataset, relation, f"this release (epsilon={epsilon:g}, delta={delta:g}; {' + '.join(names)})",
+            [dict(release_id=str(release_id), parent_release_id=None, mechanism=str(p.mechanism),
+                  noise_multiplier=float(p.noise_multiplier), sigma=None, sensitivity=None, epsilon=float(p.epsilon),
+                  delta=float(p.delta), params_hash="") for p in parts],
         )
+        return dict(zip(names, ids))
+
+    def claim(
+        self, entry_id: str, *, dataset: str, release_id: str, mechanism: str, noise_multiplier: float, sigma: float,
+        sensitivity: float, relation: str, params_hash: str,
+    ) -> bool:
+        """Claim a part of a release's reservation for the draw about to use it, recording the draw's mechanism,
+        noise multiplier, sigma, sensitivity and parameters. Call *before* drawing its noise.
+
+        Returns False, changing nothing, when the part can no longer be claimed: an earlier attempt claimed, committed
+        or aborted it (its noise may be spent), so the caller reserves afresh. Refuses a draw of another release or
+        relation, or one whose noise multiplier is not the reserved one (beyond float rounding, far below the 1e-6
+        that composed epsilons are rounded up to): it would spend other than what was charged.
+        """
+        nm = _check_gaussian(noise_multiplier, sigma, sensitivity)
+        with self._transaction() as conn:
+            entry = self._locked_entry(conn, entry_id)
+            if entry.status != STATUS_RESERVED or entry.claimed or entry.noise_multiplier is None:
+                return False
+            if (entry.dataset, entry.release_id, entry.relation) != (dataset, str(release_id), relation):
+                raise LedgerError(f"ledger entry {entry_id!r} is reserved for release {entry.release_id!r} of "
+                                  f"{entry.dataset!r} under {entry.relation!r}, not for this draw")
+            reserved = entry.noise_multiplier
+            if abs(nm - reserved) > 1e-9 * reserved:
+                raise PrivacyParameterError(
+                    f"the draw's noise multiplier {nm!r} is not the {reserved!r} reserved for ledger entry {entry_id!r}"
+                )
+            conn.execute(entries_table.update().where(entries_table.c.id == entry_id).values(
+                mechanism=str(mechanism), noise_multiplier=nm, sigma=float(sigma), sensitivity=float(sensitivity),
+                params_hash=str(params_hash)))
+        return True
+
+    def withdraw(self, entry_id: str, *, actor: str | None = None) -> bool:
+        """Abort a reserved part that no draw has claimed: no noise can have been drawn for it (every draw claims
+        its part first). Returns whether it did; any other entry is left as it is. Recorded with an ``actor``."""
+        with self._transaction() as conn:
+            entry = self._locked_entry(conn, entry_id)
+            if entry.status != STATUS_RESERVED or entry.claimed:
+                return False
+            self._set_status(conn, entry, STATUS_ABORTED, actor, noise_released=False)
+        return True
 
     def reserve_pure(
         self, dataset: str, release_id: str, mechanism: str, epsilon: float, relation: str, params_hash: str
@@ -585,16 +689,17 @@ class BudgetLedger:
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon!r}")
         return self._reserve(
-            dataset, relation, [], [float(epsilon)], f"{mechanism} at epsilon={epsilon:g}",
-            release_id=str(release_id), parent_release_id=None, mechanism=str(mechanism), noise_multiplier=None,
-            sigma=None, sensitivity=None, epsilon=float(epsilon), delta=0.0, params_hash=str(params_hash),
-        )
+            dataset, relation, f"{mechanism} at epsilon={epsilon:g}",
+            [dict(release_id=str(release_id), parent_release_id=None, mechanism=str(mechanism), noise_multiplier=None,
+                  sigma=None, sensitivity=None, epsilon=float(epsilon), delta=0.0, params_hash=str(params_hash))],
+        )[0]
 
-    def _reserve(
-        self, dataset: str, relation: str, multipliers: list[float], pure: list[float], what: str, **fields: Any
-    ) -> str:
-        """Compose all counted entries plus the new one at delta_total inside one locked transaction; refuse with
-        ``BudgetExceeded`` if the rounded-up total exceeds epsilon_total, else insert the entry as reserved."""
+    def _reserve(self, dataset: str, relation: str, what: str, rows: Sequence[dict[str, Any]]) -> list[str]:
+        """Compose all counted entries plus ``rows`` at delta_total inside one locked transaction; refuse with
+        ``BudgetExceeded`` (nothing inserted) if the rounded-up total exceeds epsilon_total, else insert every row
+        as reserved. A row without a noise multiplier is a pure epsilon-DP event."""
+        multipliers = [float(r["noise_multiplier"]) for r in rows if r["noise_multiplier"] is not None]
+        pure = [float(r["epsilon"]) for r in rows if r["noise_multiplier"] is None]
         with self._transaction() as conn:
             budget = self._require_budget(conn, dataset)
             self._check_relation(conn, budget, relation)
@@ -604,10 +709,38 @@ class BudgetLedger:
                 spent = self._composed(conn, existing, budget.delta_total, existing_pure)
                 raise BudgetExceeded(
                     f"privacy budget exceeded for dataset {dataset!r}: spent epsilon={spent:.6f} "
-                    f"({len(existing) + len(existing_pure)} release(s)), {what} would bring the total to "
+                    f"({len(existing) + len(existing_pure)} entries), {what} would bring the total to "
                     f"epsilon={total:.6f} at delta={budget.delta_total:g}, budget epsilon={budget.epsilon_total:g}"
                 )
-            return self._insert(conn, dataset=dataset, relation=relation, status=STATUS_RESERVED, **fields)
+            return [self._insert(conn, dataset=dataset, relation=relation, status=STATUS_RESERVED, **row)
+                    for row in rows]
+
+    @staticmethod
+    def _locked_entry(conn: Connection, entry_id: str) -> LedgerEntry:
+        row = conn.execute(
+            sa.select(entries_table).where(entries_table.c.id == entry_id).with_for_update()
+        ).one_or_none()
+        if row is None:
+            raise LedgerError(f"no ledger entry with id {entry_id!r}")
+        return _entry(row)
+
+    @staticmethod
+    def _set_status(conn: Connection, entry: LedgerEntry, target: str, actor: str | None,
+                    noise_released: bool) -> None:
+        """Move ``entry`` to ``target``; with an ``actor``, record the resolution."""
+        conn.execute(entries_table.update().where(entries_table.c.id == entry.id).values(status=target))
+        if actor is not None:
+            conn.execute(
+                resolutions_table.insert().values(
+                    entry_id=entry.id,
+                    dataset=entry.dataset,
+                    created_at=_utcnow(),
+                    actor=actor,
+                    old_status=entry.status,
+                    new_status=target,
+                    noise_released=bool(noise_released),
+                )
+            )
 
     @staticmethod
     def _insert(conn: Connection, **fields: Any) -> str:
@@ -627,12 +760,7 @@ class BudgetLedger:
         """Move one entry to ``target`` inside a locked transaction; with an ``actor``, record the resolution."""
         verb = verb or target
         with self._transaction() as conn:
-            row = conn.execute(
-                sa.select(entries_table).where(entries_table.c.id == entry_id).with_for_update()
-            ).one_or_none()
-            if row is None:
-                raise LedgerError(f"no ledger entry with id {entry_id!r}")
-            entry = _entry(row)
+            entry = self._locked_entry(conn, entry_id)
             if entry.status == target == STATUS_COMMITTED and verb == STATUS_COMMITTED:
                 return entry  # idempotent commit (a retried step)
             if entry.status not in allowed_from:
@@ -640,19 +768,7 @@ class BudgetLedger:
                     f"ledger entry {entry_id!r} is {entry.status!r}; only a {' or '.join(allowed_from)} entry "
                     f"can be {verb}"
                 )
-            conn.execute(entries_table.update().where(entries_table.c.id == entry_id).values(status=target))
-            if actor is not None:
-                conn.execute(
-                    resolutions_table.insert().values(
-                        entry_id=entry_id,
-                        dataset=entry.dataset,
-                        created_at=_utcnow(),
-                        actor=actor,
-                        old_status=entry.status,
-                        new_status=target,
-                        noise_released=bool(noise_released),
-                    )
-                )
+            self._set_status(conn, entry, target, actor, noise_released)
         return dataclasses.replace(entry, status=target)
 
     def commit(self, entry_id: str) -> None:
@@ -676,18 +792,20 @@ class BudgetLedger:
     def resolve(self, entry_id: str, *, noise_released: bool, actor: str) -> LedgerEntry:
         """Resolve a reservation whose run died; returns the entry with its new status. Recorded with ``actor``.
 
-        The rule: a reserved entry may have had its noise drawn before the process died, so resolving never
-        un-counts it. If the release's noisy measurement is stored (the caller checked and passes
+        The rule: a part of a release's reservation that no draw claimed is aborted, since every draw claims its
+        part before drawing (``withdraw``). A claimed entry may have had its noise drawn before the process died,
+        so resolving never un-counts it. If its noisy output is stored (the caller checked and passes
         ``noise_released=True``) the entry becomes ``committed``. Otherwise it becomes ``expired``, which still
         counts toward the budget: noise may have been drawn and lost, and nothing proves otherwise. Only
         ``abort`` un-counts, and only when the caller knows that no noise was drawn. Refuses a non-reserved entry.
         """
         if not isinstance(noise_released, bool):
             raise LedgerError(f"noise_released must be True or False, got {noise_released!r}")
+        actor = _check_actor(actor)
+        if self.withdraw(entry_id, actor=actor):
+            return self.entry(entry_id)
         target = STATUS_COMMITTED if noise_released else STATUS_EXPIRED
-        return self._transition(
-            entry_id, target, verb="resolved", actor=_check_actor(actor), noise_released=noise_released
-        )
+        return self._transition(entry_id, target, verb="resolved", actor=actor, noise_released=noise_released)
 
     def stale_reservations(self, older_than: timedelta, dataset: str | None = None) -> list[LedgerEntry]:
         """Entries still ``reserved`` that were created more than ``older_than`` ago (all datasets, or one)."""
@@ -799,6 +917,12 @@ class BudgetLedger:
             pass
         return epsilon
 
+    def composed(self, noise_multipliers: Sequence[float], delta: float, pure_epsilons: Sequence[float] = ()) -> float:
+        """``compose_epsilon`` of these events at ``delta``, through the composition cache (a release's parts into
+        its headline epsilon, read again without the accountant)."""
+        with self._transaction() as conn:
+            return self._composed(conn, noise_multipliers, delta, pure_epsilons)
+
     def counted(self, dataset: str) -> tuple[list[float], list[float]]:
         """(noise multipliers of the counted Gaussian entries, epsilons of the counted pure-DP entries)."""
         with self.engine.connect() as conn:
@@ -813,3 +937,29 @@ class BudgetLedger:
         spent, _ = self.spent(dataset)
         left = Decimal(budget.epsilon_total) - Decimal(spent)
         return max(0.0, float(left.quantize(Decimal("1e-6"), rounding=ROUND_FLOOR)))
+
+
+class ReservedSpend:
+    """One part of a release's reservation as what a draw charges (``measuring.SpendRecorder``): its ``reserve``
+    claims the part (``BudgetLedger.claim``), or reserves afresh, budget checked, when an earlier attempt of the
+    release already used it (a retried step whose noise may have been drawn)."""
+
+    def __init__(self, ledger: BudgetLedger, entry_id: str) -> None:
+        self.ledger, self.entry_id = ledger, entry_id
+
+    def reserve(
+        self, *, dataset: str, release_id: str, mechanism: str, noise_multiplier: float, sigma: float,
+        sensitivity: float, epsilon: float, delta: float, relation: str, params_hash: str,
+    ) -> str:
+        if self.ledger.claim(self.entry_id, dataset=dataset, release_id=release_id, mechanism=mechanism,
+                             noise_multiplier=noise_multiplier, sigma=sigma, sensitivity=sensitivity,
+                             relation=relation, params_hash=params_hash):
+            return self.entry_id
+        return self.ledger.reserve(dataset, release_id, mechanism, noise_multiplier, sigma, sensitivity, epsilon,
+                                   delta, relation, params_hash)
+
+    def commit(self, entry_id: str) -> None:
+        self.ledger.commit(entry_id)
+
+    def abort(self, entry_id: str) -> None:
+        self.ledger.abort(entry_id)

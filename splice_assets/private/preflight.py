@@ -103,8 +103,8 @@ def check_release(
       <= the dataset's lifetime delta, which itself must be < 1/n_min;
     - the dataset has a lifetime budget (set by an administrator), under this relation, and the whole release,
       bounds estimation included, fits it;
-    - the planned memory fits the machine, for ``rows_in_memory`` rows at a time (default: all ``n_rows``; a
-      streamed input holds one batch and the report's samples).
+    - the planned memory fits the machine, for ``rows_in_memory`` rows at a time (default: all ``n_rows`` under
+      replace-one, n_min under add-remove; a streamed input holds one batch and the report's samples).
     """
     public_n = n_rows if relation == RELATION_REPLACE_ONE else schema.n_min
     if not delta < 1.0 / public_n:
@@ -134,8 +134,12 @@ def check_release(
             f"this release would bring dataset {schema.name!r} to a lifetime epsilon of {after:.4f} at delta "
             f"{budget.delta_total:g} (spent so far {spent:.4f}, budget {budget.epsilon_total:g}); nothing was charged"
         )
-    needed = estimated_peak_bytes(n_rows if rows_in_memory is None else rows_in_memory, d, n_directions, k,
-                                  components, cells)
+    if rows_in_memory is None:
+        # Under add-remove the row count is private: a refusal that depends on it would publish a bit of it in the
+        # run's outcome, so only public settings (n_min for the rows) decide it. An input too large for the machine
+        # then fails as it would unrefused: this check only moves what public settings make certain before a charge.
+        rows_in_memory = n_rows if relation == RELATION_REPLACE_ONE else schema.n_min
+    needed = estimated_peak_bytes(rows_in_memory, d, n_directions, k, components, cells)
     limit = MEMORY_SHARE * (available_memory_bytes() if memory_bytes is None else memory_bytes)
     if needed > limit:
         # The row count is private under add-remove: only the public settings go into the message.

@@ -1,11 +1,11 @@
 """``splice schema init``: a first schema drafted from an input's header and cell types.
 
 The draft names every column and guesses its kind (boolean, integer, continuous, categorical) and whether it has
-missing cells. Bounds, categories and n_min must come from public knowledge, so by default they are left as
-placeholders the loader refuses until the operator fills them in. With ``from_data=True`` the draft offers the
-observed categories and min/max instead: those are facts about the private rows, so each such column carries
-``from_data: true``, and ``schema.parse_column`` refuses it until the operator has checked that the values are
-public and removed the mark.
+missing cells. Those guesses are read from the private rows, so every column carries ``from_data: true``, and
+``schema.parse_column`` refuses it until the operator has checked that what it says is public knowledge and removed
+the mark. Bounds, categories and n_min must come from public knowledge, so by default they are left as placeholders
+the loader refuses until the operator fills them in. With ``from_data=True`` the draft offers the observed
+categories and min/max instead, under the same mark.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ HEADER = """\
 #   - n_min: a public lower bound on the rows (not the observed count);
 #   - bounds: a public [lo, hi] per numeric column, or 'auto' (a DP estimate that costs epsilon);
 #   - categories: the public list of values per categorical column;
-#   - from_data: true marks values copied from the data (observed categories or min/max): check that they are
-#     public, then delete the mark; the loader refuses a column that still carries it.
+#   - from_data: true marks what was read from the data: every column's kind and nullable (and with --from-data
+#     its observed categories or min/max): check that they are public, then delete the mark; the loader refuses a
+#     column that still carries it.
 """
 
 IDENTITIES = """\
@@ -67,8 +68,7 @@ def draft_column(name: str, values: pd.Series, from_data: bool) -> dict[str, Any
     elif kind == "categorical":
         observed = sorted({str(v).strip() for v in values.dropna()})
         entry["categories"] = observed if from_data else []
-    if from_data and kind != "boolean":
-        entry["from_data"] = True
+    entry["from_data"] = True  # the kind and nullable above were read from the rows, as any observed values
     return entry
 
 

@@ -128,11 +128,12 @@ def moment_sums(
     if not 1 <= chunk_rows <= 2**20:
         raise ValueError(f"chunk_rows must be in [1, 2^20], got {chunk_rows!r}")
     if x.ndim != 2 or x.shape[1] != directions.shape[1]:
-        raise ValueError(f"rows have shape {x.shape} but directions have dimension {directions.shape[1]}")
+        # Neither message quotes the row count: it is private under add-remove.
+        raise ValueError(f"rows have dimension {x.shape[1:]} but directions have dimension {directions.shape[1]}")
     n_dirs = directions.shape[0]
     scaled_dirs = (directions / direction_scales(directions, mode)[:, None]).T.copy()
     if len(x) > MAX_ROWS:
-        raise ValueError(f"at most {MAX_ROWS} rows fit the fixed-point sums, got {len(x)}")
+        raise ValueError(f"at most {MAX_ROWS} rows fit the fixed-point sums, got more")
     total = np.zeros((k, n_dirs), dtype=np.int64)
     proj = np.empty((min(chunk_rows, max(len(x), 1)), n_dirs))
     for start in range(0, len(x), chunk_rows):

@@ -36,6 +36,7 @@ import pandera.pandas as pa
 import pyarrow
 import pyarrow.compute as arrow_compute
 
+from splice_assets.defaults import RELATION_REPLACE_ONE
 from splice_assets.private.row_count import CSV_ENCODING, is_parquet, open_csv_text
 from splice_assets.schema import ColumnSpec, TableSchema, category_key
 
@@ -121,15 +122,17 @@ def check_structure(
     require_bounds: bool = True,
     *,
     max_unparseable_share: float = DEFAULT_MAX_UNPARSEABLE_SHARE,
+    relation: str = RELATION_REPLACE_ONE,
 ) -> None:
-    """Raise ``StructuralError`` for anything that is not a per-record problem.
+    """Raise ``StructuralError`` for anything that is not a per-record problem (the row count under replace-one
+    only: ``check_row_count``).
 
     This includes ``validate``'s limit on cells that are not numbers or not declared categories, so a caller that
     charges budget before ``validate`` (``bounds: auto``) refuses such an input before anything is charged; such a
     caller must pass the same ``max_unparseable_share`` here as to ``validate``.
     """
     limit = _share_limit(max_unparseable_share)
-    _check_layout(table, schema, expected_version, require_bounds)
+    _check_layout(table, schema, expected_version, require_bounds, relation)
     refuse_unparseable(schema, column_tallies(table, schema), limit)
 
 
@@ -145,10 +148,10 @@ def column_tallies(table: pd.DataFrame, schema: TableSchema) -> dict[str, tuple[
 
 
 def _check_layout(
-    table: pd.DataFrame, schema: TableSchema, expected_version: int | None, require_bounds: bool
+    table: pd.DataFrame, schema: TableSchema, expected_version: int | None, require_bounds: bool, relation: str
 ) -> None:
     check_columns(table.columns, schema, expected_version, require_bounds)
-    check_row_count(len(table), schema)
+    check_row_count(len(table), schema, relation)
 
 
 def check_columns(
@@ -172,10 +175,17 @@ def check_columns(
             raise StructuralError(f"column {spec.name!r}: bounds are 'auto' and have not been resolved")
 
 
-def check_row_count(rows: int, schema: TableSchema) -> None:
-    if rows < schema.n_min:
+def check_row_count(rows: int, schema: TableSchema, relation: str = RELATION_REPLACE_ONE,
+                    what: str = "table has") -> None:
+    """Refuse fewer ``rows`` than the schema's public n_min, under replace-one only.
+
+    Under add-remove the row count is private, and a refusal that depends on it would publish one bit of it
+    (n < n_min) in the run's outcome, which anyone who can read the Dagster event log or the CLI sees. The guarantee
+    does not need n >= n_min there (the noise ignores n; delta < 1/n_min is checked on the public n_min), so the
+    release goes on whatever the count."""
+    if relation == RELATION_REPLACE_ONE and rows < schema.n_min:
         raise StructuralError(
-            f"table has fewer rows than the schema's public minimum n_min={schema.n_min}; nothing was released"
+            f"{what} fewer rows than the schema's public minimum n_min={schema.n_min}; nothing was released"
         )
 
 
@@ -375,6 +385,7 @@ def validate(
     expected_version: int | None = None,
     *,
     max_unparseable_share: float = DEFAULT_MAX_UNPARSEABLE_SHARE,
+    relation: str = RELATION_REPLACE_ONE,
 ) -> ValidatedTable:
     """Structural checks, then total record-level cleaning into the schema's exact columns and dtypes.
 
@@ -390,7 +401,7 @@ def validate(
     first declared category, counted apart as ``missing_in_non_nullable_imputed``.
     """
     limit = _share_limit(max_unparseable_share)
-    _check_layout(table, schema, expected_version, require_bounds=True)
+    _check_layout(table, schema, expected_version, True, relation)
     cleaned, tallies = clean_records(table, schema)
     # Cleaning is total, so every column is tallied before the first over the limit is named.
     refuse_unparseable(schema, tallies, limit)

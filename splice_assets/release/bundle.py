@@ -28,12 +28,13 @@ import pandas as pd
 import yaml
 
 from splice_assets import progress
+from splice_assets.defaults import ESTIMATE_FILE
 from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
 from splice_assets.model.fit import FittedMixture
 from splice_assets.postprocess.links import describe as describe_links
 from splice_assets.private.ledger import BudgetLedger
 from splice_assets.private.validation import ValidationReport
-from splice_assets.release.locations import package_version
+from splice_assets.release.locations import package_version, private_dir
 from splice_assets.schema import TableSchema, schema_to_dict
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
@@ -77,6 +78,15 @@ def file_fingerprint(path: str) -> str:
     return digest.hexdigest()
 
 
+def save_estimate(estimate: Any, public_dir: Path) -> Path:
+    """The public record of a release's DP estimate (``bounds.BoundsEstimate``: post-processing of its noisy counts)
+    in ``public_dir``, written when it is drawn, before its ledger entry is committed, as the measurement is."""
+    public_dir.mkdir(parents=True, exist_ok=True)
+    path = public_dir / ESTIMATE_FILE
+    path.write_text(json.dumps(asdict(estimate), indent=2, default=list))
+    return path
+
+
 def public_facts(
     measurement: Measurement,
     ledger: BudgetLedger,
@@ -87,13 +97,16 @@ def public_facts(
 ) -> dict[str, Any]:
     """Public facts of a release: its guarantee, its own spend and the dataset's lifetime budget after it.
 
-    ``epsilon``/``delta`` are the release's whole guarantee: the measurement's Gaussian composed exactly with the
-    Gaussian of DP bounds estimation (``bounds_noise_multiplier``) when the schema had ``bounds: auto``.
-    ``epsilon_cost`` is what this release charged (0 for a zero-cost refit).
+    ``epsilon``/``delta`` are the release's whole guarantee, its one headline: the measurement's Gaussian composed
+    exactly with the Gaussian of the DP estimate (``bounds_noise_multiplier``) when the schema had ``auto`` entries.
+    Its parts, each alone at ``delta``, are ``epsilon_measurement`` and ``epsilon_estimate`` (None without one):
+    they compose to ``epsilon``, they do not add up to it. ``epsilon_cost`` is what this release charged: ``epsilon``,
+    or 0 for a zero-cost refit (whose guarantee is its parent's).
     ``ledger_entry_id`` is the release's own ledger entry and ``measurement_ledger_entry_id`` the charged entry of
     the measurement (equal unless the release is a refit).
     """
     from splice_assets.api import release_epsilon
+    from splice_assets.private.mechanism import epsilon_of
 
     epsilon = release_epsilon(measurement, bounds_noise_multiplier)
     spent_eps, budget_delta = ledger.spent(measurement.dataset)
@@ -103,7 +116,9 @@ def public_facts(
         "dataset": measurement.dataset,
         "epsilon": epsilon,
         "delta": measurement.delta,
-        "measurement_epsilon": measurement.epsilon,
+        "epsilon_estimate": None if bounds_noise_multiplier is None
+        else epsilon_of(bounds_noise_multiplier, measurement.delta),
+        "epsilon_measurement": measurement.epsilon,
         "bounds_noise_multiplier": bounds_noise_multiplier,
         "sigma": measurement.sigma,
         "sensitivity": measurement.sensitivity,
@@ -183,9 +198,10 @@ def privacy_statement(
     )
     if bounds_noise_multiplier is not None:
         text += (
-            f" That total composes the measurement's ({measurement.epsilon:g}, {measurement.delta:g}) with the "
-            f"Gaussian histograms (noise multiplier {bounds_noise_multiplier:.3g}) that estimated the numeric bounds "
-            "the schema left as 'auto'."
+            f" That total composes (exactly, as Gaussian mechanisms: not a sum) the measurement's "
+            f"({measurement.epsilon:g}, {measurement.delta:g}) with the Gaussian histograms (noise multiplier "
+            f"{bounds_noise_multiplier:.3g}) that estimated the numeric bounds and other entries the schema left as "
+            "'auto'."
         )
     if parent_release_id:
         text += (
@@ -229,6 +245,8 @@ def write_release(
     bounds_estimate: Any = None,
     bounds_noise_multiplier: float | None = None,
     synthetic_files: Sequence[str] = (),
+    measured_rows: int | None = None,
+    note: str | None = None,
 ) -> dict[str, Any]:
     """Write both bundles and log the public one to MLflow; returns a summary of public facts.
 
@@ -238,8 +256,10 @@ def write_release(
 
     A refit passes ``parent_release_id``, its zero-cost ``ledger_entry_id`` and the parent's ``bounds_noise_multiplier``
     (its schema holds the parent's DP bounds); it has no report, no validation and no source (it never reads real
-    rows). The internal record (source, validation counts, the report's numbers) stays in ``internal_dir``: it is
-    never logged to MLflow, where it would sit beside the public model.
+    rows). The internal record (source, validation counts, the report's numbers, ``measured_rows``: the exact count
+    of rows the measurement read, private under add-remove; ``note``) stays in ``internal_dir``: it is never logged
+    to MLflow, where it would sit beside the public model. A release finished from its stored measurement
+    (``release.resume``) may have no report.
     """
     if bounds_noise_multiplier is None and bounds_estimate is not None and bounds_estimate.spent:
         bounds_noise_multiplier = bounds_estimate.noise_multiplier
@@ -249,7 +269,7 @@ def write_release(
     from splice_assets.sampling import save_model
 
     public_dir.mkdir(parents=True, exist_ok=True)
-    internal_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(internal_dir)
     if synthetic_files:
         import pyarrow.parquet as pq
 
@@ -343,7 +363,8 @@ def write_release(
         **({"synthetic_files": [f"synthetic/{Path(f).name}" for f in synthetic_files]} if synthetic_files else {}),
         "fidelity_report": (
             "none: a refit never reads real rows, so no fidelity report exists" if refit
-            else "internal only (compares against real rows; never released)"
+            else "internal only (compares against real rows; never released)" if report is not None
+            else "none: the release was finished from its stored measurement without its input"
         ),
         "mlflow": {
             "experiment": experiment_name(schema.name),
@@ -358,9 +379,9 @@ def write_release(
         "source_uri": source_uri or None,
         "source_sha256": file_fingerprint(source_uri) if source_uri and os.path.isfile(source_uri) else None,
         "validation": asdict(validation) if validation is not None else None,
-        "measured_rows": None if validation is None else validation.n_rows,
+        "measured_rows": measured_rows,
         "fidelity_headline": None if report is None else headline_metrics(report.metrics),
-        "note": "refit of stored noisy moments: no real rows read" if refit else None,
+        "note": "refit of stored noisy moments: no real rows read" if refit else note,
     }
     (internal_dir / "audit.json").write_text(json.dumps(internal, indent=2, default=str))
     logged = log_to_mlflow(
@@ -377,6 +398,10 @@ def write_release(
         "model_uri": logged.get("model_uri"),
         "registered_model_name": logged.get("registered_model_name"),
         "registered_model_version": logged.get("registered_model_version"),
+        "epsilon": facts["epsilon"],
+        "delta": facts["delta"],
+        "epsilon_estimate": facts["epsilon_estimate"],
+        "epsilon_measurement": facts["epsilon_measurement"],
         "epsilon_cost": facts["epsilon_cost"],
         "epsilon_spent": facts["lifetime_epsilon_spent"],
         "epsilon_remaining": facts.get("lifetime_epsilon_remaining", float("nan")),
@@ -472,9 +497,13 @@ def log_to_mlflow(
                     "release_kind": manifest["kind"],
                     "parent_release_id": parent_release_id or "",
                     "dagster_run_id": dagster_run_id,
-                    "privacy.epsilon": measurement.epsilon,
-                    "privacy.delta": measurement.delta,
+                    # The headline is the whole release's guarantee; its parts, each alone, under their own names.
+                    "privacy.epsilon": facts["epsilon"],
+                    "privacy.delta": facts["delta"],
                     "privacy.epsilon_cost": facts["epsilon_cost"],
+                    "privacy.parts.epsilon_measurement": facts["epsilon_measurement"],
+                    **({} if facts["epsilon_estimate"] is None
+                       else {"privacy.parts.epsilon_estimate": facts["epsilon_estimate"]}),
                     "privacy.sigma": measurement.sigma,
                     "privacy.sensitivity": measurement.sensitivity,
                     "privacy.relation": measurement.relation,

@@ -1,16 +1,19 @@
-"""Where the embedded defaults live (no Dagster import, so the CLI stays quick to start).
+"""Where the embedded defaults and a release's folders live (no Dagster import, so the CLI stays quick to start).
 
 $DAGSTER_HOME (else the repository's ``dagster_home/``) holds the MLflow SQLite store, MLflow artifacts and the
-release folders unless MLFLOW_TRACKING_URI / SPLICE_ARTIFACT_DIR point elsewhere.
+release folders unless MLFLOW_TRACKING_URI / SPLICE_ARTIFACT_DIR point elsewhere. A release's private files live
+in its ``internal/`` folder only, readable by its owner alone (``private_dir``, ``open_private``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 def dagster_home() -> Path:
@@ -88,6 +91,10 @@ def package_version() -> str:
 
 
 MANIFEST = "release.json"
+#: The noisy measurement's file in ``public/``: once it exists, the release's noise was drawn and kept.
+MEASUREMENT = "measurement"
+#: ``internal/steps/``: the pickled outputs of a running release's Dagster steps (private rows among them).
+STEPS_FOLDER = "steps"
 
 
 class ReleaseNotFound(LookupError):
@@ -108,11 +115,47 @@ class ReleaseLocation:
     def internal_dir(self) -> Path:
         return self.root / "internal"
 
+    @property
+    def steps_dir(self) -> Path:
+        return self.internal_dir / STEPS_FOLDER
+
+    @property
+    def charged(self) -> bool:
+        """Whether the noisy measurement is stored (its spend is then counted, and a run that stopped can resume)."""
+        return (self.public_dir / f"{MEASUREMENT}.json").is_file()
+
     def manifest(self) -> dict[str, Any]:
         path = self.public_dir / MANIFEST
         if not path.is_file():
-            raise ReleaseNotFound(f"release {self.release_id!r} is incomplete: it has no public/{MANIFEST}")
+            finish = f"; finish it with `splice release --resume {self.release_id}`" if self.charged else ""
+            raise ReleaseNotFound(f"release {self.release_id!r} is incomplete: it has no public/{MANIFEST}{finish}")
         return json.loads(path.read_text())
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` made (its parents as usual) and kept readable by its owner only (0700)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def open_private(path: Path) -> BinaryIO:
+    """``path`` opened for writing, readable by its owner only (0600, also when it existed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "wb")
+
+
+def remove_step_files(release_id: str, base: Path | None = None) -> None:
+    """Remove a release's step files, then its folders left empty: a run that stopped before writing anything else
+    leaves nothing behind."""
+    base = Path(base) if base is not None else artifact_dir()
+    for root in (base.glob(f"*/{release_id}") if release_id and "/" not in release_id else ()):
+        shutil.rmtree(root / "internal" / STEPS_FOLDER, ignore_errors=True)
+        for folder in (root / "internal", root / "public", root):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
 
 
 def iter_releases(base: Path | None = None, dataset: str | None = None) -> list[ReleaseLocation]:
