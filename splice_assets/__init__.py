@@ -31,6 +31,9 @@ _EXPORTS = {
     "ModelSettings": "splice_assets.config",
     "PostProcessingSettings": "splice_assets.config",
     "SynthesizerSettings": "splice_assets.config",
+    "PrivacyLoss": "splice_assets.config",
+    "Relation": "splice_assets.config",
+    "SettingsError": "splice_assets.config",
     "load_schema": "splice_assets.schema",
     "parse_schema": "splice_assets.schema",
     "TableSchema": "splice_assets.schema",
@@ -43,8 +46,8 @@ _EXPORTS = {
 }
 __all__ = [
     "BudgetLedger", "Measurement", "MeasurementSettings", "ModelSettings", "NotFitted", "PostProcessingSettings",
-    "PreflightError", "PrivacyFacts", "SchemaError", "StructuralError", "Synthesizer", "SynthesizerSettings",
-    "TableSchema", "__version__", "load_schema", "make_engine", "parse_schema",
+    "PreflightError", "PrivacyFacts", "PrivacyLoss", "Relation", "SchemaError", "SettingsError", "StructuralError",
+    "Synthesizer", "SynthesizerSettings", "TableSchema", "__version__", "load_schema", "make_engine", "parse_schema",
 ]
 assert sorted(__all__) == sorted([*_EXPORTS, "__version__"])
 
@@ -54,6 +57,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
         MeasurementSettings,
         ModelSettings,
         PostProcessingSettings,
+        PrivacyLoss,
+        Relation,
+        SettingsError,
         SynthesizerSettings,
     )
     from splice_assets.engine import make_engine

@@ -31,14 +31,15 @@ from splice_assets.config import (
     MeasurementSettings,
     ModelSettings,
     PostProcessingSettings,
+    Relation,
     SynthesizerSettings,
     fit_config,
 )
-from splice_assets.defaults import ESTIMATE_MECHANISM
 from splice_assets.engine import Engine
 from splice_assets.layout import layout_for
-from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
-from splice_assets.model.fit import FittedMixture
+from splice_assets.limits import HOLDOUT_FRACTION
+from splice_assets.measurement import Measurement
+from splice_assets.planning import ESTIMATE, MEASUREMENT, ReleasePlanner
 from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, BoundsEstimate, estimate_bounds, needs_estimate
 from splice_assets.private.encoding import encode
 from splice_assets.private.ledger import BudgetLedger, Part, ReservedSpend
@@ -46,18 +47,15 @@ from splice_assets.private.measuring import (
     MeasurementPlan,
     SpendRecorder,
     exact_statistics,
-    make_plan,
     measure_exact,
 )
-from splice_assets.private.mechanism import Calibration, compose_epsilon, epsilon_of, split_privacy
+from splice_assets.private.mechanism import Calibration, compose_epsilon
 from splice_assets.private.partitions import Partition, StreamedInput
 from splice_assets.private.validation import ValidatedTable, check_row_count, check_structure, validate
 from splice_assets.schema import TableSchema, load_schema, schema_to_dict
+from splice_assets.synthetic import SyntheticModel
 
 SETTINGS_FILE = "settings.json"
-#: The parts of a release's reservation (``Synthesizer.reserve``): the DP estimate of the schema's ``auto`` entries
-#: and the measurement.
-ESTIMATE, MEASUREMENT = "estimate", "measurement"
 
 
 def release_epsilon(measurement: Measurement, bounds_noise_multiplier: float | None) -> float:
@@ -106,7 +104,7 @@ class PrivacyFacts:
 
     epsilon: float
     delta: float
-    relation: str
+    relation: Relation
     epsilon_measurement: float
     epsilon_estimate: float | None
     bounds_noise_multiplier: float | None
@@ -130,7 +128,7 @@ class Synthesizer:
         schema: TableSchema,
         epsilon: float,
         delta: float,
-        relation: str = RELATION_REPLACE_ONE,
+        relation: Relation | str = Relation.REPLACE_ONE,
         seed: int = 0,
         measurement: MeasurementSettings | None = None,
         model: ModelSettings | None = None,
@@ -140,15 +138,18 @@ class Synthesizer:
         expert: dict[str, Any] | None = None,
     ) -> None:
         extra = {} if max_unparseable_share is None else {"max_unparseable_share": max_unparseable_share}
+        # The one settings model (``config``): every limit checked here, as by every other entry point.
         self.settings = SynthesizerSettings(
-            epsilon, delta, relation, seed, (measurement or MeasurementSettings()).for_schema(schema),
-            model or ModelSettings(),
-            postprocessing or PostProcessingSettings(), bounds_share, expert=dict(expert or {}), **extra,
+            epsilon=epsilon, delta=delta, relation=Relation.parse(relation), seed=seed,
+            measurement=(measurement or MeasurementSettings()).for_schema(schema), model=model or ModelSettings(),
+            postprocessing=postprocessing or PostProcessingSettings(), bounds_share=bounds_share,
+            expert=dict(expert or {}), **extra,
         )
+        self.settings.check_schema(schema)
         self.schema = schema
         self.bounds: BoundsEstimate | None = None
         self.measurement: Measurement | None = None
-        self.model: FittedMixture | None = None
+        self.model: SyntheticModel | None = None
         #: This release's reservation (``reserve``): the ledger entry id of each part, by name.
         self.reservation: dict[str, str] = {}
 
@@ -160,29 +161,22 @@ class Synthesizer:
 
     # -- the stages ----------------------------------------------------------------------------------------------
 
+    @property
+    def planner(self) -> ReleasePlanner:
+        """This release's planner (``planning.ReleasePlanner``), the one every entry point plans with."""
+        return ReleasePlanner(self.schema, self.settings, self.bounds is not None and self.bounds.spent)
+
     def privacy_split(self) -> tuple[float, float | None]:
-        """(the measurement's epsilon, the DP estimate's noise multiplier): with ``auto`` bounds, values or decimals
-        the estimate takes ``bounds_share`` of the release's Gaussian privacy (``split_privacy``), else the
-        measurement takes all."""
-        s = self.settings
-        if not needs_estimate(self.schema) and not (self.bounds is not None and self.bounds.spent):
-            return s.epsilon, None
-        return split_privacy(s.epsilon, s.delta, s.bounds_share)
+        """(the measurement's epsilon, the DP estimate's noise multiplier): ``ReleasePlanner.privacy_split``."""
+        return self.planner.privacy_split()
 
     @property
     def measurement_epsilon(self) -> float:
         return self.privacy_split()[0]
 
     def plan(self, n_measured: int) -> tuple[MeasurementPlan, Calibration]:
-        """The measurement's public plan and calibration for ``n_measured`` rows (n enters under replace-one)."""
-        s, m = self.settings, self.settings.measurement
-        return make_plan(
-            self.schema, n_measured, self.measurement_epsilon, s.delta, m.n_directions, m.k, s.seed,
-            marginal_share=m.marginal_share, pair_share=m.pair_share, relation=s.relation, fine_bins=m.fine_bins,
-            fine_split=m.fine_split, grid_weight=m.grid_weight, interval_weight=m.interval_weight,
-            pairs_per_coordinate=m.pairs_per_coordinate,
-            selection_share=m.selection_share, target_triples=m.target_triples, level_units=m.level_units,
-        )
+        """The measurement's public plan and calibration for ``n_measured`` rows (``ReleasePlanner.plan``)."""
+        return self.planner.plan(n_measured)
 
     def check(self, raw: pd.DataFrame, ledger: BudgetLedger | None, n_measured: int | None = None,
               expected_version: int | None = None) -> None:
@@ -198,18 +192,8 @@ class Synthesizer:
             self._preflight(n_measured, ledger)
 
     def release_parts(self, n_measured: int) -> list[Part]:
-        """What this release will spend, priced from public parameters before anything is drawn: the measurement
-        and, while the schema has ``auto`` entries, the DP estimate, each a Gaussian with its noise multiplier (that
-        of the calibration: it depends on (epsilon, delta) only, not on n or the resolved schema)."""
-        return self._parts(*self.plan(max(n_measured, 1)))
-
-    def _parts(self, plan: MeasurementPlan, calibration: Calibration) -> list[Part]:
-        s = self.settings
-        parts = [Part(MEASUREMENT, plan.mechanism, calibration.noise_multiplier, plan.epsilon, s.delta)]
-        estimate = self.privacy_split()[1]
-        if estimate is not None and needs_estimate(self.schema):
-            parts.insert(0, Part(ESTIMATE, ESTIMATE_MECHANISM, estimate, epsilon_of(estimate, s.delta), s.delta))
-        return parts
+        """What this release will spend, priced before anything is drawn (``ReleasePlanner.release_parts``)."""
+        return self.planner.release_parts(n_measured)
 
     def reserve(self, ledger: BudgetLedger, release_id: str, n_measured: int) -> dict[str, str]:
         """Reserve everything this release will spend in one ledger transaction, before any of its noise is drawn
@@ -249,7 +233,7 @@ class Synthesizer:
         preflight.check_release(
             self.schema, self.settings.relation, self.settings.delta, n_measured, layout_for(self.schema).d,
             m.n_directions, m.k, self.settings.model.components, cells, ledger,
-            preflight.ReleaseCost(tuple(p.noise_multiplier for p in self._parts(plan, calibration))),
+            preflight.ReleaseCost(tuple(p.noise_multiplier for p in self.planner.parts(plan, calibration))),
             rows_in_memory=rows_in_memory,
         )
 
@@ -297,7 +281,7 @@ class Synthesizer:
                                              on_noisy)
         return self.measurement
 
-    def fit_model(self, threads: int | None = 1) -> FittedMixture:
+    def fit_model(self, threads: int | None = 1) -> SyntheticModel:
         """Post-processing of the measurement into the fitted model (``postprocess.chain.fit``)."""
         from splice_assets.postprocess import chain
 
@@ -342,6 +326,7 @@ class Synthesizer:
         )
         from splice_assets.private.validation import check_columns, check_row_count, refuse_unparseable
 
+        HOLDOUT_FRACTION.check(holdout_fraction)
         with progress.stage("validate the partitioned input"):
             check_columns(self.schema.column_names, self.schema, expected_version, require_bounds=False)
             partitions = tuple(list_partitions(source))
@@ -459,7 +444,7 @@ class Synthesizer:
             raise NotFitted("a synthesizer has privacy facts once it is measured")
         estimate = self.bounds if self.bounds is not None and self.bounds.spent else None
         bounds = None if estimate is None else estimate.noise_multiplier
-        return PrivacyFacts(release_epsilon(m, bounds), m.delta, m.relation, m.epsilon,
+        return PrivacyFacts(release_epsilon(m, bounds), m.delta, Relation.parse(m.relation), m.epsilon,
                             None if estimate is None else estimate.epsilon, bounds, m.sigma, m.sensitivity,
                             m.noise_multiplier, m.n, m.ledger_entry_id)
 

@@ -41,6 +41,7 @@ from splice_assets.defaults import (
     RELATION_REPLACE_ONE,
     RELATIONS,
 )
+from splice_assets.limits import Relation
 from splice_assets.release.locations import (
     ReleaseLocation,
     artifact_dir,
@@ -52,6 +53,10 @@ from splice_assets.release.locations import (
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from splice_assets.private.ledger import BudgetLedger
+
+#: How ``--relation`` shows its values: it takes any string, and the settings model refuses a bad one with the
+#: message every entry point gives (``limits.Relation.parse``).
+RELATION_METAVAR = "[" + "|".join(RELATIONS) + "]"
 
 
 def _one_line(exc: BaseException) -> str:
@@ -155,10 +160,9 @@ def main() -> None:
 @click.option("--input", "input_path", default=None, type=click.Path(),
               help="CSV (optionally .gz) or Parquet input, or a folder of them, whose row count stands for --n "
               "(replace-one only): only the count is read (CSV records, Parquet metadata).")
-@click.option("--holdout", "holdout_fraction", default=DEFAULT_HOLDOUT_FRACTION, show_default=True,
-              type=click.FloatRange(0.0, 0.9, max_open=True),
+@click.option("--holdout", "holdout_fraction", default=DEFAULT_HOLDOUT_FRACTION, show_default=True, type=float,
               help="Share of the rows the release holds out (never measured), as `splice release --holdout`.")
-@click.option("--relation", type=click.Choice(RELATIONS), default=RELATION_REPLACE_ONE, show_default=True,
+@click.option("--relation", default=Relation.REPLACE_ONE.value, show_default=True, metavar=RELATION_METAVAR,
               help="Neighbouring relation of the guarantee.")
 @click.option("--epsilon", required=True, type=float, help="Per-release epsilon.")
 @click.option("--delta", required=True, type=float, help="Per-release delta, in (0, 1/n_min).")
@@ -195,26 +199,29 @@ def plan(
     is read. Exits with status 3 when the dataset has a budget and this release would not fit it."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from splice_assets.config import MeasurementSettings, Relation, SynthesizerSettings
     from splice_assets.layout import layout_for
-    from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, needs_estimate
+    from splice_assets.limits import HOLDOUT_FRACTION, check_rows_for
+    from splice_assets.planning import ReleasePlanner
+    from splice_assets.private.gaussian_dp import delta_cost
     from splice_assets.private.ledger import LedgerError, default_ledger_url
-    from splice_assets.private.measuring import make_plan
-    from splice_assets.private.mechanism import PrivacyParameterError, epsilon_of, split_privacy, validate_parameters
+    from splice_assets.private.mechanism import PrivacyParameterError, epsilon_of
     from splice_assets.schema import SchemaError, load_schema
 
     try:
         schema = load_schema(schema_path)
+        # The one settings model and the one planner, as the release: the same limits, the same messages.
+        planner = ReleasePlanner.of(schema, SynthesizerSettings(
+            epsilon=epsilon, delta=delta, relation=Relation.parse(relation), measurement=MeasurementSettings(
+                n_directions=n_directions, k=k, marginal_share=marginal_share, pair_share=pair_share)))
+        relation = planner.settings.relation
+        HOLDOUT_FRACTION.check(holdout_fraction)
         rows = _planned_rows(schema.n_min, n, input_path, holdout_fraction, relation)
         n = rows["n"]
-        validate_parameters(epsilon, delta, k, n_directions, schema.n_min, n=n)
+        check_rows_for(n, schema.n_min)
         # DP bounds of `bounds: auto` columns take their share of the privacy, as in the release.
-        measured_epsilon, bounds_multiplier = (
-            split_privacy(epsilon, delta, DEFAULT_BOUNDS_SHARE) if needs_estimate(schema) else (epsilon, None)
-        )
-        measurement_plan, cal = make_plan(
-            schema, n, measured_epsilon, delta, n_directions, k, marginal_share=marginal_share,
-            pair_share=pair_share, relation=relation,
-        )
+        bounds_multiplier = planner.privacy_split()[1]
+        measurement_plan, cal = planner.plan(n)
     except (SchemaError, PrivacyParameterError, ValueError) as exc:
         raise fail(exc) from None
     url = ledger_url or default_ledger_url()
@@ -263,6 +270,8 @@ def plan(
         "pairs": cal.pair_count,
         "pair_noise_std": None if cal.pair_weight == 0 else cal.pair_noise_std() * per_row,
         "count_noise_std": None if cal.count_weight == 0 else cal.count_noise_std(),
+        # sigma at this delta over sigma at delta = 1/(100 n), when delta is far below 1/n (else None)
+        "delta_sigma_factor": delta_cost(cal.epsilon, cal.delta, n),
         "budget_remaining": None if budget is None else budget["epsilon_remaining"],
         "budget": budget,
     }
@@ -328,6 +337,7 @@ def _rows_text(result: dict[str, Any], n_min: int) -> str:
 
 
 def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, url: str) -> None:
+    from splice_assets.private.gaussian_dp import delta_cost_text
     from splice_assets.release.budget_text import lifetime_text, release_text
 
     n, n_directions, k, relation = result["n"], result["L"], result["k"], result["relation"]
@@ -338,6 +348,8 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
     click.echo(f"rows               {_rows_text(result, schema.n_min)}")
     click.echo(f"n, L, k            {n}, {n_directions}, {k}")
     click.echo(f"this release       {release_text(result['epsilon'], cal.delta)}, charged when it runs")
+    if delta_cost_text(cal.epsilon, cal.delta, n):
+        click.echo(f"                   {delta_cost_text(cal.epsilon, cal.delta, n)}")
     if result["bounds_noise_multiplier"] is not None:
         click.echo(f"                   its parts alone: DP estimate of the 'auto' entries epsilon = "
                    f"{result['epsilon_estimate']:.4g} (noise multiplier {result['bounds_noise_multiplier']:.4g}), "
@@ -555,7 +567,7 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
               help="Where a streamed input is measured and sampled [default: $SPLICE_ENGINE or local]; dask: the "
               "scheduler at $SPLICE_DASK_SCHEDULER, else a local cluster of $SPLICE_DASK_WORKERS workers.")
 @click.option("--epsilon", default=None, type=float, help="Epsilon of this release's measurement [required].")
-@click.option("--relation", type=click.Choice(RELATIONS), default=None,
+@click.option("--relation", default=None, metavar=RELATION_METAVAR,
               help=f"Neighbouring relation: {RELATION_REPLACE_ONE} (n public) or {RELATION_ADD_REMOVE} (n private, as "
               f"AIM / MST) [default: {RELATION_REPLACE_ONE}].")
 @click.option("--delta", default=None, type=float, help="Delta of this release, in (0, 1/n_min) [required].")
@@ -602,8 +614,8 @@ def release_command(
 
     Ctrl-C or a failure after the charge leaves the release to finish with `--resume RELEASE`, at no further cost."""
     from splice_assets.datasets import DEMO_DATASET, schema_path
-    from splice_assets.private.mechanism import validate_parameters
     from splice_assets.release.budget_text import parts_text, release_text
+    from splice_assets.release.settings import ReleaseSettings
     from splice_assets.schema import load_schema
 
     chosen = {k: v for k, v in options.items() if v is not None}
@@ -632,6 +644,9 @@ def release_command(
             schema = load_schema(schema_path(dataset))
         except FileNotFoundError as exc:
             raise fail(exc) from None
+    # The one settings model, before Dagster loads: every limit (delta < 1/n_min with the schema), with the message
+    # the run config and `splice plan` give.
+    ReleaseSettings(dataset=dataset, **chosen).synthesizer(schema)
     if input_path is None and dataset != DEMO_DATASET:
         raise fail(f"--input FILE is required for dataset {dataset!r}")
     from splice_assets.private.row_count import is_url_or_glob
@@ -641,13 +656,6 @@ def release_command(
         raise fail(f"input {input_path!r} does not exist")
     if engine is not None:
         os.environ["SPLICE_ENGINE"] = engine  # the Dagster engine resource reads it (dagster_layer.resources)
-    validate_parameters(
-        chosen["epsilon"],
-        chosen["delta"],
-        chosen.get("k", DEFAULT_K),
-        chosen.get("n_directions", DEFAULT_N_DIRECTIONS),
-        schema.n_min,
-    )
     where = input_path if streamed or not input_path else str(Path(input_path).resolve())
     record = _run_release_job(dataset, where or "", chosen, verbose)
     if as_json:
@@ -662,7 +670,21 @@ def release_command(
     click.echo(f"this release   {release_text(record['epsilon_cost'], chosen['delta'])} charged to the ledger")
     if parts_text(record):
         click.echo(f"               {parts_text(record)} (composed into the release's epsilon, not added)")
+    if _delta_cost_line(record, schema.n_min):
+        click.echo(f"               {_delta_cost_line(record, schema.n_min)}")
     click.echo(f"lifetime       {_lifetime_now(dataset)}")
+
+
+def _delta_cost_line(record: dict[str, Any], n_min: int) -> str | None:
+    """What the release's delta cost in sigma when far below 1/n: at its public n (replace-one), else n_min."""
+    from splice_assets.private.gaussian_dp import delta_cost_text
+
+    try:
+        privacy = json.loads((Path(record["public_dir"]) / "release.json").read_text()).get("privacy", {})
+    except (OSError, ValueError):
+        privacy = {}
+    n = privacy.get("n") if privacy.get("relation", RELATION_REPLACE_ONE) == RELATION_REPLACE_ONE else None
+    return delta_cost_text(record["epsilon_measurement"], record["delta"], int(n or n_min))
 
 
 def _lifetime_now(dataset: str) -> str:
@@ -698,7 +720,7 @@ def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any],
         from pydantic import ValidationError
 
         from splice_assets.dagster_layer.automation import run_config_for
-        from splice_assets.dagster_layer.config import ReleaseConfig
+        from splice_assets.dagster_layer.config import ReleaseConfig, settings_error
         from splice_assets.dagster_layer.console import console_level, with_console_level, with_splice_console
         from splice_assets.dagster_layer.definitions import build_definitions
         from splice_assets.dagster_layer.inprocess import run_release
@@ -711,10 +733,8 @@ def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any],
 
         try:
             config = ReleaseConfig(dataset=dataset, input_path=input_path, **options)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or "config"
-            raise fail(f"{where}: {first.get('msg', exc)}") from None
+        except ValidationError as exc:  # checked before Dagster loaded (``release_command``): not reached
+            raise fail(settings_error(exc)) from None
         # INFO: what the assets log and the errors; DEBUG (--verbose): every step event as well.
         run_config = with_console_level(run_config_for(config), console_level(verbose))
         run = run_release(job, run_config, dataset, tags={"splice/trigger": "cli", "splice/dataset": dataset})
@@ -1260,8 +1280,9 @@ def refit_command(release_id: str, components: int | None, steps: int | None, ro
 @click.option("--seed", default=None, type=int, help="Sampling seed [default: the release's public seed].")
 @click.option("--out", default=None, type=click.Path(dir_okay=False),
               help="Write .csv (formula-escaped) or .parquet; without it the first rows are printed.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --out file.")
 @guarded
-def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | None) -> None:
+def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | None, force: bool) -> None:
     """Sample rows from a release's fitted model (post-processing: no privacy cost)."""
     from splice_assets.release.bundle import write_csv_escaped
     from splice_assets.sampling import load_model, sample_table
@@ -1272,6 +1293,8 @@ def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | No
     suffix = None if out is None else "".join(Path(out).suffixes[-1:]).lower()
     if suffix not in (None, ".csv", ".parquet"):
         raise fail(f"--out must end in .csv or .parquet, got {out!r}")
+    if out is not None and Path(out).exists() and not force:
+        raise fail(f"--out {out!r} exists: give --force to overwrite it, or another file name")
     model = load_model(location.public_dir / "model")
     schema = load_schema(location.public_dir / "schema.yaml")
     if seed is None:

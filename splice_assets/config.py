@@ -4,25 +4,39 @@
 - ``ModelSettings``: the mixture fitted to it;
 - ``PostProcessingSettings``: links, tilt, pairwise field and marginal matching applied after the fit.
 
-The privacy parameters (epsilon, delta, relation) and the public seed belong to the ``Synthesizer`` itself. Every
-message quotes the bad value. ``fit_config`` is the one mapping from these settings to the fitter's
-``FitConfig``; ``expert`` reaches the remaining ``FitConfig`` fields for research and benchmarks only.
+The privacy parameters (epsilon, delta: a ``PrivacyLoss``; the ``Relation``) and the public seed belong to the
+``Synthesizer`` itself. This is the one settings model of every entry point: ``Synthesizer(...)``, ``splice plan``,
+``splice release`` and the Dagster ``release`` job's run config (``ReleaseConfig``, through ``ReleaseSettings``) build
+it from their values, so each value is checked here, against its limit in ``splice_assets.limits`` (defined once),
+and refused by every entry point with the same message, which quotes the bad value. ``fit_config`` is the one
+mapping from these settings to the fitter's ``FitConfig``; ``expert`` reaches the remaining ``FitConfig`` fields for
+research and benchmarks only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from splice_assets.defaults import DEFAULT_LEVEL_UNITS, default_pair_share
+from splice_assets import limits
+from splice_assets.defaults import DEFAULT_LEVEL_UNITS, DEFAULT_MAX_UNPARSEABLE_SHARE, default_pair_share
+from splice_assets.fine_cells import (
+    DEFAULT_FINE_BINS,
+    DEFAULT_FINE_SPLIT,
+    DEFAULT_GRID_WEIGHT,
+    DEFAULT_INTERVAL_WEIGHT,
+    MAX_FINE_BINS,
+    MAX_FINE_SPLIT,
+    MAX_GRID_WEIGHT,
+)
 from splice_assets.layout import DEFAULT_NUMERIC_BINS as COARSE_BINS
 from splice_assets.layout import DEFAULT_TARGET_TRIPLES
-from splice_assets.measurement import RELATION_ADD_REMOVE, RELATIONS
-from splice_assets.model.fit import FitConfig
-from splice_assets.private import preflight
+from splice_assets.limits import PrivacyLoss as PrivacyLoss
+from splice_assets.limits import Relation as Relation
+from splice_assets.limits import SettingsError as SettingsError
+from splice_assets.model.settings import FitConfig, check_post_processing
 from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE
 from splice_assets.private.mechanism import (
     DEFAULT_COUNT_SHARE,
@@ -32,34 +46,16 @@ from splice_assets.private.mechanism import (
     DEFAULT_PAIR_SHARE,
 )
 from splice_assets.private.pair_selection import DEFAULT_PAIRS_PER_COORDINATE, DEFAULT_SELECTION_SHARE
-from splice_assets.private.validation import DEFAULT_MAX_UNPARSEABLE_SHARE
-from splice_assets.resolution import (
-    DEFAULT_FINE_BINS,
-    DEFAULT_FINE_SPLIT,
-    DEFAULT_GRID_WEIGHT,
-    DEFAULT_INTERVAL_WEIGHT,
-    MAX_FINE_BINS,
-    MAX_FINE_SPLIT,
-    MAX_GRID_WEIGHT,
-)
 
 if TYPE_CHECKING:
     from splice_assets.schema import TableSchema
 
 
-def _integer(name: str, value: object, least: int, most: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least or (most is not None and value > most):
-        bound = f">= {least}" if most is None else f"in [{least}, {most}]"
-        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
-
-
-def _number(name: str, value: object, low: float, high: float, high_open: bool = True, low_open: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not isinstance(value, (int, float)) or not (  # isinstance again: narrows for mypy
-        (low < value if low_open else low <= value) and (value < high if high_open else value <= high)
-    ):
-        left, right = "(" if low_open else "[", ")" if high_open else "]"
-        raise ValueError(f"{name} must be a number in {left}{low:g}, {high:g}{right}, got {value!r}")
+#: The limits of the fine tables' settings (their caps belong to the fine cell layout).
+FINE_BINS = limits.Limit("fine_bins", 0, MAX_FINE_BINS, integer=True)
+FINE_SPLIT = limits.Limit("fine_split", 0, MAX_FINE_SPLIT, integer=True)
+GRID_WEIGHT = limits.Limit("grid_weight", 1, MAX_GRID_WEIGHT, integer=True)
+INTERVAL_WEIGHT = limits.Limit("interval_weight", 1, MAX_GRID_WEIGHT, integer=True)
 
 
 @dataclass(frozen=True)
@@ -93,28 +89,27 @@ class MeasurementSettings:
     level_units: bool = DEFAULT_LEVEL_UNITS
 
     def __post_init__(self) -> None:
-        if not isinstance(self.level_units, bool):
-            raise ValueError(f"level_units must be true or false, got {self.level_units!r}")
-        _integer("n_directions (L)", self.n_directions, 1, preflight.MAX_DIRECTIONS)
-        _integer("k", self.k, 1, preflight.MAX_K)
-        _number("marginal_share", self.marginal_share, 0.0, 1.0)
+        limits.check_flag("level_units", self.level_units)
+        limits.N_DIRECTIONS.check(self.n_directions)
+        limits.K.check(self.k)
+        limits.MARGINAL_SHARE.check(self.marginal_share)
         if self.pair_share is not None:
-            _number("pair_share", self.pair_share, 0.0, 1.0)
-        _integer("fine_bins", self.fine_bins, 0, MAX_FINE_BINS)
-        _integer("fine_split", self.fine_split, 0, MAX_FINE_SPLIT)
-        _integer("grid_weight", self.grid_weight, 1, MAX_GRID_WEIGHT)
-        _integer("interval_weight", self.interval_weight, 1, MAX_GRID_WEIGHT)
-        _number("pairs_per_coordinate", self.pairs_per_coordinate, 0.0, math.inf)
-        _number("selection_share", self.selection_share, 0.0, 1.0, low_open=True)
-        _integer("target_triples", self.target_triples, 0)
+            limits.PAIR_SHARE.check(self.pair_share)
+        FINE_BINS.check(self.fine_bins)
+        FINE_SPLIT.check(self.fine_split)
+        GRID_WEIGHT.check(self.grid_weight)
+        INTERVAL_WEIGHT.check(self.interval_weight)
+        limits.PAIRS_PER_COORDINATE.check(self.pairs_per_coordinate)
+        limits.SELECTION_SHARE.check(self.selection_share)
+        limits.TARGET_TRIPLES.check(self.target_triples)
         least_pair_share = DEFAULT_PAIR_SHARE if self.pair_share is None else self.pair_share
         if least_pair_share > 0 and self.selection_share >= least_pair_share:
-            raise ValueError(
+            raise SettingsError(
                 f"selection_share must be below pair_share {least_pair_share!r} (it is taken out of it), "
                 f"got {self.selection_share!r}"
             )
         if self.fine_bins % COARSE_BINS:
-            raise ValueError(f"fine_bins must be a multiple of {COARSE_BINS} (0 = none), got {self.fine_bins!r}")
+            raise SettingsError(f"fine_bins must be a multiple of {COARSE_BINS} (0 = none), got {self.fine_bins!r}")
 
     def for_schema(self, schema: TableSchema) -> MeasurementSettings:
         """These settings with the pair share resolved for ``schema`` (``defaults.default_pair_share`` where None)."""
@@ -122,12 +117,12 @@ class MeasurementSettings:
             self, pair_share=default_pair_share(schema)
         )
 
-    def check_relation(self, relation: str) -> None:
+    def check_relation(self, relation: Relation) -> None:
         """The moments need a share of Delta^2 left over (under add-remove the noisy count takes one too); a pair
         share left to the schema is checked once resolved."""
-        count_share = DEFAULT_COUNT_SHARE if relation == RELATION_ADD_REMOVE else 0.0
+        count_share = DEFAULT_COUNT_SHARE if relation == Relation.ADD_REMOVE else 0.0
         if self.pair_share is not None and self.marginal_share + self.pair_share + count_share >= 1.0:
-            raise ValueError(
+            raise SettingsError(
                 f"marginal_share {self.marginal_share!r} + pair_share {self.pair_share!r} (+ the noisy count's "
                 f"{count_share!r} under add-remove) must be < 1 (the moments need a share of the budget)"
             )
@@ -143,9 +138,9 @@ class ModelSettings:
     joint_pairs: int = FitConfig.joint_pairs
 
     def __post_init__(self) -> None:
-        _integer("components (K)", self.components, 1, preflight.MAX_COMPONENTS)
-        _integer("max_steps", self.max_steps, 1)
-        _integer("joint_pairs", self.joint_pairs, 0)
+        limits.COMPONENTS.check(self.components)
+        limits.MAX_STEPS.check(self.max_steps)
+        limits.JOINT_PAIRS.check(self.joint_pairs)
 
 
 @dataclass(frozen=True)
@@ -162,12 +157,11 @@ class PostProcessingSettings:
     fine_threshold: float = FitConfig.fine_threshold
 
     def __post_init__(self) -> None:
-        _number("link_lambda", self.link_lambda, 0.0, 1.0, high_open=False)
-        _number("tilt_chi2", self.tilt_chi2, 0.0, math.inf)
-        _integer("field_iterations", self.field_iterations, 0)
-        _number("fine_threshold", self.fine_threshold, 0.0, math.inf)
-        if not isinstance(self.match_marginals, bool):
-            raise ValueError(f"match_marginals must be true or false, got {self.match_marginals!r}")
+        limits.LINK_LAMBDA.check(self.link_lambda)
+        limits.TILT_CHI2.check(self.tilt_chi2)
+        limits.FIELD_ITERATIONS.check(self.field_iterations)
+        limits.FINE_THRESHOLD.check(self.fine_threshold)
+        limits.check_flag("match_marginals", self.match_marginals)
 
 
 @dataclass(frozen=True)
@@ -176,7 +170,7 @@ class SynthesizerSettings:
 
     epsilon: float
     delta: float
-    relation: str = "replace-one"
+    relation: Relation = Relation.REPLACE_ONE  # a plain string is taken (``Relation.parse``)
     seed: int = 0
     measurement: MeasurementSettings = field(default_factory=MeasurementSettings)
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -186,18 +180,25 @@ class SynthesizerSettings:
     expert: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.relation not in RELATIONS:
-            raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
-        preflight.check_settings(self.epsilon, self.delta)
-        _integer("seed", self.seed, 0)
+        object.__setattr__(self, "relation", Relation.parse(self.relation))
+        PrivacyLoss(self.epsilon, self.delta)
+        limits.SEED.check(self.seed)
         self.measurement.check_relation(self.relation)
-        _number("bounds_share", self.bounds_share, 0.0, 1.0, low_open=True)
-        _number("max_unparseable_share", self.max_unparseable_share, 0.0, 1.0, high_open=False)
+        limits.BOUNDS_SHARE.check(self.bounds_share)
+        limits.MAX_UNPARSEABLE_SHARE.check(self.max_unparseable_share)
         known = {f.name for f in dataclasses.fields(FitConfig)}
         unknown = sorted(set(self.expert) - known)
         if unknown:
-            raise ValueError(f"expert settings must be FitConfig fields, got {unknown!r}")
+            raise SettingsError(f"expert settings must be FitConfig fields, got {unknown!r}")
         fit_config(self)  # the fitter's own checks, at construction
+
+    @property
+    def privacy_loss(self) -> PrivacyLoss:
+        return PrivacyLoss(self.epsilon, self.delta)
+
+    def check_schema(self, schema: TableSchema) -> None:
+        """The limits that need the schema: delta < 1/n_min."""
+        self.privacy_loss.check_n_min(schema.n_min)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"expert": dict(self.expert)}
@@ -212,11 +213,31 @@ class SynthesizerSettings:
             postprocessing=PostProcessingSettings(**data.get("postprocessing", {})),
         )
 
+    @classmethod
+    def from_flat(cls, values: Mapping[str, Any]) -> SynthesizerSettings:
+        """The settings from one flat mapping of their field names (``k``, ``components``, ``tilt_chi2``...: the
+        names of ``ReleaseSettings``, ``ReleaseConfig`` and the CLI's options), by name; names of no settings field
+        are ignored, missing ones take their defaults."""
+        def pick(group: type[Any]) -> dict[str, Any]:
+            return {f.name: values[f.name] for f in dataclasses.fields(group) if f.name in values}
+
+        top = {k: v for k, v in pick(cls).items() if k not in _GROUPS}
+        return cls(**top, measurement=MeasurementSettings(**pick(MeasurementSettings)),
+                   model=ModelSettings(**pick(ModelSettings)),
+                   postprocessing=PostProcessingSettings(**pick(PostProcessingSettings)))
+
+
+_GROUPS = ("measurement", "model", "postprocessing", "expert")
+
+
+def flat_setting_names() -> frozenset[str]:
+    """The names ``SynthesizerSettings.from_flat`` reads."""
+    groups = (SynthesizerSettings, MeasurementSettings, ModelSettings, PostProcessingSettings)
+    return frozenset(f.name for group in groups for f in dataclasses.fields(group) if f.name not in _GROUPS)
+
 
 def fit_config(settings: SynthesizerSettings, threads: int | None = 1) -> FitConfig:
     """The one mapping from the settings to the fitter's configuration (``expert`` fields last)."""
-    from splice_assets.postprocess.chain import check_post_processing
-
     m, p = settings.model, settings.postprocessing
     config = FitConfig(
         K=m.components, max_steps=m.max_steps, joint_pairs=m.joint_pairs, seed=settings.seed,

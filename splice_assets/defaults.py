@@ -1,22 +1,25 @@
 """Public names and defaults shared by the library and the ``splice`` CLI.
 
-This module imports nothing, so the CLI can declare its options (and print ``--help``) without loading numpy,
-SQLAlchemy or the accountant. The library modules that own these values re-export them from here.
+This module imports only ``limits`` (itself the standard library only), so the CLI can declare its options (and
+print ``--help``) without loading numpy, SQLAlchemy or the accountant. The library modules that own these values
+re-export them from here.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from splice_assets.limits import RELATIONS as RELATIONS
+from splice_assets.limits import Relation
+
 if TYPE_CHECKING:
     from splice_assets.schema import TableSchema
 
 #: Neighbouring tables differ by replacing one row; n is public and every statistic is a frequency.
-RELATION_REPLACE_ONE = "replace-one"
+RELATION_REPLACE_ONE = Relation.REPLACE_ONE
 #: Neighbouring tables differ by adding or removing one row; n is private, so the mechanism releases noisy sums and a
 #: noisy count, and frequencies are their post-processing (``pooled_row_count``, then a division).
-RELATION_ADD_REMOVE = "add-remove"
-RELATIONS = (RELATION_REPLACE_ONE, RELATION_ADD_REMOVE)
+RELATION_ADD_REMOVE = Relation.ADD_REMOVE
 
 # Shares of Delta^2 for the noisy 1-way marginals and for the 2-way marginals of every coordinate pair from different
 # columns; the moments keep the rest (0.35). One fit each at eps = 1 (K = 20, L = 256, pair loss weight 0.1),
@@ -41,6 +44,10 @@ DEFAULT_LEVEL_UNITS = True
 DEFAULT_N_DIRECTIONS = 256
 DEFAULT_K = 16
 
+#: Above this share of a column's non-empty cells that are not numbers (numeric kinds) or not declared categories
+#: (discrete kinds without ``other``), the column is refused: that many misses mean the input or the schema's kind
+#: is wrong, and imputing them would release a column made of imputations.
+DEFAULT_MAX_UNPARSEABLE_SHARE = 0.05
 #: Share of the input rows a release holds out for its internal report; they are never measured.
 DEFAULT_HOLDOUT_FRACTION = 0.2
 #: The most rows the fixed-point sums of ``private.statistics`` hold; under add-remove it stands in for the private n

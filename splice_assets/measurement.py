@@ -104,7 +104,7 @@ class Measurement:
     #: With pair selection, how many candidate pairs the measured ``pairs`` were chosen from (0 = all measured).
     pair_candidates: int = 0
     noise_multiplier: float = 0.0
-    #: Noisy fine 1-way frequencies of the numeric columns (``resolution``), at ``fine_noise_std``.
+    #: Noisy fine 1-way frequencies of the numeric columns (``fine_cells``), at ``fine_noise_std``.
     noisy_fine: np.ndarray = field(default_factory=lambda: np.zeros(0))
     fine_sizes: tuple[int, ...] = ()
     fine_bins: int = 0

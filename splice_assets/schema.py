@@ -73,7 +73,7 @@ class ColumnSpec:
     #: candidates finds them (``private.bounds``, charged with the DP bounds) and adds them to ``values``.
     values_auto: bool = False
     #: Public values a numeric column may hold often (a share at 1/2 or 2/3): each is a fine cell of its own in the
-    #: measurement, drawn exactly where its noisy count clears the noise (``resolution.candidate_z``) and read as
+    #: measurement, drawn exactly where its noisy count clears the noise (``fine_cells.candidate_z``) and read as
     #: empty elsewhere. A ``values: auto`` selection leaves the candidates it did not find here.
     candidates: tuple[float, ...] = ()
     #: The column's values are single-precision floats (written out with float64 digits, as 0.6666666865348816 for

@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 
 from splice_assets import Synthesizer
+from splice_assets.fine_cells import candidate_z, column_fine_cells
 from splice_assets.layout import decode
 from splice_assets.measurement import RELATION_ADD_REMOVE
+from splice_assets.postprocess.fine_tables import FineTables
 from splice_assets.private.bounds import unfound_candidates
-from splice_assets.resolution import FineTables, candidate_z, column_fine_cells
 from splice_assets.schema import SchemaError, parse_schema, schema_to_dict
 
 

@@ -143,6 +143,12 @@ def test_sample_writes_csv_parquet_and_prints(cli_env, tmp_path):
     assert from_csv.shape == from_parquet.shape == (40, len(columns)) and list(from_parquet.columns) == columns
     printed = ok("sample", rid, "-n", "5").output
     assert all(c in printed for c in columns)
+    # An existing --out file is kept unless --force.
+    before = (tmp_path / "s.csv").read_bytes()
+    assert "--force" in fails_cleanly("sample", rid, "-n", "7", "--out", tmp_path / "s.csv")
+    assert (tmp_path / "s.csv").read_bytes() == before
+    ok("sample", rid, "-n", "7", "--out", tmp_path / "s.csv", "--force")
+    assert len(pd.read_csv(tmp_path / "s.csv")) == 7
 
 
 def test_export_copies_only_the_public_bundle(cli_env, tmp_path):
@@ -162,6 +168,9 @@ def test_bad_release_ids_fail_cleanly(cli_env, tmp_path):
         assert "release" in fails_cleanly(*args)
     rid = cli_env["release_id"]
     assert "csv" in fails_cleanly("sample", rid, "-n", "3", "--out", tmp_path / "s.xlsx")
+    short = fails_cleanly("show", rid[:4])  # a real release's id, too short a prefix
+    assert "prefix needs at least 6 characters" in short and "splice releases" in short
+    assert "prefix needs" not in fails_cleanly("show", "nope-0000")
 
 
 def test_bad_dataset_fails_cleanly(cli_env):
@@ -186,3 +195,15 @@ def test_bad_input_fails_cleanly(cli_env, tmp_path):
 
 def test_real_process_error_is_one_line_without_traceback(cli_env):
     assert "does-not-exist" in process_fails_cleanly("show", "does-not-exist")
+
+
+def test_release_says_what_its_delta_costs_in_sigma(cli_env):
+    """The release's text output names delta's cost in sigma (delta = 1e-9 at the demo's n is far below 1/n)."""
+    from splice_assets.cli import _delta_cost_line
+    from splice_assets.private.gaussian_dp import delta_cost
+
+    record = cli_env["record"]
+    n = json.loads(Path(record["public_dir"], "release.json").read_text())["privacy"]["n"]
+    line = _delta_cost_line(record, 1000)
+    assert line is not None and line.startswith("delta = 1e-09 costs sigma x")
+    assert f"x{delta_cost(record['epsilon_measurement'], 1e-9, n):.1f}" in line and f"n = {n:,}" in line

@@ -13,12 +13,12 @@ from click.testing import CliRunner
 
 from splice_assets.cli import main
 from splice_assets.defaults import default_pair_share
+from splice_assets.fine_cells import DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT
 from splice_assets.layout import harmonic
 from splice_assets.private.ledger import BudgetLedger
 from splice_assets.private.mechanism import DEFAULT_MARGINAL_SHARE
 from splice_assets.private.row_count import input_row_count
 from splice_assets.private.validation import read_table
-from splice_assets.resolution import DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT
 from splice_assets.schema import load_schema
 
 
@@ -189,7 +189,7 @@ def test_plan_reports_budget_from_ledger(schema_file, ledger_url):
         (["--epsilon", "nan"], "nan"),
         (["--delta", "0.01"], "delta"),  # >= 1/n_min
         (["--k", "0"], "k must"),
-        (["--L", "0"], "L must"),
+        (["--L", "0"], "(L) must"),
         (["--n", "999"], "n_min"),
     ],
 )
@@ -336,3 +336,21 @@ def test_budget_lines_say_which_epsilon_they_are(schema_file, ledger_url, monkey
     per_release = [line for line in shown.output.splitlines() if "this release" in line]
     assert len(per_release) == 2 and all("this release epsilon = 1 (delta = 1e-09)" in line for line in per_release)
     assert all("spent" not in line and "composed" not in line for line in per_release)
+
+
+def test_plan_says_what_a_delta_far_below_one_over_n_costs(schema_file, ledger_url):
+    """delta = 1e-300 is accepted, and the plan says how much larger sigma is than at delta = 1/(100 n)."""
+    from splice_assets.private.gaussian_dp import delta_cost, sigma_for
+
+    far = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--n", "6000", "--holdout", "0",
+              "--epsilon", "1", "--delta", "1e-300")
+    assert far.exit_code == 0, far.output
+    factor = sigma_for(1.0, 1e-300) / sigma_for(1.0, 1 / 600_000)
+    assert f"delta = 1e-300 costs sigma x{factor:.1f} against delta = 1/(100 n) = 1.7e-06 at n = 6,000" in far.output
+    at = ("--n", "6000", "--epsilon", "1", "--delta")
+    assert plan_json(schema_file, ledger_url, *at, "1e-300")["delta_sigma_factor"] == factor
+    near = run("plan", "--schema", str(schema_file), "--ledger-url", ledger_url, "--n", "6000", "--holdout", "0",
+               "--epsilon", "1", "--delta", "1e-6")  # above 1e-3/n: nothing to say
+    assert near.exit_code == 0 and "costs sigma" not in near.output
+    assert plan_json(schema_file, ledger_url, *at, "1e-6")["delta_sigma_factor"] is None
+    assert delta_cost(1.0, 1e-3 / 6000, 6000) is None and delta_cost(1.0, 0.99e-3 / 6000, 6000) > 1.0

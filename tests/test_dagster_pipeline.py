@@ -23,6 +23,7 @@ from splice_assets.dagster_layer.assets import op_name
 from splice_assets.dagster_layer.automation import (
     SETTINGS,
     ReleaseSettingsRefused,
+    landing_dir,
     new_file_sensor,
     refresh_schedule,
     run_config_for,
@@ -183,8 +184,8 @@ def test_invalid_settings_are_refused_at_launch_with_the_validators_message(tmp_
     with dg.DagsterInstance.ephemeral() as instance:
         for settings, message in (
             ({"epsilon": -1.0}, r"epsilon must be a number in \(0, 20\], got -1.0"),
-            ({"bounds_share": 1.5}, "bounds_share: Input should be less than 1, got 1.5"),
-            ({"holdout_fraction": 2.5}, "holdout_fraction must be in .* got 2.5"),
+            ({"bounds_share": 1.5}, r"bounds_share must be a number in \(0, 1\), got 1.5"),
+            ({"holdout_fraction": 2.5}, r"holdout_fraction must be a number in \[0, 0.9\), got 2.5"),
         ):
             with pytest.raises(ReleaseSettingsRefused, match=message) as refused:
                 job.execute_in_process(run_config={SETTINGS: {**FAST, **settings}}, instance=instance)
@@ -307,13 +308,56 @@ def test_sensor_launches_once_per_file(tmp_path, monkeypatch, demo_table):
     path = landing / "fair_affairs" / "batch1.csv"
     demo_table.to_csv(path, index=False)
     (landing / "fair_affairs" / "notes.txt").write_text("ignored")
-    first = new_file_sensor(dg.build_sensor_context(resources={"ledger": ledger}))
+    first = new_file_sensor(dg.build_sensor_context(resources={"ledger": ledger})).run_requests
     assert len(first) == 1 and first[0].run_key.startswith("fair_affairs/batch1.csv@")
-    again = new_file_sensor(dg.build_sensor_context(resources={"ledger": ledger}))
+    again = new_file_sensor(dg.build_sensor_context(resources={"ledger": ledger})).run_requests
     assert again[0].run_key == first[0].run_key  # same file, same key: Dagster launches it once
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
-    touched = new_file_sensor(dg.build_sensor_context(resources={"ledger": ledger}))
+    touched = new_file_sensor(dg.build_sensor_context(resources={"ledger": ledger})).run_requests
     assert touched[0].run_key != first[0].run_key
+
+
+def test_sensor_names_every_skipped_file_with_its_reason(tmp_path, monkeypatch, demo_table):
+    """A file in an unknown dataset's folder, a file of another type and a file outside any dataset folder are each
+    named with the reason: in the skip message when nothing launches, in the tick's log beside a launch."""
+    landing = tmp_path / "landing"
+    for folder in ("fair_affairs", "nosuch"):
+        (landing / folder).mkdir(parents=True)
+    monkeypatch.setenv("SPLICE_LANDING_DIR", str(landing))
+    set_budget(tmp_path)
+    ledger = LedgerResource(url=f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    demo_table.to_csv(landing / "nosuch" / "rows.csv", index=False)
+    (landing / "fair_affairs" / "notes.txt").write_text("ignored")
+    (landing / "stray.csv").write_text("a\n1\n")
+    skipped = new_file_sensor(dg.build_sensor_context(resources={"ledger": ledger}))
+    assert isinstance(skipped, dg.SkipReason)
+    message = skipped.skip_message or ""
+    assert message.startswith("3 file(s) skipped")
+    assert "nosuch/rows.csv: no schema for dataset 'nosuch'" in message
+    assert "fair_affairs/notes.txt: not a .csv, .csv.gz, .parquet file" in message
+    assert "stray.csv: not in a dataset folder" in message
+    demo_table.to_csv(landing / "fair_affairs" / "batch1.csv", index=False)
+    context = dg.build_sensor_context(resources={"ledger": ledger})
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    context.log.addHandler(handler)  # the tick's log, as the UI shows it
+    launched = new_file_sensor(context)
+    assert isinstance(launched, dg.SensorResult) and len(launched.run_requests or []) == 1
+    logged = "\n".join(r.getMessage() for r in records)
+    for name in ("nosuch/rows.csv: no schema", "fair_affairs/notes.txt: not a", "stray.csv: not in a dataset"):
+        assert f"skipped {name}" in logged, logged
+
+
+def test_the_landing_folder_defaults_to_dagster_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPLICE_LANDING_DIR", raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    assert landing_dir() == tmp_path / "landing"
+    monkeypatch.delenv("DAGSTER_HOME")
+    repo = Path(__file__).resolve().parents[1]
+    assert landing_dir() == repo / "dagster_home" / "landing"
+    ignored = subprocess.run(["git", "check-ignore", "-q", "dagster_home/landing/fair_affairs/x.csv"], cwd=repo)
+    assert not (repo / ".git").exists() or ignored.returncode == 0
 
 
 def test_ui_trigger_through_graphql(tmp_path):

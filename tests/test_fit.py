@@ -20,6 +20,8 @@ from splice_assets.layout import (
 from splice_assets.measurement import Measurement
 from splice_assets.model.fit import FitConfig, fit_measurement, fit_mixture
 from splice_assets.model.mixture import MixtureParameters, model_moments
+from splice_assets.postprocess.synthetic_model import SyntheticModel
+from splice_assets.postprocess.targets import fit_denoised
 from splice_assets.private.encoding import encode
 from splice_assets.private.validation import conform, validate
 from splice_assets.sampling import from_parameters, sample_cube, sample_table
@@ -81,7 +83,7 @@ def test_recovery_from_noise_free_moments():
         config=FitConfig(numeric_model="gaussian", K=3, R=1, max_steps=400, seed=0),
     )
     truth_rows = sample_cube(from_parameters(TRUTH, LAYOUT), 100_000, 1)
-    fit_rows = sample_cube(fitted, 100_000, 2)
+    fit_rows = sample_cube(SyntheticModel.of(fitted), 100_000, 2)
     other_truth = sample_cube(from_parameters(TRUTH, LAYOUT), 100_000, 3)
     baseline = sliced_w1(truth_rows, other_truth)  # sampling noise level
     sw1 = sliced_w1(truth_rows, fit_rows)
@@ -207,7 +209,7 @@ def _fair_split():
 def _fair_scores(schema, train, holdout, measurement, config):
     from splice_assets.evaluation.metrics import marginal_tvd, sliced_wasserstein
 
-    fitted = fit_measurement(measurement, layout_for(schema), config)
+    fitted = SyntheticModel.of(fit_denoised(measurement, layout_for(schema), config))
     synth = sample_table(fitted, schema, len(train), seed=1)
     conform(synth, schema)
     tvd = marginal_tvd(holdout, synth, schema, 0)

@@ -181,7 +181,8 @@ def test_fit_chooses_the_misfit_pair_and_holds_its_table():
     from toy import TOY_SCHEMA
 
     from splice_assets.layout import layout_for
-    from splice_assets.model.fit import FitConfig, fit_measurement
+    from splice_assets.model.fit import FitConfig
+    from splice_assets.postprocess.targets import fit_denoised
     from splice_assets.private import measuring
 
     layout = layout_for(TOY_SCHEMA)
@@ -193,7 +194,7 @@ def test_fit_chooses_the_misfit_pair_and_holds_its_table():
     truth = np.split(stats.pairs, np.cumsum(plan.pair_sizes)[:-1])[index]
 
     def bc_tvd(joint_pairs: int) -> tuple[float, tuple]:
-        model = fit_measurement(exact, layout, FitConfig(K=1, max_steps=150, joint_pairs=joint_pairs))
+        model = fit_denoised(exact, layout, FitConfig(K=1, max_steps=150, joint_pairs=joint_pairs))
         tables = PairEvaluator(model.layout, plan.numeric_bins, plan.pairs, joint_pairs=model.params.joint_pairs)(
             TorchMixture.from_numpy(model.params, model.layout)).detach().numpy()
         got = np.split(tables, np.cumsum(plan.pair_sizes)[:-1])[index]

@@ -402,7 +402,7 @@ def test_pooled_marginals_are_exact_without_noise_and_less_noisy_with_it():
     give the exact marginals back, and noisy ones (seeded here) a smaller error. Measured on this layout over 20
     draws: mean squared error ratio pooled / direct 0.46; tolerance 0.85."""
     from splice_assets.measurement import Measurement
-    from splice_assets.model.fit import pooled_marginals
+    from splice_assets.postprocess.targets import pooled_marginals
 
     plan, cal = measuring.make_plan(SCHEMA, 400, 1.0, 1e-6, 16, 4, marginal_share=0.2, pair_share=0.5)
     x = random_rows(np.random.default_rng(8), 400)
@@ -441,8 +441,8 @@ def test_fine_tables_pool_into_the_coarse_targets_and_bins_off_the_grid_stay_emp
     seeded draws of 13 cells the ratio pooled / direct has sd about 0.02; measured 0.49, tolerance 0.6), and the 3
     bins holding no integer are 0 exactly. A nullable column (its missing rows count in a coarse bin but in no fine
     cell) and a categorical one keep their direct tables. Exact inputs give the exact tables back."""
-    from splice_assets.model.fit import marginal_targets, pooled_marginals
-    from splice_assets.resolution import fine_cells
+    from splice_assets.fine_cells import fine_cells
+    from splice_assets.postprocess.targets import marginal_targets, pooled_marginals
 
     schema = parse_schema({"name": "pool", "version": 1, "n_min": 2, "columns": [
         {"name": "count", "kind": "integer", "bounds": [0, 12]},
@@ -493,11 +493,11 @@ def test_fine_tables_pool_into_the_coarse_targets_and_bins_off_the_grid_stay_emp
 
 
 def test_category_shrinkage_lowers_the_error_and_leaves_frequent_categories_alone():
-    """A categorical table shrunk toward its mean cell (``resolution.shrunk_toward``, post-processing): 51
+    """A categorical table shrunk toward its mean cell (``fine_tables.shrunk_toward``, post-processing): 51
     near-uniform shares of 1-3% under noise std 0.9% per cell (churn's states at n = 4,000) keep 0.36 of their
     squared error; a skewed table (90% in one category, noise std 0.1%) keeps its frequent category exactly as
     measured and 0.30 of its error (over 200 seeded draws each; tolerance 0.6)."""
-    from splice_assets.resolution import shrunk_toward
+    from splice_assets.postprocess.fine_tables import shrunk_toward
 
     def shrunk(table: np.ndarray, std: float) -> np.ndarray:
         return shrunk_toward(table, np.full(len(table), table.mean()), std)
@@ -521,7 +521,7 @@ def test_category_shrinkage_lowers_the_error_and_leaves_frequent_categories_alon
 
 def test_only_categorical_targets_are_shrunk():
     """``marginal_targets`` shrinks the categorical coordinates' tables and leaves every numeric one as pooled."""
-    from splice_assets.model.fit import marginal_targets
+    from splice_assets.postprocess.targets import marginal_targets
 
     plan, cal = measuring.make_plan(SCHEMA, 400, 1.0, 1e-6, 16, 4, marginal_share=0.2, pair_share=0.5)
     x = random_rows(np.random.default_rng(8), 400)
@@ -545,8 +545,9 @@ def test_ordinal_tables_shrunk_toward_their_smooth_shape_are_nearer_the_truth():
     codes: skewed, unimodal with a heavy tail, decreasing), 1.4% noise std per cell (its pooled targets'),
     300 draws each, TVD after the projection onto the simplex. Measured: 0.93 of the mean-cell error (tolerance
     0.95), and fewer of the 1%-levels zeroed (49 against 122)."""
-    from splice_assets.model.fit import ordinal_shape, simplex_projection
-    from splice_assets.resolution import shrunk_toward
+    from splice_assets.model.product_em import simplex_projection
+    from splice_assets.postprocess.fine_tables import shrunk_toward
+    from splice_assets.postprocess.targets import ordinal_shape
 
     truths = np.array([[0.4, 0.8, 11.2, 32.9, 31.5, 12.7, 6.5, 2.4, 1.2, 0.4],
                        [7.3, 6.5, 16.8, 23.8, 24.3, 12.4, 5.3, 2.4, 0.6, 0.7],
@@ -571,7 +572,7 @@ def test_smooth_ordinals_touch_only_ordinal_columns_with_six_levels_or_more():
     """``marginal_targets(smooth_ordinals=True)`` changes the table of an ordinal column of 6 or more categories (not
     its missing level, left as pooled) and leaves a 5-level ordinal and the other columns as the mean-cell shrinkage
     has them."""
-    from splice_assets.model.fit import marginal_targets
+    from splice_assets.postprocess.targets import marginal_targets
 
     schema = parse_schema({"name": "ordinals", "version": 1, "n_min": 2, "columns": [
         {"name": "b", "kind": "categorical", "categories": list("uvwxyz")},

@@ -86,7 +86,7 @@ def set_budget(tmp: Path, epsilon: float = 10.0, delta: float = 1e-6, relation: 
     ("epsilon", 1e6, "epsilon must be a number in (0, 20], got 1000000.0"),
     ("epsilon", -1.0, "got -1.0"),
     ("components", 10_000, "components (K) must be an integer in [1, 500], got 10000"),
-    ("n_synthetic", 10**9, "n_synthetic must be in [0, 10000000], got 1000000000"),
+    ("n_synthetic", 10**9, "n_synthetic must be an integer in [0, 10000000], got 1000000000"),
     ("delta", 0.5 + 0.5, "delta"),
     ("max_unparseable_share", 1.5, "max_unparseable_share must be a number in [0, 1], got 1.5"),
 ])

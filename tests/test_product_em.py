@@ -81,8 +81,9 @@ def test_fit_starts_from_em_on_the_measured_tables():
     from toy import TOY_SCHEMA
 
     from splice_assets.layout import layout_for
-    from splice_assets.model.fit import FitConfig, fit_measurement
+    from splice_assets.model.fit import FitConfig
     from splice_assets.model.mixture import PairEvaluator, TorchMixture
+    from splice_assets.postprocess.targets import fit_denoised
     from splice_assets.private import measuring
 
     schema = TOY_SCHEMA
@@ -102,7 +103,7 @@ def test_fit_starts_from_em_on_the_measured_tables():
 
     def start_tvd(em_iterations: int) -> float:
         config = FitConfig(K=4, max_steps=1, min_steps=1, lr=1e-12, em_iterations=em_iterations)
-        model = fit_measurement(exact, layout, config)
+        model = fit_denoised(exact, layout, config)
         tables = PairEvaluator(model.layout, plan.numeric_bins, plan.pairs)(
             TorchMixture.from_numpy(model.params, model.layout)
         ).detach().numpy()

@@ -287,6 +287,11 @@ def test_registered_model_samples_in_a_fresh_process(released):
     tmp, record = released["tmp"], released["record"]
     version = client_for(tmp).get_model_version_by_alias(f"splice-{DEMO_DATASET}", "latest")
     assert version.tags["release_id"] == record["release_id"]
+    # The version page shows the release's guarantee: headline epsilon (composed), delta, relation, what it charged.
+    manifest = json.loads((Path(record["public_dir"]) / "release.json").read_text())["privacy"]
+    assert version.tags["epsilon"] == str(manifest["epsilon"]) == str(record["epsilon_cost"])
+    assert version.tags["delta"] == str(manifest["delta"]) == "1e-09"
+    assert version.tags["relation"] == "replace-one" and version.tags["epsilon_cost"] == str(record["epsilon_cost"])
     code = (
         "import json, mlflow, pandas as pd\n"
         f"m = mlflow.pyfunc.load_model('models:/splice-{DEMO_DATASET}@latest')\n"
@@ -303,6 +308,37 @@ def test_registered_model_samples_in_a_fresh_process(released):
     schema = pd.read_parquet(Path(record["public_dir"]) / "synthetic.parquet").columns.tolist()
     assert out["shape"] == [50, len(schema)] and out["columns"] == schema
     assert out["same"] and out["max_affairs"] <= 100.0
+
+
+def readme_registry_snippet() -> str:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Dagster quickstart"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readme_registry_load_works_from_any_directory(released, tmp_path):
+    """The README's snippet, verbatim, in a plain process started elsewhere with only DAGSTER_HOME set (as `make`
+    and the CLI set it): it finds the store the CLI and Dagster wrote, and leaves no stray ./mlflow.db."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["DAGSTER_HOME"] = str(released["tmp"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = subprocess.run([sys.executable, "-c", readme_registry_snippet()], env=env, cwd=elsewhere,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "affairs" in proc.stdout and list(elsewhere.iterdir()) == []
+
+
+def test_the_stores_default_to_the_repository_whatever_the_working_directory(monkeypatch, tmp_path):
+    from splice_assets.release.locations import dagster_home, tracking_uri
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert dagster_home() == REPO / "dagster_home"
+    assert tracking_uri() == f"sqlite:///{REPO / 'dagster_home' / 'mlflow.db'}"
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    assert tracking_uri() == f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
 def test_refit_costs_zero_and_links_its_parent(released, monkeypatch):

@@ -24,6 +24,7 @@ from splice_assets.dagster_layer.automation import run_config_for
 from splice_assets.dagster_layer.config import ReleaseConfig
 from splice_assets.dagster_layer.definitions import build_definitions
 from splice_assets.defaults import DEFAULT_LEVEL_UNITS, ESTIMATE_MECHANISM
+from splice_assets.fine_cells import DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT
 from splice_assets.measurement import RELATION_ADD_REMOVE, RELATION_REPLACE_ONE
 from splice_assets.private import holdout_split, measuring
 from splice_assets.private import mechanism as privacy
@@ -34,7 +35,6 @@ from splice_assets.private.mechanism import (
     DEFAULT_MARGINAL_SHARE,
 )
 from splice_assets.private.validation import validate
-from splice_assets.resolution import DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT
 from splice_assets.schema import parse_schema
 
 AR, RO = RELATION_ADD_REMOVE, RELATION_REPLACE_ONE

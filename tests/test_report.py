@@ -220,3 +220,66 @@ def test_the_verdict_names_a_column_whose_bounds_clipped_the_input(tmp_path):
                           out_dir=tmp_path, clipped_shares=shares)
     assert [f.column for f in result.verdict.findings if f.kind == "clipped to the bounds"] == ["score"]
     assert "clipped onto them" in result.html_path.read_text(encoding="utf-8")
+
+
+def test_verdict_flags_a_flipped_or_changed_association_with_the_target():
+    """score rises with the label in the real rows; negated in the synthetic ones it falls (a sign flip), and age
+    shuffled loses its association (a large change); another sample of the same table is not flagged."""
+    from splice_assets.evaluation.verdict import ASSOCIATION_CHANGE, association, target_associations
+
+    schema = mixed_schema()
+    real, synthetic = mixed_table(1500, 20, schema=schema), mixed_table(1500, 21, schema=schema)
+    assert target_associations(real, synthetic, schema) == []
+    synthetic["score"] = -synthetic["score"]
+    synthetic["age"] = synthetic["age"].sample(frac=1.0, random_state=0).to_numpy()
+    findings = {f.column: f for f in target_associations(real, synthetic, schema)}
+    assert set(findings) == {"score", "age"}, findings
+    flip, change = findings["score"], findings["age"]
+    assert flip.kind == "target association flipped" and "flips sign" in flip.message
+    assert "the correlation of label with score is +0." in flip.message and "-0." in flip.message
+    assert change.kind == "target association changed" and f"flagged above {ASSOCIATION_CHANGE:g}" in change.message
+    for finding in (flip, change):
+        assert "raise epsilon or measure more rows" in finding.fix and "schema entry" in finding.fix
+    # Unordered columns are compared by Cramér's V (bias-corrected: about 0 for independent columns).
+    v, measure = association(real, schema.column("label"), schema.column("job"))
+    assert measure == "Cramér's V" and 0.0 <= v < 1.0
+
+
+def test_each_warning_says_what_to_change_and_lost_point_masses_hint_values_auto():
+    import dataclasses
+
+    from splice_assets.evaluation.verdict import lost_point_masses
+
+    schema = mixed_schema()
+    real, synthetic = _planted(schema)
+    income = schema.column("income")
+    [lost] = lost_point_masses(real["income"], synthetic["income"], income)
+    assert "declare `values: [0]` if the value is public, else set `values: auto`" in lost.fix
+    [auto] = lost_point_masses(real["income"], synthetic["income"], dataclasses.replace(income, values_auto=True))
+    assert auto.fix.startswith("raise epsilon: `values: auto` on income did not find 0")
+    [declared] = lost_point_masses(real["income"], synthetic["income"], dataclasses.replace(income, values=(0.0,)))
+    assert "0 is declared in income's schema entry" in declared.fix
+
+
+def test_the_report_states_pass_or_fail_with_its_thresholds(tmp_path):
+    from splice_assets.evaluation.verdict import ASSOCIATION_CHANGE, QUANTILE_GAP, SIGN_FLIP_MIN
+
+    schema = mixed_schema()
+    real, synthetic = _planted(schema)
+    result = build_report(mixed_table(1500, 12, schema=schema), real, synthetic, schema, {}, seed=0,
+                          out_dir=tmp_path, with_references=False)
+    assert not result.verdict.passed and result.verdict.summary.startswith("FAIL")
+    line = result.verdict.result_line()
+    assert line.startswith(f"FAIL ({len(result.verdict.findings)} warning")
+    for number in (f"{QUANTILE_GAP:.2f}", f"{SIGN_FLIP_MIN:g}", f"{ASSOCIATION_CHANGE:g}", "5%"):
+        assert number in line
+    text = result.html_path.read_text(encoding="utf-8")
+    assert "FAIL (" in text and "thresholds:" in text and "What to change:" in text
+    data = json.loads(result.json_path.read_text(encoding="utf-8"))["verdict"]
+    assert data["passed"] is False and data["thresholds"]["association_change"] == ASSOCIATION_CHANGE
+    assert all(f["fix"] for f in data["findings"])
+    same = build_report(mixed_table(1500, 12, schema=schema), mixed_table(1500, 31, schema=schema),
+                        mixed_table(1500, 30, schema=schema), schema,
+                        {}, seed=0, out_dir=tmp_path / "same", with_references=False)
+    assert same.verdict.passed, same.verdict.findings
+    assert same.verdict.result_line().startswith("PASS: thresholds:")

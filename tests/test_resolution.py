@@ -1,5 +1,5 @@
 """Fine tables below the coarse bins: public cells, their counts, the refinement that samples from them, exact values
-and output precision (``splice_assets.resolution``)."""
+and output precision (``splice_assets.fine_cells``, ``splice_assets.postprocess.fine_tables``)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import pytest
 import yaml
 
 from splice_assets import MeasurementSettings, Synthesizer
+from splice_assets.fine_cells import fine_cells
 from splice_assets.layout import decode, layout_for
+from splice_assets.postprocess.fine_tables import FineTables, choose_couplings, copula_table, latent_correlation
 from splice_assets.private.encoding import encode
 from splice_assets.private.measuring import make_plan
 from splice_assets.private.statistics import fine_counts
-from splice_assets.resolution import FineTables, choose_couplings, copula_table, fine_cells, latent_correlation
 from splice_assets.sampling import load_model, sample_table, save_model
 from splice_assets.schema import SchemaError, parse_schema
 
@@ -343,7 +344,7 @@ columns:
 
 
 def test_the_projection_is_non_negative_sums_to_the_bin_and_keeps_the_order():
-    from splice_assets.resolution import _project
+    from splice_assets.postprocess.fine_tables import _project
 
     rng = np.random.default_rng(10)
     values = rng.normal(0.0, 1.0, (200, 17))
@@ -393,8 +394,8 @@ def test_the_release_lists_what_the_noise_hides_from_the_noisy_statistics():
     """``below_noise`` reads only the measurement: given the exact frequencies in place of the noisy ones (so the
     test is deterministic) and the plan's noise std (0.016 at eps = 1 on 3,000 rows, floor 0.033), it lists a
     colour held by 3 rows, the absent top code and the ages (1-2% each), not red, 0 or the prices (4.8% each)."""
+    from splice_assets.postprocess.fine_tables import below_noise
     from splice_assets.private.measuring import exact_statistics, measurement_of
-    from splice_assets.resolution import below_noise
 
     table = rows(np.random.default_rng(14), 3000)
     table["amount"] = table["amount"].where(table["amount"] != 100000, 5)
@@ -451,7 +452,7 @@ def test_shrinking_keeps_every_value_of_a_smooth_bin_and_its_spikes():
     pol at eps = 1): the projection alone leaves a seventh of the values never drawn; shrunk toward the bin's
     shape first, under 2% (over 200 noise draws, fixed seed), the spike's share within 3 noise sd, and the mean squared
     error lower."""
-    from splice_assets.resolution import _bin_shape, _project, shrunk_toward
+    from splice_assets.postprocess.fine_tables import _bin_shape, _project, shrunk_toward
 
     rng = np.random.default_rng(7)
     truth = np.full(16, 0.004)
@@ -478,7 +479,7 @@ def test_a_bins_cells_move_to_its_mass_before_the_shrinkage_reads_their_shape():
     and keep the noise, so the projection zeroed values in the middle of the distribution. Moving the cells to the
     mass first (``level_first``): over 100 noise draws (fixed seed) 0.3% of the values are never drawn (without: 2%),
     and the squared error is about half."""
-    from splice_assets.resolution import column_fine_cells
+    from splice_assets.fine_cells import column_fine_cells
 
     spec = parse_schema({"name": "calls", "version": 1, "n_min": 10, "columns": [
         {"name": "calls", "kind": "integer", "bounds": [0, 159]}]}).columns[0]
@@ -509,7 +510,7 @@ def test_bin_shapes_give_an_integer_interval_its_share_by_the_integers_it_holds(
     its two values came out at half their share. With shapes by capacity (``capacity_shapes``), over 100 noise
     draws (fixed seed, noise sd 1.3% per cell as at n = 4,000 and eps = 1) the TVD between the integers' drawn
     shares and the truth falls from .120 to .038 (asserted: by a third)."""
-    from splice_assets.resolution import column_fine_cells
+    from splice_assets.fine_cells import column_fine_cells
 
     spec = parse_schema({"name": "calls", "version": 1, "n_min": 10, "columns": [
         {"name": "calls", "kind": "integer", "bounds": [0, 300]}]}).columns[0]
@@ -541,7 +542,8 @@ def test_a_cell_is_a_spike_only_above_the_threshold_of_its_columns_cell_count():
     cells per column pass by noise alone. Over 400 draws (fixed seed), the cells drawn more than 2.5 noise sd
     above their share fall from 19 to 6 (asserted: by half), the TVD to the truth does not rise, and the point
     mass is more than 3 noise sd off its share in one draw either way (asserted: at most 2, no more than before)."""
-    from splice_assets.resolution import column_fine_cells, spike_z
+    from splice_assets.fine_cells import column_fine_cells
+    from splice_assets.postprocess.fine_tables import spike_z
 
     assert spike_z(160) == pytest.approx(3.42, abs=0.01) and spike_z(11) == 3.0
     spec = parse_schema({"name": "calls", "version": 1, "n_min": 10, "columns": [
@@ -574,7 +576,7 @@ def test_a_tail_bin_whose_rows_sit_near_its_inner_edge_keeps_them_there():
     the exponential one fitted to its cells (``exponential_tails``), over 100 noise draws (fixed seed) the mass put
     in the bin's outer half is off by 0.09% of the rows instead of 0.59% (tolerance: half). Bins that are not tails
     are left as they were."""
-    from splice_assets.resolution import column_fine_cells
+    from splice_assets.fine_cells import column_fine_cells
 
     spec = parse_schema({"name": "tail", "version": 1, "n_min": 10, "columns": [
         {"name": "x", "kind": "continuous", "bounds": [0, 1]}]}).columns[0]
@@ -600,7 +602,7 @@ def test_a_tail_bin_whose_rows_sit_near_its_inner_edge_keeps_them_there():
 
 
 def test_a_bin_shape_follows_its_neighbours_and_keeps_the_bin_mass():
-    from splice_assets.resolution import _bin_shape
+    from splice_assets.postprocess.fine_tables import _bin_shape
 
     rising = _bin_shape(np.array([0.1, 0.2, 0.3]), 1, 8)
     assert rising.sum() == pytest.approx(0.2) and np.all(np.diff(rising) > 0)
@@ -612,7 +614,7 @@ def test_a_bin_shape_follows_its_neighbours_and_keeps_the_bin_mass():
 def test_the_truncated_normal_quantile_matches_scipy_in_both_tails():
     from scipy.stats import truncnorm
 
-    from splice_assets.resolution import _truncated_normal_ppf
+    from splice_assets.postprocess.fine_tables import _truncated_normal_ppf
 
     rng = np.random.default_rng(11)
     a = rng.normal(0.0, 5.0, 20_000)  # cuts far in both tails as well as around 0
@@ -713,7 +715,7 @@ def test_bin_shapes_read_densities_across_knotted_bins_of_unequal_widths():
     drawn from the neighbours' masses spreads the outer bin toward the bound; drawn from their densities on the
     scale (``knot_shapes``), it falls with the data. Over 50 noise draws (fixed seed) the squared error of the fine
     weights falls to 0.34 of the mass-slope one (tolerance 0.6); without knots the two are identical."""
-    from splice_assets.resolution import column_fine_cells
+    from splice_assets.fine_cells import column_fine_cells
 
     quantile = lambda p: -5.0 * np.log1p(-p * (1.0 - np.exp(-20.0)))  # noqa: E731 (the truncated exponential)
     knots = [0.0, *np.round(quantile(np.arange(1, 16) / 16), 6), 100.0]

@@ -183,7 +183,7 @@ def test_a_model_written_with_the_options_removed_in_issue_66_still_loads(tmp_pa
 
     import pytest
 
-    from splice_assets.resolution import FineTables
+    from splice_assets.postprocess.fine_tables import FineTables
 
     model = dataclasses.replace(_model(), fine=FineTables(np.full(8, 0.125), 0.01, 256, couplings=((1, 0, 0.9),)))
     save_model(model, tmp_path / "m")

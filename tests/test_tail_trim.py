@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from splice_assets.model.fit import trimmed_tails
 from splice_assets.model.product_em import simplex_projection
+from splice_assets.postprocess.targets import trimmed_tails
 
 
 def test_empty_tails_are_cut_and_the_rest_is_a_distribution():

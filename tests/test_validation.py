@@ -11,6 +11,7 @@ import pytest
 
 from splice_assets.private.validation import (
     DEFAULT_MAX_UNPARSEABLE_SHARE,
+    MAX_CELL_CHARS,
     StructuralError,
     check_structure,
     conform,
@@ -170,7 +171,8 @@ def test_discrete_columns_without_other_are_refused_over_the_limit_naming_the_fi
     with pytest.raises(StructuralError) as err:
         check_structure(frame, SCHEMA)
     assert str(err.value) == (
-        "column 'city': 10% of its non-empty cells are not declared categories (limit 5%); fix the input or the "
+        "column 'city': 10% of its non-empty cells are not declared categories or longer than 10,000 characters "
+        "(limit 5%); fix the input or the "
         f"schema's categories (or declare an `other`); 3 of 6 columns are over the limit {OPERATOR_ONLY}"
     )
     assert "Berlin" not in str(err.value) and "maybe" not in str(err.value)
@@ -340,3 +342,59 @@ def test_values_equal_in_python_but_keyed_differently_stay_apart():
     frame = pd.DataFrame({"c": pd.Series([1, True, 1.0, "1", "TRUE", None, 7, True], dtype=object)})
     out = validate(frame, schema, **ANY_SHARE).table["c"]
     assert out.astype(object).where(out.notna(), None).tolist() == ["1", "true", "1", "1", "true", None, None, "true"]
+
+
+# --- typed inputs and over-long cells ----------------------------------------------------------------------
+
+
+def test_a_typed_column_of_the_wrong_type_is_refused_naming_the_type(tmp_path):
+    frame = rows(20)
+    frame["age"] = pd.Timestamp("2020-01-01")
+    frame["income"] = frame["income"].astype(float)
+    path = tmp_path / "t.parquet"
+    frame.astype({"colour": str, "city": str, "grade": int, "flag": bool}).to_parquet(path, index=False)
+    expected = "column 'age': Parquet/DataFrame type datetime64[ns] where a number was declared"
+    for table in (frame, read_table(path)):
+        for check in (validate, lambda t, s: check_structure(t, s, require_bounds=False)):
+            with pytest.raises(StructuralError) as err:
+                check(table, SCHEMA)
+            assert str(err.value).startswith(expected.replace("datetime64[ns]", str(table["age"].dtype))), err.value
+            assert "datetime64[" in str(err.value)
+    frame = rows(20)
+    frame["income"] = [True, False] * 10
+    with pytest.raises(StructuralError, match=r"column 'income': Parquet/DataFrame type bool where a number"):
+        validate(frame, SCHEMA)
+    frame = rows(20)
+    frame["colour"] = pd.Timedelta("1D")
+    with pytest.raises(StructuralError, match=r"column 'colour': .*timedelta64\[.s\] where categories were declared"):
+        validate(frame, SCHEMA)
+
+
+def test_a_cell_over_the_length_limit_counts_as_unparseable_in_its_column():
+    """One huge cell is not a category: in a column with `other` it is not sent there but counted as unparseable,
+    under the share rule: a share over the limit refuses the input naming the column, at or below it the cell is
+    missing (then the non-nullable rule), counted apart."""
+    huge = "x" * (MAX_CELL_CHARS + 1)
+    frame = rows(19)
+    frame.loc[0, "colour"] = huge  # colour declares `other`
+    frame.loc[0, "city"] = "Paris " + huge  # nullable, no `other`
+    frame.loc[0, "age"] = "1" * (MAX_CELL_CHARS + 1)  # digits, but no number is that long
+    with pytest.raises(StructuralError) as err:
+        validate(frame, SCHEMA)
+    assert str(err.value).startswith("column 'age': 6% of its non-empty cells are not numbers")
+    frame.loc[0, "age"] = 30
+    for check in (validate, check_structure):
+        with pytest.raises(StructuralError) as err:
+            check(frame, SCHEMA)
+        assert str(err.value).startswith(
+            "column 'colour': 6% of its non-empty cells are longer than 10,000 characters (limit 5%)"
+        ), err.value
+        assert huge not in str(err.value)
+    out = validate(frame, SCHEMA, max_unparseable_share=0.06)
+    assert out.report.counts["colour"] == {"too_long_to_missing": 1, "missing_in_non_nullable_imputed": 1}
+    assert out.table.loc[0, "colour"] == "OTHER"  # colour's rule for a missing cell, not the unseen rule
+    assert out.report.counts["city"] == {"too_long_to_missing": 1, "missing": 1}
+    assert pd.isna(out.table.loc[0, "city"])
+    exactly = rows(20)
+    exactly.loc[0, "colour"] = "r" * MAX_CELL_CHARS  # at the limit: an unseen category, as before
+    assert validate(exactly, SCHEMA).report.counts["colour"] == {"unseen_to_other": 1}

@@ -1,7 +1,7 @@
 """The within-bin couplings chosen before and after decision 0044, paired on one model.
 
 Per dataset and seed: one add-remove release at ε = 1 on the bench's train split with the product defaults (its
-couplings from ``resolution.choose_couplings``: the copula correlation of a noisy coarse 2-way table read as
+couplings from ``fine_tables.choose_couplings``: the copula correlation of a noisy coarse 2-way table read as
 frequencies, columns with a continuous part only), then the same model with the couplings chosen as before 0044
 (the table read as a share of its clipped sum, which also counts the positive noise of its empty cells; every
 numeric column a candidate). Both sample the same rows of coarse bins (the same public seed), so only the draws
@@ -26,16 +26,18 @@ import pandas as pd
 from bench.experiments.pair_selection import print_means, scores
 from bench.experiments.within_bin_copula import spearman_errors
 from bench.run import prepared_datasets
-from splice_assets import Synthesizer, resolution
+from splice_assets import Synthesizer
 from splice_assets.layout import layout_for, marginal_cells, marginal_sizes, pair_tables
-from splice_assets.model.fit import FitConfig, fit_targets
+from splice_assets.model.fit import FitConfig
+from splice_assets.postprocess import fine_tables
+from splice_assets.postprocess.targets import fit_targets
 from splice_assets.sampling import sample_table
 
 KEYS = ("qtvd1", "qtvd2", "range_mae", "strong", "zeros", "couplings")
 
 
 def clipped_sum_correlation(table: np.ndarray, noise_std: float, margins: object = None) -> tuple[float, float]:
-    """``resolution.latent_correlation`` as it was before 0044 (kept here to reproduce the comparison): the table
+    """``fine_tables.latent_correlation`` as it was before 0044 (kept here to reproduce the comparison): the table
     read as a share of its clipped sum, the cuts at its own clipped margins (``margins`` is ignored)."""
     from scipy.optimize import minimize_scalar
 
@@ -43,19 +45,19 @@ def clipped_sum_correlation(table: np.ndarray, noise_std: float, margins: object
     if not total > 0:
         return 0.0, math.inf
     target = table / total
-    cuts = [resolution._normal_cuts(table.sum(axis=1)), resolution._normal_cuts(table.sum(axis=0))]
+    cuts = [fine_tables._normal_cuts(table.sum(axis=1)), fine_tables._normal_cuts(table.sum(axis=0))]
     if min(np.count_nonzero(np.diff(c) > 0) for c in cuts) < 2:
         return 0.0, math.inf
 
     def cells(r: float) -> np.ndarray:
-        return resolution._copula_cells(cuts[0], cuts[1], r)
+        return fine_tables._copula_cells(cuts[0], cuts[1], r)
 
     def misfit(r: float) -> float:
         return float(np.sum((cells(r) - target) ** 2))
 
     grid = np.linspace(-0.99, 0.99, 67)
     best = grid[int(np.argmin([misfit(r) for r in grid]))]
-    bounds = (max(best - 0.03, -resolution.MAX_COUPLING), min(best + 0.03, resolution.MAX_COUPLING))
+    bounds = (max(best - 0.03, -fine_tables.MAX_COUPLING), min(best + 0.03, fine_tables.MAX_COUPLING))
     r = float(minimize_scalar(misfit, bounds=bounds, method="bounded", options={"xatol": 1e-4}).x)
     step = 1e-3
     slope = (cells(min(r + step, 1.0 - 1e-6)) - cells(max(r - step, -1.0 + 1e-6))) / (2 * step)
@@ -98,11 +100,11 @@ def main() -> None:
                 break
             layout = layout_for(synth.schema)
             sizes = marginal_sizes(layout, measurement.numeric_bins)
-            columns = resolution.fine_cells(synth.schema, measurement.fine_bins, measurement.numeric_bins,
+            columns = fine_tables.fine_cells(synth.schema, measurement.fine_bins, measurement.numeric_bins,
                                             measurement.fine_split)
             every_column = tuple(replace(column, intervals=max(column.intervals, 1)) for column in columns)
-            with mock.patch.object(resolution, "latent_correlation", clipped_sum_correlation):
-                before = resolution.choose_couplings(measurement.noisy_pairs, measurement.pairs, sizes, every_column,
+            with mock.patch.object(fine_tables, "latent_correlation", clipped_sum_correlation):
+                before = fine_tables.choose_couplings(measurement.noisy_pairs, measurement.pairs, sizes, every_column,
                                                      0.5, measurement.pair_noise_std())
             for label, couplings in (("before", before), ("0044", model.fine.couplings)):
                 rows = sample_table(replace(model, fine=replace(model.fine, couplings=couplings)), synth.schema,
@@ -129,9 +131,9 @@ def main() -> None:
                 truth = np.zeros((sizes[a], sizes[b]))
                 np.add.at(truth, (exact[:, a], exact[:, b]), 1.0)
                 print(f"  seed {seed} {names[0]} ~ {names[1]}: Spearman {real:.3f}, exact table r "
-                      f"{resolution.latent_correlation(truth / truth.sum(), 1e-6)[0]:.3f}, before "
+                      f"{fine_tables.latent_correlation(truth / truth.sum(), 1e-6)[0]:.3f}, before "
                       f"{clipped_sum_correlation(table, std)[0]:.3f}, 0044 "
-                      f"{resolution.latent_correlation(table, std, (margins[a], margins[b]))[0]:.3f}", flush=True)
+                      f"{fine_tables.latent_correlation(table, std, (margins[a], margins[b]))[0]:.3f}", flush=True)
         for label, rows in results.items():
             if rows:
                 print_means(name, label, rows, KEYS)

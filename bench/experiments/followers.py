@@ -22,7 +22,7 @@ import pandas as pd
 
 from bench.run import prepared_datasets
 from splice_assets import Synthesizer
-from splice_assets.resolution import fine_cells
+from splice_assets.fine_cells import fine_cells
 from splice_assets.sampling import sample_table
 
 

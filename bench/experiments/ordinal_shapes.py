@@ -3,7 +3,7 @@
 log-linear shape (exponential on each side of a mode) and a Gaussian kernel smoother chosen by SURE.
 
 Per noise std: every ordinal column's real shares plus Gaussian noise, ``--draws`` times (fixed seed), each shrunk
-(``resolution.shrunk_toward``; the kernel smoother replaces the table instead) and projected onto the simplex.
+(``fine_tables.shrunk_toward``; the kernel smoother replaces the table instead) and projected onto the simplex.
 Prints the mean TVD to the real shares and the levels of at least 1% zeroed per column.
 
     .venv/bin/python -m bench.experiments.ordinal_shapes --stds 0.008 0.012 0.019
@@ -19,9 +19,10 @@ import numpy as np
 from bench.common import dataset_file
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path
-from splice_assets.model.fit import ordinal_shape, simplex_projection
+from splice_assets.model.product_em import simplex_projection
+from splice_assets.postprocess.fine_tables import shrunk_toward
+from splice_assets.postprocess.targets import ordinal_shape
 from splice_assets.private.validation import read_table
-from splice_assets.resolution import shrunk_toward
 
 
 def two_sided_shape(table: np.ndarray) -> np.ndarray:

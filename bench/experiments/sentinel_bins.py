@@ -1,5 +1,5 @@
 """Rows off a column's sentinels in a bin only the sentinels hold (docs/decisions/0038): the same fitted model
-sampled with and without ``resolution._rehome_off_sentinel_rows`` (sampling is post-processing, so both read one
+sampled with and without ``fine_tables._rehome_off_sentinel_rows`` (sampling is post-processing, so both read one
 measurement).
 
 Per seed: one add-remove release at ε = 1 on the bench's train split, sampled twice with the same seed. Prints, per
@@ -17,7 +17,8 @@ from unittest import mock
 
 from bench.experiments.pair_selection import scores
 from bench.run import prepare
-from splice_assets import Synthesizer, resolution
+from splice_assets import Synthesizer
+from splice_assets.postprocess import fine_tables
 from splice_assets.sampling import sample_table
 
 KEYS = ("qtvd1", "qtvd2", "range_mae", "tvd1", "tvd2")
@@ -37,7 +38,7 @@ def main() -> None:
         synth.fit(prepared.train, ledger=None)
         assert synth.model is not None
         rehomed = sample_table(synth.model, synth.schema, len(prepared.train), seed)
-        with mock.patch.object(resolution, "_rehome_off_sentinel_rows", lambda *args: None):
+        with mock.patch.object(fine_tables, "_rehome_off_sentinel_rows", lambda *args: None):
             as_drawn = sample_table(synth.model, synth.schema, len(prepared.train), seed)
         for variant, rows in (("rehomed", rehomed), ("as drawn", as_drawn)):
             score = scores(prepared.train, rows, prepared.schema)

@@ -8,7 +8,7 @@ only inside the bins. Variants:
 - ``rank 0.9``: the rule before 0030, pairs whose clipped noisy coarse table has |Spearman| >= 0.9 follow their
   leader's draw (a star forest);
 - ``copula m``: the maximum spanning forest of the pairs whose noisy coarse table shows a Gaussian-copula
-  correlation >= m (``resolution.choose_couplings``), each follower drawn given its leader through the copula.
+  correlation >= m (``fine_tables.choose_couplings``), each follower drawn given its leader through the copula.
 
 Reported per dataset and variant, means over seeds, against the train split: the off-grid metrics, the mean
 absolute error of the Spearman correlation over every numeric pair and over the pairs with real |Spearman| >= 0.8,
@@ -27,8 +27,9 @@ import pandas as pd
 
 from bench.experiments.pair_selection import fitted_sample, print_means, scores
 from bench.run import prepared_datasets
+from splice_assets.fine_cells import fine_cells
 from splice_assets.layout import layout_for, marginal_sizes
-from splice_assets.resolution import choose_couplings, fine_cells
+from splice_assets.postprocess.fine_tables import choose_couplings
 from splice_assets.sampling import sample_table
 
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "spearman_mae", "strong_mae", "couplings")

@@ -29,7 +29,6 @@ from splice_assets.datasets import schema_path
 from splice_assets.evaluation.report import ReportResult, build_report
 from splice_assets.layout import layout_for
 from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
-from splice_assets.model.fit import FittedMixture
 from splice_assets.postprocess.links import describe as describe_links
 from splice_assets.private import holdout_split, measuring
 from splice_assets.private.bounds import BoundsEstimate
@@ -42,6 +41,7 @@ from splice_assets.release import bundle as release_lib
 from splice_assets.release import resume
 from splice_assets.release.locations import ReleaseLocation
 from splice_assets.schema import load_schema
+from splice_assets.synthetic import SyntheticModel
 
 GROUP = "splice_release"
 # Asset keys live under "splice/" so the final `release` asset does not clash with the `release` job.
@@ -441,7 +441,7 @@ def release(
             settings=s.__dict__,
             schema=synth.schema,
             measurement=cast(Measurement, synth.measurement),
-            model=cast(FittedMixture, synth.model),
+            model=cast(SyntheticModel, synth.model),
             synthetic=synthetic_table.table,
             report=fidelity_report.result,
             validation=private_moments.real_rows(validated_table)[2],

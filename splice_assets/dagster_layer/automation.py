@@ -24,9 +24,8 @@ from splice_assets.dagster_layer.assets import ALL_ASSETS, CONFIG_OP
 from splice_assets.dagster_layer.config import ReleaseConfig, settings_error
 from splice_assets.dagster_layer.resources import LedgerResource, ReleaseStepStorage, release_id_of_run
 from splice_assets.datasets import DEMO_DATASET, schema_path
-from splice_assets.private import measuring
 from splice_assets.private.ledger import BUDGET_TOLERANCE
-from splice_assets.release.locations import ReleaseLocation
+from splice_assets.release.locations import ReleaseLocation, dagster_home
 from splice_assets.release.resume import stopped_text
 from splice_assets.schema import load_schema
 
@@ -112,16 +111,14 @@ def refresh_skip_reason(config: ReleaseConfig, ledger: LedgerResource) -> str | 
         schema = load_schema(schema_path(config.dataset))
     except FileNotFoundError as exc:
         return str(exc)
-    _, calibration = measuring.make_plan(
-        schema, schema.n_min, config.epsilon, config.delta, config.n_directions, config.k, config.seed,
-        marginal_share=config.marginal_share, pair_share=config.pair_share, relation=config.relation,
-    )
-    # The cost of a spend is sigma/Delta, which depends on (epsilon, delta) only, so n_min serves for planning.
+    # The one planner (``Synthesizer.plan``): the release's parts (the measurement and any DP estimate), priced
+    # from public settings. Their cost is sigma/Delta, which depends on (epsilon, delta) only, so n_min serves.
+    parts = config.settings().synthesizer(schema).release_parts(schema.n_min)
     with ledger.open() as book:
         budget = book.budget(config.dataset)
         if budget is None:
             return f"refresh skipped: no lifetime budget is set for dataset {config.dataset!r} (`splice budget set`)"
-        after = book.projected(config.dataset, [calibration.noise_multiplier])
+        after = book.projected(config.dataset, [part.noise_multiplier for part in parts])
     if after > budget.epsilon_total + BUDGET_TOLERANCE:
         return (
             f"refresh skipped: dataset {config.dataset!r} would reach epsilon={after:.4f} "
@@ -155,33 +152,64 @@ def refresh_schedule(context: dg.ScheduleEvaluationContext, ledger: LedgerResour
 
 
 def landing_dir() -> Path:
-    return Path(os.environ.get("SPLICE_LANDING_DIR", "landing"))
+    """``$SPLICE_LANDING_DIR``, else ``$DAGSTER_HOME/landing``: beside the other private state, never inside the
+    repository's tracked files (``dagster_home/`` is git-ignored)."""
+    configured = os.environ.get("SPLICE_LANDING_DIR")
+    return Path(configured) if configured else dagster_home() / "landing"
+
+
+def _landing_entries(root: Path) -> tuple[list[tuple[str, Path]], list[str]]:
+    """(dataset, file) candidates under ``root/<dataset>/``, and one line per entry skipped, with its reason."""
+    candidates: list[tuple[str, Path]] = []
+    skipped: list[str] = []
+    for entry in sorted(root.iterdir()):
+        if not entry.is_dir():
+            skipped.append(f"{entry.name}: not in a dataset folder (put it in {root.name}/<dataset>/)")
+            continue
+        for path in sorted(entry.iterdir()):
+            shown = f"{entry.name}/{path.name}"
+            if not path.is_file():
+                skipped.append(f"{shown}: not a file (a dataset folder holds input files only)")
+            elif not path.name.lower().endswith(INPUT_SUFFIXES):
+                skipped.append(f"{shown}: not a {', '.join(INPUT_SUFFIXES)} file")
+            else:
+                candidates.append((entry.name, path))
+    return candidates, skipped
 
 
 @dg.sensor(
     job=release_job,
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.STOPPED,
-    description="Launch a release when a new file lands in SPLICE_LANDING_DIR/<dataset>/ (one run per file).",
+    description="Launch a release when a new file lands in SPLICE_LANDING_DIR/<dataset>/ (default "
+    "$DAGSTER_HOME/landing; one run per file); every file it skips is named in the tick with its reason.",
 )
 def new_file_sensor(context: dg.SensorEvaluationContext, ledger: LedgerResource):
+    """One release per input file. Every skipped file is reported with its reason: in the skip message when the
+    tick launches nothing, else as a warning in the tick's log (Dagster takes no skip reason beside run requests)."""
     root = landing_dir()
     if not root.is_dir():
-        return dg.SkipReason(f"landing folder {str(root)!r} does not exist")
+        return dg.SkipReason(f"landing folder {str(root)!r} does not exist (SPLICE_LANDING_DIR)")
     requests = []
-    skipped = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        for path in sorted(folder.iterdir()):
-            if not path.is_file() or not path.name.lower().endswith(INPUT_SUFFIXES):
-                continue
-            config = ReleaseConfig(dataset=folder.name, input_path=str(path.resolve()))
-            reason = refresh_skip_reason(config, ledger)
-            if reason is not None:
-                skipped.append(f"{path.name}: {reason}")
-                continue
-            run_key = f"{folder.name}/{path.name}@{path.stat().st_mtime_ns}"
-            requests.append(dg.RunRequest(run_key=run_key, run_config=run_config_for(config),
-                                          tags={"splice/trigger": "sensor", "splice/dataset": folder.name}))
+    candidates, skipped = _landing_entries(root)
+    for dataset, path in candidates:
+        shown = f"{dataset}/{path.name}"
+        try:
+            config = ReleaseConfig(dataset=dataset, input_path=str(path.resolve()))
+        except ValidationError as exc:
+            skipped.append(f"{shown}: {settings_error(exc)}")
+            continue
+        reason = refresh_skip_reason(config, ledger)
+        if reason is not None:
+            skipped.append(f"{shown}: {reason}")
+            continue
+        run_key = f"{dataset}/{path.name}@{path.stat().st_mtime_ns}"
+        requests.append(dg.RunRequest(run_key=run_key, run_config=run_config_for(config),
+                                      tags={"splice/trigger": "sensor", "splice/dataset": dataset}))
     if not requests:
-        return dg.SkipReason("; ".join(skipped) or "no new input files")
-    return requests
+        if not skipped:
+            return dg.SkipReason(f"no input files in {str(root)!r}")
+        return dg.SkipReason(f"{len(skipped)} file(s) skipped: " + "; ".join(skipped))
+    for line in skipped:
+        context.log.warning(f"skipped {line}")
+    return dg.SensorResult(run_requests=requests)

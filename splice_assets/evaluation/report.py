@@ -334,7 +334,8 @@ def _marginals_section(
 
 def _verdict_section(result: Verdict) -> str:
     """The plain-language first section: summary, no-holdout notice, warnings, scores beside their references."""
-    parts = [f'<section class="card verdict"><h2>Verdict</h2><p><b>{_e(result.summary)}</b></p>']
+    parts = [f'<section class="card verdict"><h2>Verdict</h2><p><b>{_e(result.summary)}</b></p>',
+             f'<p class="{"pass" if result.passed else "warn"}"><b>{_e(result.result_line())}</b></p>']
     if not result.has_holdout:
         skipped = "".join(f"<li>{_e(s)}</li>" for s in result.skipped)
         parts.append(
@@ -344,13 +345,13 @@ def _verdict_section(result: Verdict) -> str:
             f"Skipped checks:</p><ul>{skipped}</ul>"
         )
     if result.findings:
-        items = "".join(f"<li><b>{_e(f.kind)}</b>: {_e(f.message)}</li>" for f in result.findings)
+        items = "".join(f"<li><b>{_e(f.kind)}</b>: {_e(f.message)}"
+                        + (f"<br><i>What to change:</i> {_e(f.fix)}" if f.fix else "") + "</li>"
+                        for f in result.findings)
         parts.append(f'<h3>Warnings</h3><ul class="warn">{items}</ul>')
     else:
         parts.append(
-            "<p>No warnings: TSTR above a trivial baseline, every point mass (a value with ≥ 5% of the real rows) "
-            "kept at least half its share, no category with ≥ 1% of the real rows missing, and the real and "
-            "synthetic CDFs within 0.10 at the real quantiles.</p>"
+            "<p>No warnings: every threshold above was met.</p>"
         )
     if result.scores:
         rows = [[r["metric"], r["synthetic"], r["independent_marginals"], r["real_vs_real"],
@@ -484,7 +485,7 @@ th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}td{font-variant-nume
 thead th{background:#eee}.facts th{background:#eee}
 .grid{display:flex;flex-wrap:wrap;gap:8px}figure{margin:0}img{max-width:100%}
 .note{color:#555;font-size:.85rem}
-.verdict{border-left:6px solid #b26a00}.warn{color:#8a3b00}
+.verdict{border-left:6px solid #b26a00}.warn{color:#8a3b00}.pass{color:#1b6b2a}
 table.stats{font-size:.75rem}
 """
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 
 from splice_assets import progress
+from splice_assets.fine_cells import FineCells, fine_cells
 from splice_assets.layout import (
     layout_for,
     marginal_cells,
@@ -20,22 +21,15 @@ from splice_assets.layout import (
 from splice_assets.measurement import (
     Measurement,
 )
-from splice_assets.model.fit import (
-    FitConfig,
-    FittedMixture,
-    fit_measurement,
-    fit_targets,
-)
+from splice_assets.model.fit import FitConfig
+from splice_assets.model.settings import check_post_processing
+from splice_assets.postprocess.draws import TILT_CHUNK_ROWS, integer_coordinates, matched_rows, proposal_rows
 from splice_assets.postprocess.field import FieldChoice, fit_field
+from splice_assets.postprocess.fine_tables import FineTables, choose_couplings
 from splice_assets.postprocess.links import choose_links
+from splice_assets.postprocess.synthetic_model import SyntheticModel
+from splice_assets.postprocess.targets import fit_denoised, fit_targets
 from splice_assets.postprocess.tilt import CellTilt, fit_tilt, table_cells, table_starts
-from splice_assets.resolution import FineCells, FineTables, choose_couplings, fine_cells
-from splice_assets.sampling import (
-    TILT_CHUNK_ROWS,
-    integer_coordinates,
-    matched_rows,
-    proposal_rows,
-)
 from splice_assets.schema import TableSchema
 
 # Streams of the public-seed pool the cell tilt is fitted on and of the pairwise field's sample and chains
@@ -68,7 +62,7 @@ def field_tolerance(cells: int) -> float:
     return min(FIELD_CHI2_TOLERANCE, 1.0 + FIELD_CHI2_Z * math.sqrt(2.0 / cells))
 
 
-def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
+def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> SyntheticModel:
     """Post-processing only: the fit sees the measurement and the public schema, never rows (``fit_tables``); the
     model then carries the measurement's noisy fine tables, if it has any, for sampling inside the bins, with their
     couplings and followers (``choose_followers``)."""
@@ -99,7 +93,7 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Fit
 
 
 def choose_followers(
-    model: FittedMixture, measurement: Measurement, schema: TableSchema, columns: tuple[FineCells, ...],
+    model: SyntheticModel, measurement: Measurement, schema: TableSchema, columns: tuple[FineCells, ...],
     config: FitConfig,
 ) -> tuple[int, ...]:
     """The couplings whose follower's bins the copula corrects too (``FineTables.followers``: a row whose bin lies
@@ -162,13 +156,13 @@ def fine_columns(measurement: Measurement, schema: TableSchema) -> tuple[FineCel
     return fine_cells(schema, measurement.fine_bins, measurement.numeric_bins, measurement.fine_split)
 
 
-def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
+def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig) -> SyntheticModel:
     """The mixture and its post-processing toward the noisy tables: 1-/2-way (``fit_pairwise``), then the target's
     3-way tables (``fit_target_tilt``)."""
     return fit_target_tilt(fit_pairwise(measurement, schema, config), measurement, schema, config)
 
 
-def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfig) -> FittedMixture:
+def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfig) -> SyntheticModel:
     """The mixture and its post-processing toward the noisy 1-/2-way tables.
 
     The mixture is fitted first. With measured 2-way tables, near-functional pairs are then read from them
@@ -184,9 +178,9 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
     check_post_processing(config)
     layout = layout_for(schema)
     fine = fine_columns(measurement, schema)
+    model = SyntheticModel.of(fit_denoised(measurement, layout, config, fine))
     if not measurement.pairs or not measurement.marginal_sizes:
-        return fit_measurement(measurement, layout, config, fine)
-    model = fit_measurement(measurement, layout, config, fine)
+        return model
     if config.link_lambda > 0:
         links = choose_links(
             measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda,
@@ -198,10 +192,10 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
     integer_bounds = integer_coordinates(schema)
 
     def fit_on_pools(
-        proposal: FittedMixture, pool_factor: int, sampling_factor: int, initial: np.ndarray | None = None
+        proposal: SyntheticModel, pool_factor: int, sampling_factor: int, initial: np.ndarray | None = None
     ) -> CellTilt:
         """The tilt fitted (from ``initial`` potentials, or none) on a pool and stopped on a holdout pool of
-        pool_factor * min(n, chunk) / 2 rows each, drawn from the proposal (``sampling.proposal_rows``); sampled
+        pool_factor * min(n, chunk) / 2 rows each, drawn from the proposal (``draws.proposal_rows``); sampled
         later with ``sampling_factor`` pool rows per output row."""
         pool_rows = max(1, pool_factor * min(measurement.n, TILT_CHUNK_ROWS) // 2)
         bins, pairs = measurement.numeric_bins, measurement.pairs
@@ -216,7 +210,7 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
         )
         return CellTilt(bins, pairs, potentials, sampling_factor, chi2_start, chi2_end, iterations)
 
-    def tilted(proposal: FittedMixture) -> FittedMixture:
+    def tilted(proposal: SyntheticModel) -> SyntheticModel:
         with progress.stage("cell tilt toward the noisy tables"):
             tilt = fit_on_pools(proposal, config.tilt_pool_factor, config.tilt_pool_factor)
             wide = config.tilt_wide_pool_factor
@@ -252,8 +246,8 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
 
 
 def fit_target_tilt(
-    model: FittedMixture, measurement: Measurement, schema: TableSchema, config: FitConfig
-) -> FittedMixture:
+    model: SyntheticModel, measurement: Measurement, schema: TableSchema, config: FitConfig
+) -> SyntheticModel:
     """The tilted model tilted once more, toward the target's noisy 3-way tables (``measurement.triples``) while it
     holds the noisy 1-way and 2-way tables (toward the triples alone, the pairs' margins drifted: nursery's decile
     2-way TVD .0186 -> .0261): ``fit_tilt`` on two pools of the rows the model samples (``matched_rows``, its
@@ -287,18 +281,3 @@ def fit_target_tilt(
     return replace(model, target_tilt=target_tilt)
 
 
-def check_post_processing(config: FitConfig) -> None:
-    """The tilt and link settings, checked before any fitting (and where a release config enters); messages quote
-    the bad value."""
-    for name in ("tilt_chi2", "target_tilt_chi2"):
-        chi2 = getattr(config, name)
-        if isinstance(chi2, bool) or not isinstance(chi2, (int, float)) or not math.isfinite(chi2) or chi2 < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {chi2!r}")
-    strength = config.link_lambda
-    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not 0 <= strength <= 1:
-        raise ValueError(f"link_lambda must be a number in [0, 1] (0 = no links), got {strength!r}")
-    for name, least in (("tilt_pool_factor", 1), ("tilt_wide_pool_factor", 0), ("tilt_max_iterations", 0),
-                        ("field_iterations", 0), ("field_chains", 1), ("field_sweeps", 1)):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")

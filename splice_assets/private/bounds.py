@@ -66,9 +66,9 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from splice_assets.defaults import ESTIMATE_MECHANISM
+from splice_assets.fine_cells import FALSE_POSITIVES, GRID_LIMIT, candidate_z
 from splice_assets.layout import DEFAULT_NUMERIC_BINS, at_point, cube_of, step_range, value_of
 from splice_assets.measurement import RELATION_REPLACE_ONE
-from splice_assets.resolution import FALSE_POSITIVES, GRID_LIMIT, candidate_z
 from splice_assets.schema import ColumnSpec, TableSchema
 
 if TYPE_CHECKING:  # pandas (0.5 s) is imported where rows are read, not to plan a release
@@ -503,7 +503,7 @@ def select_knots(counts: Sequence[ValueCounts], columns: Sequence[ColumnSpec], s
 
 def selection_z(candidates: int) -> float:
     """Threshold in noise std above which a noisy count selects its candidate: the main measurement's rule for
-    its candidates' cells (``resolution.candidate_z``: about ``FALSE_POSITIVES`` that no row holds pass)."""
+    its candidates' cells (``fine_cells.candidate_z``: about ``FALSE_POSITIVES`` that no row holds pass)."""
     return candidate_z(candidates)
 
 

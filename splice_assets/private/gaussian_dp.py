@@ -77,3 +77,28 @@ def _bisect(is_private: Callable[[float], bool], lo: float, hi: float) -> float:
             hi = mid
         else:
             lo = mid
+
+
+#: A delta below DELTA_FAR_BELOW / n is far below 1/n: ``delta_cost`` says what it costs in sigma.
+DELTA_FAR_BELOW = 1e-3
+#: What such a delta is compared with: delta = 1/(DELTA_REFERENCE_ROWS n), a conventional "well below 1/n".
+DELTA_REFERENCE_ROWS = 100
+
+
+def delta_cost(epsilon: float, delta: float, n: int) -> float | None:
+    """sigma at ``delta`` over sigma at delta = 1/(100 n), both at ``epsilon``, when delta < 1e-3/n; else None.
+
+    The sensitivity does not depend on delta, so the ratio of the noise multipliers is the ratio of the sigmas."""
+    if n < 1 or not 0.0 < delta < DELTA_FAR_BELOW / n:
+        return None
+    return sigma_for(epsilon, delta) / sigma_for(epsilon, 1.0 / (DELTA_REFERENCE_ROWS * n))
+
+
+def delta_cost_text(epsilon: float, delta: float, n: int) -> str | None:
+    """One line on what a far-below-1/n delta costs in sigma (None when delta is not that far below)."""
+    ratio = delta_cost(epsilon, delta, n)
+    if ratio is None:
+        return None
+    reference = 1.0 / (DELTA_REFERENCE_ROWS * n)
+    return (f"delta = {delta:.3g} costs sigma x{ratio:.1f} against delta = 1/({DELTA_REFERENCE_ROWS} n) = "
+            f"{reference:.2g} at n = {n:,}, epsilon = {epsilon:.4g} (a larger delta below 1/n means less noise)")

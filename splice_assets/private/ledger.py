@@ -45,6 +45,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.pool import StaticPool
 
 from splice_assets.defaults import RELATION_REPLACE_ONE
+from splice_assets.limits import SettingsError, check_delta_for
 from splice_assets.private.errors import PrivacyParameterError
 
 #: A composed epsilon (already rounded up to 1e-6) may exceed epsilon_total by at most this much.
@@ -402,13 +403,12 @@ def check_delta_total(delta_total: float, n_min: int | None = None) -> None:
         raise PrivacyParameterError(f"delta_total must lie in (0, {DELTA_TOTAL_BOUND:g}), got {delta_total!r}")
     if n_min is None:
         return
-    if isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 1:
-        raise PrivacyParameterError(f"n_min must be a positive integer, got {n_min!r}")
-    # delta >= 1/n would allow releasing one row in the clear and still meet the guarantee.
-    if not delta_total < 1.0 / n_min:
-        raise PrivacyParameterError(
-            f"delta_total must be < 1/n_min = {1.0 / n_min:g} (n_min={n_min}), got {delta_total!r}"
-        )
+    # delta >= 1/n would allow releasing one row in the clear and still meet the guarantee: the same limit as a
+    # release's delta (``limits.check_delta_for``).
+    try:
+        check_delta_for(delta_total, n_min, "delta_total")
+    except SettingsError as exc:
+        raise PrivacyParameterError(str(exc)) from None
 
 
 class BudgetLedger:

@@ -14,6 +14,14 @@ from typing import Protocol, cast
 import numpy as np
 
 from splice_assets.defaults import DEFAULT_LEVEL_UNITS, default_pair_share
+from splice_assets.fine_cells import (
+    DEFAULT_FINE_BINS,
+    DEFAULT_FINE_SPLIT,
+    DEFAULT_GRID_WEIGHT,
+    DEFAULT_INTERVAL_WEIGHT,
+    FineCells,
+    fine_cells,
+)
 from splice_assets.layout import (
     DEFAULT_NUMERIC_BINS,
     DEFAULT_TARGET_TRIPLES,
@@ -51,14 +59,6 @@ from splice_assets.private.pair_selection import (
     chosen_pairs,
     dependence_scores,
     selected_count,
-)
-from splice_assets.resolution import (
-    DEFAULT_FINE_BINS,
-    DEFAULT_FINE_SPLIT,
-    DEFAULT_GRID_WEIGHT,
-    DEFAULT_INTERVAL_WEIGHT,
-    FineCells,
-    fine_cells,
 )
 from splice_assets.schema import TableSchema
 
@@ -210,7 +210,7 @@ def make_plan(
 
     ``marginal_share`` of Delta^2 goes to the 1-way histograms: every coordinate's, on its levels or the
     ``numeric_bins`` coarse bins, and with ``fine_bins`` > 0 every numeric column's fine table and, with
-    ``fine_split`` > 0, the finer table of a column with intervals (``resolution``); the fine table of a column
+    ``fine_split`` > 0, the finer table of a column with intervals (``fine_cells``); the fine table of a column
     with one cell per grid value counts as ``grid_weight`` tables (its cells weighted sqrt(grid_weight) times a
     coarse table's), that of a column with intervals as ``interval_weight``, and with ``level_units`` a coarse table
     of many cells as ``measurement.level_units`` of them (every other table as one).

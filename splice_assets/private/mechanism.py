@@ -25,6 +25,7 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
+from splice_assets import limits
 from splice_assets.defaults import DEFAULT_K as DEFAULT_K
 from splice_assets.defaults import DEFAULT_MARGINAL_SHARE as DEFAULT_MARGINAL_SHARE
 from splice_assets.defaults import DEFAULT_N_DIRECTIONS as DEFAULT_N_DIRECTIONS
@@ -71,18 +72,25 @@ def validate_parameters(
     meaningful for the public lower bound n_min on the row count); k (moment order) and L (directions) are
     integers >= 1. When given, the public row count n must be an integer >= n_min.
     """
-    if not _is_int(n_min) or n_min < 1:
-        raise PrivacyParameterError(f"n_min must be an integer >= 1, got {n_min!r}")
+    # The mechanism's own invariants (no product caps: those are ``splice_assets.limits``, checked where settings
+    # enter); the limits shared with the entry points are checked through ``limits``, with their messages.
+    try:
+        limits.check_n_min(n_min)
+    except limits.SettingsError as exc:
+        raise PrivacyParameterError(str(exc)) from None
     if not _finite_real(epsilon) or float(epsilon) <= 0.0:
         raise PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-    if not _finite_real(delta) or not 0.0 < float(delta) < 1.0 / n_min:
-        raise PrivacyParameterError(f"delta must lie in (0, 1/n_min) = (0, {1.0 / n_min:.3g}), got {delta!r}")
+    try:
+        limits.DELTA.check(delta)
+        limits.check_delta_for(delta, n_min)
+        if n is not None:
+            limits.check_rows_for(n, n_min)
+    except limits.SettingsError as exc:
+        raise PrivacyParameterError(str(exc)) from None
     if not _is_int(k) or k < 1:
         raise PrivacyParameterError(f"moment order k must be an integer >= 1, got {k!r}")
     if not _is_int(n_directions) or n_directions < 1:
         raise PrivacyParameterError(f"number of directions L must be an integer >= 1, got {n_directions!r}")
-    if n is not None and (not _is_int(n) or n < n_min):
-        raise PrivacyParameterError(f"row count n must be an integer >= the schema's n_min = {n_min}, got {n!r}")
 
 
 def _check_shape(n: int | None, n_directions: int, k: int, n_private: bool = False) -> None:

@@ -1,10 +1,10 @@
 """Pre-flight checks of a release: everything that can fail is checked before any budget is reserved.
 
 A release that is charged and then fails (an overflow in the model at k = 20,000, an accountant asked for
-epsilon = 10^6, an out-of-memory at L = 2 * 10^8) spends budget and releases nothing. So the release path calls
-``check_settings`` where its configuration enters (also at launch in Dagster), and ``check_release`` once the
-input's row count is known, both before the first reservation and before any folder is written. Every message
-quotes the bad value.
+epsilon = 10^6, an out-of-memory at L = 2 * 10^8) spends budget and releases nothing. So every entry point checks its
+settings against their limits (``splice_assets.limits``, through ``splice_assets.config``) where they enter (also at
+launch in Dagster), and the release path calls ``check_release`` once the input's row count is known, before the first
+reservation and before any folder is written. Every message quotes the bad value.
 """
 
 from __future__ import annotations
@@ -14,36 +14,23 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from splice_assets.limits import MAX_COMPONENTS as MAX_COMPONENTS
+from splice_assets.limits import MAX_DIRECTIONS as MAX_DIRECTIONS
+from splice_assets.limits import MAX_EPSILON as MAX_EPSILON
+from splice_assets.limits import MAX_K as MAX_K
+from splice_assets.limits import MAX_SYNTHETIC_ROWS as MAX_SYNTHETIC_ROWS
+from splice_assets.limits import Relation
 from splice_assets.measurement import RELATION_REPLACE_ONE
 from splice_assets.private.ledger import BUDGET_TOLERANCE, BudgetLedger, NoBudget
 from splice_assets.private.mechanism import PrivacyParameterError, compose_epsilon
 from splice_assets.schema import TableSchema
 
-#: Above this epsilon a release protects nothing worth the name, and the PLD accountant's grid grows with it:
-#: composing one release with a pure-epsilon part took 2.5 s / 0.3 GB at epsilon 10, 6.7 s / 0.4 GB at 20,
-#: 20 s / 0.8 GB at 50 (epsilon = 10^6 asked for 150 GiB).
-MAX_EPSILON = 20.0
-#: The model divides by m! for m <= k (171! overflows a float); past 64 the moments carry only noise.
-MAX_K = 64
-MAX_DIRECTIONS = 8192
-MAX_COMPONENTS = 500
-#: The most synthetic rows one release samples in memory (``splice sample`` has the same cap).
-MAX_SYNTHETIC_ROWS = 10_000_000
 #: Share of the machine's memory a release may plan to use.
 MEMORY_SHARE = 0.8
 
 
 class PreflightError(PrivacyParameterError):
     """A release setting cannot succeed; nothing was charged or written."""
-
-
-def check_settings(epsilon: float, delta: float) -> None:
-    """The privacy parameters' limits, which need no data: epsilon in (0, MAX_EPSILON], delta in (0, 1). The
-    other caps (k, L, K, rows) are checked by the settings groups that hold them (``splice_assets.config``)."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon <= MAX_EPSILON:
-        raise PreflightError(f"epsilon must be a number in (0, {MAX_EPSILON:g}], got {epsilon!r}")
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
-        raise PreflightError(f"delta must be a number in (0, 1), got {delta!r}")
 
 
 def estimated_peak_bytes(n_rows: int, d: int, n_directions: int, k: int, components: int, cells: int) -> int:
@@ -84,7 +71,7 @@ class ReleaseCost:
 
 def check_release(
     schema: TableSchema,
-    relation: str,
+    relation: Relation | str,
     delta: float,
     n_rows: int,
     d: int,

@@ -13,7 +13,7 @@ rounding and int64 accumulation in one pass (compiled once, cached on disk with 
 
 The 1-way counts add 1 per row to one cell of every coordinate's histogram, the 2-way counts 1 per row to one
 cell of every pair's table (cells: ``layout.marginal_cells``), the fine counts 1 per row with a value to one cell
-of every numeric column's fine table (cells: ``resolution.FineCells``).
+of every numeric column's fine table (cells: ``fine_cells.FineCells``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import numba
 import numpy as np
 
 from splice_assets.defaults import MAX_ROWS as MAX_ROWS
+from splice_assets.fine_cells import FineCells
 from splice_assets.layout import (
     DEFAULT_NUMERIC_BINS,
     EncodingLayout,
@@ -37,7 +38,6 @@ from splice_assets.layout import (
     triple_cell_index,
     triple_sizes,
 )
-from splice_assets.resolution import FineCells
 
 DEFAULT_CHUNK_ROWS = 1024  # the (chunk, L) float64 GEMM output stays cache-sized
 
@@ -215,7 +215,7 @@ def table_counts(
 
 
 def fine_counts(x: np.ndarray, cells: Sequence[FineCells], chunk_rows: int = 65536) -> MarginalCounts:
-    """Counts of cube-encoded rows per fine cell of each numeric column (``resolution``), concatenated in ``cells``
+    """Counts of cube-encoded rows per fine cell of each numeric column (``fine_cells``), concatenated in ``cells``
     order. Each row adds 1 to one cell of every column's fine table and, for a value in an interval, to one cell of
     its finer table; a missing value adds to none."""
     offsets = np.concatenate([[0], np.cumsum([c.size for c in cells])]).astype(np.int64)

@@ -18,13 +18,18 @@ Missing cells of a non-nullable discrete column become ``other`` if declared, el
 (``missing_in_non_nullable_imputed``). Numeric columns take the same threshold: more than ``max_unparseable_share``
 of non-empty cells that are not numbers is refused; at or below it they become missing (``unparseable_to_missing``),
 then the bounds' midpoint if the column is not nullable (``missing_in_non_nullable_imputed``).
+
+A cell longer than ``MAX_CELL_CHARS`` (10,000) characters is not a value: it counts as unparseable in its column
+under the same share rule (in a categorical column too, where it never becomes ``other``), and at or below the share
+it becomes missing (``too_long_to_missing``), then the non-nullable imputation above. A typed input (Parquet, a
+DataFrame) whose column has a type that cannot hold the declared kind (a date where a number was declared) is
+refused naming the type.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-import numbers
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -36,7 +41,9 @@ import pandera.pandas as pa
 import pyarrow
 import pyarrow.compute as arrow_compute
 
+from splice_assets.defaults import DEFAULT_MAX_UNPARSEABLE_SHARE as DEFAULT_MAX_UNPARSEABLE_SHARE
 from splice_assets.defaults import RELATION_REPLACE_ONE
+from splice_assets.limits import MAX_UNPARSEABLE_SHARE
 from splice_assets.private.row_count import CSV_ENCODING, is_parquet, open_csv_text
 from splice_assets.schema import ColumnSpec, TableSchema, category_key
 
@@ -103,16 +110,14 @@ def check_duplicate_columns(columns: list[str]) -> None:
         raise StructuralError(f"column {repeated[0]!r}: duplicate column name in the input ({len(repeated)} repeated)")
 
 
-#: Above this share of a column's non-empty cells that are not numbers (numeric kinds) or not declared categories
-#: (discrete kinds without ``other``), the column is refused: that many misses mean the input or the schema's kind
-#: is wrong, and imputing them would release a column made of imputations.
-DEFAULT_MAX_UNPARSEABLE_SHARE = 0.05
+#: A text cell longer than this (public) many characters is not a number or category but a broken input (an
+#: unclosed quote that swallowed rows, a blob): it counts as unparseable in its column.
+MAX_CELL_CHARS = 10_000
 
 
 def _share_limit(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"max_unparseable_share must be a number in [0, 1], got {value!r}")
-    return float(value)
+    MAX_UNPARSEABLE_SHARE.check(value)  # the settings model's limit and message
+    return float(value)  # type: ignore[arg-type]  # checked: a real number
 
 
 def check_structure(
@@ -142,9 +147,27 @@ def column_tallies(table: pd.DataFrame, schema: TableSchema) -> dict[str, tuple[
     table = _strip_names(table)
     tallies: dict[str, tuple[int, int]] = {}
     for spec in schema.columns:
+        check_dtype(table[spec.name], spec)
         values, was_missing = _parse_column(table[spec.name].reset_index(drop=True), spec)
         tallies[spec.name] = _tally(spec, values, was_missing)
     return tallies
+
+
+def check_dtype(series: pd.Series, spec: ColumnSpec) -> None:
+    """Refuse a typed column (Parquet, a DataFrame) whose type cannot hold the declared kind, naming the type: a
+    date, duration, period or interval anywhere, a boolean where a number was declared. Text, numbers and
+    categoricals pass (their cells are parsed one by one)."""
+    dtype = series.dtype
+    temporal = (pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype)
+                or isinstance(dtype, (pd.PeriodDtype, pd.IntervalDtype)))
+    if spec.is_numeric and (temporal or pd.api.types.is_bool_dtype(dtype)):
+        declared, fix = "a number was declared", "fix the input or the schema's kind"
+    elif not spec.is_numeric and temporal:
+        declared = "a boolean was declared" if spec.kind == "boolean" else "categories were declared"
+        fix = "write the column as text or fix the schema's kind"
+    else:
+        return
+    raise StructuralError(f"column {spec.name!r}: Parquet/DataFrame type {dtype} where {declared}; {fix}")
 
 
 def _check_layout(
@@ -198,7 +221,8 @@ def _tally(spec: ColumnSpec, values: np.ndarray, was_missing: np.ndarray) -> tup
     non_empty = int(was_missing.size - np.count_nonzero(was_missing))
     if spec.is_numeric:
         return non_empty, int(np.count_nonzero(np.isnan(values) & ~was_missing))
-    return non_empty, 0 if spec.other is not None else int(np.count_nonzero(values == UNSEEN))
+    too_long = int(np.count_nonzero(values == TOO_LONG))
+    return non_empty, too_long + (0 if spec.other is not None else int(np.count_nonzero(values == UNSEEN)))
 
 
 def refuse_unparseable(schema: TableSchema, tallies: dict[str, tuple[int, int]], limit: float) -> None:
@@ -210,8 +234,12 @@ def refuse_unparseable(schema: TableSchema, tallies: dict[str, tuple[int, int]],
     spec = over[0]
     if spec.is_numeric:
         what, fix = "not numbers", "fix the input or the schema's kind"
+    elif spec.other is not None:  # only over-long cells count: every other value goes to `other`
+        what, fix = f"longer than {MAX_CELL_CHARS:,} characters", "fix the input (an unclosed quote in a CSV " \
+            "makes one cell of many rows)"
     else:
-        what, fix = "not declared categories", "fix the input or the schema's categories (or declare an `other`)"
+        what = f"not declared categories or longer than {MAX_CELL_CHARS:,} characters"
+        fix = "fix the input or the schema's categories (or declare an `other`)"
     # Rounded up, so a share just over the limit never reads as the limit itself.
     share = math.ceil(round(100 * shares[spec.name], 9))
     raise StructuralError(
@@ -234,13 +262,15 @@ def parse_numbers(series: pd.Series) -> np.ndarray:
         return series.to_numpy(dtype=np.float64, na_value=np.nan)
     text = arrow_compute.utf8_trim_whitespace(pyarrow.array(series.astype("string[pyarrow]")))
     # Locale formats ("1.234,5", "1,234") and other text are not guessed at: they become missing.
-    plain = arrow_compute.match_substring_regex(text, PLAIN_NUMBER, ignore_case=True)
+    plain = arrow_compute.and_(arrow_compute.match_substring_regex(text, PLAIN_NUMBER, ignore_case=True),
+                               arrow_compute.less_equal(arrow_compute.utf8_length(text), MAX_CELL_CHARS))
     parsed = arrow_compute.cast(arrow_compute.if_else(plain, text, None), pyarrow.float64())
     return parsed.to_numpy(zero_copy_only=False)
 
 
-#: Category codes before repair: >= 0 is a declared category's position in the schema.
-MISSING, UNSEEN = -1, -2
+#: Category codes before repair: >= 0 is a declared category's position in the schema; TOO_LONG a text cell over
+#: ``MAX_CELL_CHARS``.
+MISSING, UNSEEN, TOO_LONG = -1, -2, -3
 
 
 def _parse_column(series: pd.Series, spec: ColumnSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -284,7 +314,8 @@ def _category_codes(series: pd.Series, spec: ColumnSpec) -> np.ndarray:
     index = spec.category_index()
     inverse, distinct = _distinct_values(series)
     distinct_codes = np.fromiter(
-        (MISSING if _is_missing(v) else index.get(category_key(v), UNSEEN) for v in distinct),
+        (MISSING if _is_missing(v) else TOO_LONG if isinstance(v, str) and len(v) > MAX_CELL_CHARS
+         else index.get(category_key(v), UNSEEN) for v in distinct),
         dtype=np.int64,
         count=len(distinct),
     )
@@ -295,6 +326,10 @@ def _clean_discrete(codes: np.ndarray, spec: ColumnSpec, counts: Counter) -> pd.
     """Codes to the schema's categories by the rule in the module docstring; unseen and missing counted apart."""
     assert spec.categories is not None
     index = spec.category_index()
+    too_long = codes == TOO_LONG
+    if too_long.any():  # not a value: missing, then the non-nullable rule below (never ``other``)
+        counts["too_long_to_missing"] += int(too_long.sum())
+        codes = np.where(too_long, MISSING, codes)
     unseen = codes == UNSEEN
     if unseen.any():
         if spec.other is not None:
@@ -419,6 +454,7 @@ def clean_records(table: pd.DataFrame, schema: TableSchema) -> tuple[ValidatedTa
     tallies: dict[str, tuple[int, int]] = {}
     for spec in schema.columns:
         column_counts: Counter = Counter()
+        check_dtype(table[spec.name], spec)
         values, was_missing = _parse_column(table[spec.name].reset_index(drop=True), spec)
         tallies[spec.name] = _tally(spec, values, was_missing)
         if spec.is_numeric:

@@ -30,12 +30,12 @@ import yaml
 from splice_assets import progress
 from splice_assets.defaults import ESTIMATE_FILE
 from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
-from splice_assets.model.fit import FittedMixture
 from splice_assets.postprocess.links import describe as describe_links
 from splice_assets.private.ledger import BudgetLedger
 from splice_assets.private.validation import ValidationReport
 from splice_assets.release.locations import package_version, private_dir
 from splice_assets.schema import TableSchema, schema_to_dict
+from splice_assets.synthetic import SyntheticModel
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
@@ -228,7 +228,7 @@ def write_release(
     settings: dict[str, Any],
     schema: TableSchema,
     measurement: Measurement,
-    model: FittedMixture,
+    model: SyntheticModel,
     synthetic: pd.DataFrame,
     report: Any,
     validation: ValidationReport | None,
@@ -263,9 +263,9 @@ def write_release(
     """
     if bounds_noise_multiplier is None and bounds_estimate is not None and bounds_estimate.spent:
         bounds_noise_multiplier = bounds_estimate.noise_multiplier
+    from splice_assets.postprocess.fine_tables import below_noise
     from splice_assets.release.mlflow_model import registered_model_name
     from splice_assets.release.quality import quality_summary
-    from splice_assets.resolution import below_noise
     from splice_assets.sampling import save_model
 
     public_dir.mkdir(parents=True, exist_ok=True)
@@ -461,7 +461,7 @@ def log_to_mlflow(
     artifact_location: str | None,
     schema: TableSchema,
     measurement: Measurement,
-    model: FittedMixture,
+    model: SyntheticModel,
     synthetic: pd.DataFrame,
     facts: dict[str, Any],
     params: dict[str, Any],
@@ -546,7 +546,7 @@ def log_to_mlflow(
             logged.update(
                 log_release_model(
                     public_dir, schema.name, release_id, int(params.get("seed", measurement.seed)),
-                    register=register_model,
+                    register=register_model, privacy=facts,
                 )
             )
             manifest["mlflow"].update(

@@ -17,7 +17,8 @@ from typing import Any, BinaryIO
 
 
 def dagster_home() -> Path:
-    return Path(os.environ.get("DAGSTER_HOME") or Path(__file__).resolve().parents[1] / "dagster_home")
+    """``$DAGSTER_HOME``, else the repository's ``dagster_home/`` (git-ignored), whatever the working directory."""
+    return Path(os.environ.get("DAGSTER_HOME") or Path(__file__).resolve().parents[2] / "dagster_home")
 
 
 def prepare_dagster_home() -> Path:
@@ -173,8 +174,12 @@ def iter_releases(base: Path | None = None, dataset: str | None = None) -> list[
     return out
 
 
+#: The shortest release id prefix that ``find_release`` matches.
+MIN_PREFIX = 6
+
+
 def find_release(release_id: str, base: Path | None = None) -> ReleaseLocation:
-    """The release folder of an id, or of a unique id prefix (at least 6 characters)."""
+    """The release folder of an id, or of a unique id prefix (at least ``MIN_PREFIX`` characters)."""
     release_id = (release_id or "").strip()
     if not release_id or "/" in release_id or release_id.startswith("."):
         raise ReleaseNotFound(f"invalid release id {release_id!r}")
@@ -182,8 +187,12 @@ def find_release(release_id: str, base: Path | None = None) -> ReleaseLocation:
     exact = [r for r in everything if r.release_id == release_id]
     if len(exact) == 1:
         return exact[0]
-    matches = exact or ([r for r in everything if r.release_id.startswith(release_id)] if len(release_id) >= 6 else [])
+    short = len(release_id) < MIN_PREFIX
+    matches = exact or ([] if short else [r for r in everything if r.release_id.startswith(release_id)])
     where = str(Path(base) if base is not None else artifact_dir())
+    if not matches and short:
+        raise ReleaseNotFound(f"no release {release_id!r} under {where}: a release id prefix needs at least "
+                              f"{MIN_PREFIX} characters (`splice releases` lists the ids)")
     if not matches:
         raise ReleaseNotFound(f"no release {release_id!r} under {where}")
     if len(matches) > 1:

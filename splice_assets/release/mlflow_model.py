@@ -131,9 +131,12 @@ def log_release_model(
     release_id: str,
     default_seed: int = 0,
     register: bool = True,
+    privacy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Log the release's model in the ACTIVE MLflow run and register it as ``splice-<dataset>``.
 
+    ``privacy``: the release's public facts (``bundle.public_facts``); its headline epsilon (``epsilon_cost``), delta
+    and relation tag the model version beside its release id, so the registry's version page shows them.
     Returns the model URI, registered name and version (``None`` when not registered).
     """
     from splice_assets.release.locations import package_version
@@ -162,7 +165,7 @@ def log_release_model(
                 metadata={"release_id": release_id, "dataset": dataset, "visibility": "public"},
                 tags={"release_id": release_id, "dataset": dataset},
             )
-    version = None if name is None else register_version(name, info, release_id)
+    version = None if name is None else register_version(name, info, release_id, version_tags(privacy))
     return {
         "model_uri": info.model_uri,
         "registered_model_name": name,
@@ -170,9 +173,19 @@ def log_release_model(
     }
 
 
-def register_version(name: str, info: Any, release_id: str) -> int:
-    """A new version of registered model ``name`` for the logged model, tagged with its release id. The client
-    API says nothing on stderr (the fluent registration prints a line per call)."""
+def version_tags(privacy: dict[str, Any] | None) -> dict[str, str]:
+    """The model version's privacy tags: the release's headline epsilon (its whole guarantee, composed with the DP
+    estimate of its ``auto`` entries; a refit's is its parent's), delta and relation, and ``epsilon_cost``, what
+    the release charged the ledger (the headline, or 0 for a zero-cost refit)."""
+    if not privacy:
+        return {}
+    tags = {key: privacy.get(key) for key in ("epsilon", "delta", "relation", "epsilon_cost")}
+    return {key: str(value) for key, value in tags.items() if value is not None}
+
+
+def register_version(name: str, info: Any, release_id: str, tags: dict[str, str] | None = None) -> int:
+    """A new version of registered model ``name`` for the logged model, tagged with its release id (and ``tags``).
+    The client API says nothing on stderr (the fluent registration prints a line per call)."""
     client = mlflow.MlflowClient()
     try:
         client.get_registered_model(name)
@@ -181,6 +194,7 @@ def register_version(name: str, info: Any, release_id: str) -> int:
             raise
         client.create_registered_model(name, description="Synthetic data releases of one dataset (splice).")
     created = client.create_model_version(
-        name, source=info.model_uri, run_id=info.run_id, tags={"release_id": release_id}, model_id=info.model_id
+        name, source=info.model_uri, run_id=info.run_id, tags={**(tags or {}), "release_id": release_id},
+        model_id=info.model_id,
     )
     return int(created.version)

@@ -23,9 +23,9 @@ import pandas as pd
 
 from splice_assets.layout import layout_for, marginal_sizes
 from splice_assets.measurement import Measurement
+from splice_assets.postprocess.fine_tables import below_noise
 from splice_assets.private.encoding import encode
 from splice_assets.private.statistics import marginal_counts, pair_counts
-from splice_assets.resolution import below_noise
 from splice_assets.schema import TableSchema
 
 STATEMENT = (

@@ -32,7 +32,7 @@ from splice_assets.release.locations import (
 from splice_assets.schema import load_schema
 
 if TYPE_CHECKING:
-    from splice_assets.model.fit import FittedMixture
+    from splice_assets.synthetic import SyntheticModel
 
 def refit_release(
     parent_release_id: str,
@@ -94,7 +94,7 @@ def refit_release(
             settings=public,
             schema=schema,
             measurement=measurement,
-            model=cast("FittedMixture", child.model),  # refit() fits the child's model
+            model=cast("SyntheticModel", child.model),  # refit() fits the child's model
             synthetic=synthetic,
             report=None,
             validation=None,

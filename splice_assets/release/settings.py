@@ -1,7 +1,11 @@
 """The settings of one release, as a plain frozen value: what the Dagster run config and the CLI produce, what
 ``release.json`` records (minus the input's path) and what a refit reads back.
 
-``synthesizer_settings`` is the one mapping from release settings to the library's ``SynthesizerSettings``.
+The library's settings (epsilon, delta, relation, k, L, K, the shares, post-processing) are those of the one
+settings model (``splice_assets.config``), under the same flat names, defaults and limits: ``synthesizer_settings``
+builds it by name (``SynthesizerSettings.from_flat``) and validates it on construction. The release adds where the
+data is and what the release does with it (``RELEASE_ONLY``), each checked against its limit in
+``splice_assets.limits``.
 """
 
 from __future__ import annotations
@@ -11,46 +15,58 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from splice_assets import limits
 from splice_assets.api import Synthesizer
 from splice_assets.config import (
     MeasurementSettings,
     ModelSettings,
     PostProcessingSettings,
+    Relation,
     SynthesizerSettings,
 )
-from splice_assets.datasets import demo_data_path
-from splice_assets.measurement import RELATION_REPLACE_ONE
-from splice_assets.model.fit import FitConfig
-from splice_assets.private.validation import DEFAULT_MAX_UNPARSEABLE_SHARE
+from splice_assets.datasets import DEMO_DATASET, demo_data_path
+from splice_assets.defaults import DEFAULT_HOLDOUT_FRACTION, DEFAULT_MAX_UNPARSEABLE_SHARE
+from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE
 from splice_assets.schema import TableSchema
+
+#: The release's own settings, beside the library's.
+RELEASE_ONLY = frozenset({"dataset", "schema_version", "input_path", "n_synthetic", "holdout_fraction"})
 
 
 @dataclass(frozen=True)
 class ReleaseSettings:
-    """The validated config as a plain frozen value carried along the asset chain (public)."""
+    """The validated config as a plain frozen value carried along the asset chain (public). Every field not in
+    ``RELEASE_ONLY`` is a field of the library's settings model, with its default."""
 
-    dataset: str
-    schema_version: int | None
-    input_path: str
-    epsilon: float
-    delta: float
-    k: int
-    n_directions: int
-    components: int
-    max_steps: int
-    n_synthetic: int
-    seed: int
-    holdout_fraction: float
-    bounds_share: float
-    match_marginals: bool
-    marginal_share: float
-    pair_share: float | None  # None: by the schema (defaults.default_pair_share)
-    tilt_chi2: float = FitConfig.tilt_chi2
-    link_lambda: float = FitConfig.link_lambda
-    joint_pairs: int = FitConfig.joint_pairs
-    field_iterations: int = FitConfig.field_iterations
-    relation: str = RELATION_REPLACE_ONE
+    dataset: str = DEMO_DATASET
+    schema_version: int | None = None
+    input_path: str = ""
+    epsilon: float = 1.0
+    delta: float = 1e-9
+    k: int = MeasurementSettings.k
+    n_directions: int = MeasurementSettings.n_directions
+    components: int = ModelSettings.components
+    max_steps: int = ModelSettings.max_steps
+    n_synthetic: int = 0  # 0: as many as measured
+    seed: int = 0
+    holdout_fraction: float = DEFAULT_HOLDOUT_FRACTION
+    bounds_share: float = DEFAULT_BOUNDS_SHARE
+    match_marginals: bool = PostProcessingSettings.match_marginals
+    marginal_share: float = MeasurementSettings.marginal_share
+    pair_share: float | None = None  # None: by the schema (defaults.default_pair_share)
+    tilt_chi2: float = PostProcessingSettings.tilt_chi2
+    link_lambda: float = PostProcessingSettings.link_lambda
+    joint_pairs: int = ModelSettings.joint_pairs
+    field_iterations: int = PostProcessingSettings.field_iterations
+    relation: Relation = Relation.REPLACE_ONE  # a plain string is taken (``Relation.parse``)
     max_unparseable_share: float = DEFAULT_MAX_UNPARSEABLE_SHARE
+
+    def __post_init__(self) -> None:
+        limits.check_dataset_name(self.dataset)
+        object.__setattr__(self, "relation", Relation.parse(self.relation))
+        limits.N_SYNTHETIC.check(self.n_synthetic)
+        limits.HOLDOUT_FRACTION.check(self.holdout_fraction)
+        self.synthesizer_settings()  # every library limit, with the library's message
 
     @classmethod
     def from_parameters(cls, parameters: Mapping[str, Any]) -> ReleaseSettings:
@@ -65,14 +81,10 @@ class ReleaseSettings:
         return self.input_path or str(demo_data_path())
 
     def synthesizer_settings(self) -> SynthesizerSettings:
-        """The one mapping from release settings to the library's (validated on construction)."""
-        return SynthesizerSettings(
-            self.epsilon, self.delta, self.relation, self.seed,
-            MeasurementSettings(self.n_directions, self.k, self.marginal_share, self.pair_share),
-            ModelSettings(self.components, self.max_steps, self.joint_pairs),
-            PostProcessingSettings(self.link_lambda, self.tilt_chi2, self.field_iterations, self.match_marginals),
-            self.bounds_share, self.max_unparseable_share,
-        )
+        """The one mapping from release settings to the library's, by name (validated on construction)."""
+        return SynthesizerSettings.from_flat(dataclasses.asdict(self))
 
     def synthesizer(self, schema: TableSchema) -> Synthesizer:
+        """The release's synthesizer for ``schema``: also checks the limits that need it (delta < 1/n_min)."""
         return Synthesizer.from_settings(schema, self.synthesizer_settings())
+
