@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from splice_assets.measurement import Measurement
 from splice_assets.planning import ESTIMATE, MEASUREMENT, ReleasePlanner
 from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, BoundsEstimate, estimate_bounds, needs_estimate
 from splice_assets.private.encoding import encode
+from splice_assets.private.holdout_split import measured_size, split_holdout
 from splice_assets.private.ledger import BudgetLedger, Part, ReservedSpend
 from splice_assets.private.measuring import (
     MeasurementPlan,
@@ -49,9 +51,17 @@ from splice_assets.private.measuring import (
     exact_statistics,
     measure_exact,
 )
+from splice_assets.private.measuring import MomentsOutOfRange as MomentsOutOfRange  # re-exported for the thin layers
 from splice_assets.private.mechanism import Calibration, compose_epsilon
-from splice_assets.private.partitions import Partition, StreamedInput
-from splice_assets.private.validation import ValidatedTable, check_row_count, check_structure, validate
+from splice_assets.private.partitions import Partition
+from splice_assets.private.partitions import StreamedInput as StreamedInput  # re-exported for the thin layers
+from splice_assets.private.validation import (
+    ValidatedTable,
+    ValidationReport,
+    check_row_count,
+    check_structure,
+    validate,
+)
 from splice_assets.schema import TableSchema, load_schema, schema_to_dict
 from splice_assets.synthetic import SyntheticModel
 
@@ -88,6 +98,16 @@ class SourceScan:
     n_rows: int
     n_measured: int
     holdout_fraction: float
+
+
+@dataclass(frozen=True)
+class PreparedInput:
+    """A whole table after ``Synthesizer.prepare_split``: the cleaned rows split into the measured part (``train``)
+    and the held-out rows, and the INTERNAL repair report (all PRIVATE: in memory or the internal folder)."""
+
+    train: pd.DataFrame
+    holdout: pd.DataFrame
+    report: ValidationReport
 
 
 class NotFitted(RuntimeError):
@@ -260,6 +280,19 @@ class Synthesizer:
                                 max_unparseable_share=self.settings.max_unparseable_share,
                                 relation=self.settings.relation)
 
+    def prepare_split(self, raw: pd.DataFrame, ledger: BudgetLedger | None, release_id: str = "adhoc",
+                      holdout_fraction: float = 0.0, expected_version: int | None = None,
+                      on_estimate: Callable[[BoundsEstimate], object] | None = None) -> PreparedInput:
+        """``prepare`` for a release that holds rows out: the measured part's size (``holdout_split.measured_size``)
+        is what ``check`` holds against n_min (under replace-one only) and what the pre-flight and the reservation
+        price; then the cleaned table is split by the public seed (``holdout_split.split_holdout``). The held-out
+        rows are never measured: they serve the internal report."""
+        HOLDOUT_FRACTION.check(holdout_fraction)
+        checked = self.prepare(raw, ledger, release_id, measured_size(len(raw), holdout_fraction), expected_version,
+                               on_estimate)
+        train, holdout = split_holdout(checked.table, holdout_fraction, self.settings.seed, self.settings.relation)
+        return PreparedInput(train, holdout, checked.report)
+
     def encode(self, table: pd.DataFrame) -> np.ndarray:
         """Cleaned rows into [-1, 1]^d (PRIVATE: the caller keeps the result in memory or the internal folder)."""
         return encode(table, self.schema)
@@ -291,10 +324,12 @@ class Synthesizer:
             self.model = chain.fit(self.measurement, self.schema, fit_config(self.settings, threads))
         return self.model
 
-    def fit(self, table: pd.DataFrame, *, ledger: BudgetLedger | None, release_id: str = "adhoc",
+    def fit(self, table: pd.DataFrame, *, ledger: BudgetLedger | None, release_id: str | None = None,
             threads: int | None = 1) -> Synthesizer:
         """Every stage on a raw table: check, bounds, clean, encode, measure (charged), fit. ``ledger`` is
-        required; ``None`` draws the noise without accounting, for public data such as benchmarks only."""
+        required; ``None`` draws the noise without accounting, for public data such as benchmarks only. Each fit
+        is its own release in the ledger: ``release_id`` defaults to a fresh uuid."""
+        release_id = release_id or str(uuid.uuid4())
         cleaned = self.prepare(table, ledger, release_id)
         self.measure(self.encode(cleaned.table), ledger, release_id)
         self.fit_model(threads)
@@ -334,7 +369,7 @@ class Synthesizer:
             relation = self.settings.relation
             check_row_count(scan.rows, self.schema, relation)
             refuse_unparseable(self.schema, scan.tallies, self.settings.max_unparseable_share)
-            n_measured = scan.rows - int(round(holdout_fraction * scan.rows))
+            n_measured = measured_size(scan.rows, holdout_fraction)
             check_row_count(n_measured, self.schema, relation, "after the holdout (lower it) the measured part has")
             if ledger is not None:  # memory: one batch and the report's two samples at a time, whatever n
                 self._preflight(n_measured, ledger, DEFAULT_BATCH_ROWS + 2 * DEFAULT_REPORT_ROWS)
@@ -389,8 +424,9 @@ class Synthesizer:
         )
 
     def fit_source(self, source: str, *, ledger: BudgetLedger | None, engine: Engine | None = None,
-                   release_id: str = "adhoc", threads: int | None = 1) -> Synthesizer:
+                   release_id: str | None = None, threads: int | None = 1) -> Synthesizer:
         """``fit`` for a partitioned source, streamed (memory bounded by a batch, not by n): every row measured."""
+        release_id = release_id or str(uuid.uuid4())
         self.measure_source(self.scan_source(source, ledger, release_id, engine=engine), ledger, release_id, engine)
         self.fit_model(threads)
         return self

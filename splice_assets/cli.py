@@ -16,7 +16,6 @@ import functools
 import json
 import math
 import os
-import re
 import shutil
 import sys
 import warnings
@@ -614,6 +613,7 @@ def release_command(
 
     Ctrl-C or a failure after the charge leaves the release to finish with `--resume RELEASE`, at no further cost."""
     from splice_assets.datasets import DEMO_DATASET, schema_path
+    from splice_assets.limits import check_delta_for
     from splice_assets.release.budget_text import parts_text, release_text
     from splice_assets.release.settings import ReleaseSettings
     from splice_assets.schema import load_schema
@@ -646,7 +646,8 @@ def release_command(
             raise fail(exc) from None
     # The one settings model, before Dagster loads: every limit (delta < 1/n_min with the schema), with the message
     # the run config and `splice plan` give.
-    ReleaseSettings(dataset=dataset, **chosen).synthesizer(schema)
+    settings = ReleaseSettings(dataset=dataset, **chosen)
+    check_delta_for(settings.delta, schema.n_min)  # the synthesizer (torch) checks the rest, below
     if input_path is None and dataset != DEMO_DATASET:
         raise fail(f"--input FILE is required for dataset {dataset!r}")
     from splice_assets.private.row_count import is_url_or_glob
@@ -654,6 +655,16 @@ def release_command(
     streamed = input_path is not None and is_url_or_glob(input_path)
     if input_path is not None and not streamed and not Path(input_path).exists():
         raise fail(f"input {input_path!r} does not exist")
+    if input_path is not None and not streamed and Path(input_path).is_file():
+        # The input's structure (header, unparseable shares, rows against n_min) with the release's own checks,
+        # before Dagster loads: a bad file is refused in about a second, not after the run has started.
+        from splice_assets.release.input_check import StructuralError, check_input_file
+
+        try:
+            check_input_file(input_path, settings, schema)
+        except StructuralError as exc:
+            raise fail(f"input refused before the release started (nothing charged): {exc}") from None
+    settings.synthesizer(schema)  # every limit that needs the schema
     if engine is not None:
         os.environ["SPLICE_ENGINE"] = engine  # the Dagster engine resource reads it (dagster_layer.resources)
     where = input_path if streamed or not input_path else str(Path(input_path).resolve())
@@ -721,7 +732,12 @@ def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any],
 
         from splice_assets.dagster_layer.automation import run_config_for
         from splice_assets.dagster_layer.config import ReleaseConfig, settings_error
-        from splice_assets.dagster_layer.console import console_level, with_console_level, with_splice_console
+        from splice_assets.dagster_layer.console import (
+            console_level,
+            failure_reason,
+            with_console_level,
+            with_splice_console,
+        )
         from splice_assets.dagster_layer.definitions import build_definitions
         from splice_assets.dagster_layer.inprocess import run_release
         from splice_assets.release.resume import NOTHING_CHARGED
@@ -744,7 +760,7 @@ def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any],
         if run.interrupted:
             raise Interrupted(f"interrupted: {stopped}")
         spent = "" if stopped == NOTHING_CHARGED else f"; {stopped}"
-        raise fail(f"release failed (Dagster run {run.release_id}): {_failure_reason(run.result)}{spent}")
+        raise fail(f"release failed (Dagster run {run.release_id}): {failure_reason(run.result)}{spent}")
 
 
 def _resume(release_id: str, as_json: bool) -> None:
@@ -773,33 +789,6 @@ def _resume(release_id: str, as_json: bool) -> None:
     click.echo(f"this release   {release_text(record['epsilon_cost'], record['delta'])} charged to the ledger when it "
                "was measured; nothing more now")
     click.echo(f"lifetime       {_lifetime_now(record['dataset'])}")
-
-
-def _without_class_path(message: str | None, cls_name: str | None) -> str:
-    """A Dagster error's first line without the ``package.module.Class: `` prefix that Python's traceback format
-    puts in front of the message (``splice_assets.private.validation.StructuralError: column 'x': ...``)."""
-    lines = (message or "").strip().splitlines()
-    first = lines[0] if lines else ""
-    if cls_name:
-        first = re.sub(rf"^(?:[A-Za-z_]\w*\.)*{re.escape(cls_name)}: ?", "", first)
-    return " ".join(first.split()) or "the step failed without a message (rerun with --verbose)"
-
-
-def _failure_reason(result: Any) -> str:
-    for evaluation in result.get_asset_check_evaluations():
-        if not evaluation.passed and evaluation.description:
-            return f"check {evaluation.check_name} failed: {evaluation.description}"
-    for event in result.all_events:
-        if event.is_step_failure:
-            error = event.event_specific_data.error
-            while error is not None and error.cause is not None:
-                error = error.cause
-            if error is not None:
-                return _without_class_path(error.message, error.cls_name)
-    for evaluation in result.get_asset_check_evaluations():
-        if not evaluation.passed:
-            return f"check {evaluation.check_name} failed"
-    return "see the Dagster event log (rerun with --verbose)"
 
 
 @main.command("releases")

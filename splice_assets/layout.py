@@ -15,6 +15,20 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from splice_assets.derived import DerivedColumn
+from splice_assets.kinds import kind_of
+from splice_assets.kinds.scales import FLOAT32_TOLERANCE as FLOAT32_TOLERANCE
+from splice_assets.kinds.scales import LOGIT_OFFSET as LOGIT_OFFSET
+from splice_assets.kinds.scales import POINT_TOLERANCE as POINT_TOLERANCE
+from splice_assets.kinds.scales import _grid_position as _grid_position
+from splice_assets.kinds.scales import _knot_map as _knot_map
+from splice_assets.kinds.scales import _nearest_level as _nearest_level
+from splice_assets.kinds.scales import _on_public_precision as _on_public_precision
+from splice_assets.kinds.scales import _scaled as _scaled
+from splice_assets.kinds.scales import at_point as at_point
+from splice_assets.kinds.scales import bin_widths_on_scale as bin_widths_on_scale
+from splice_assets.kinds.scales import cube_of as cube_of
+from splice_assets.kinds.scales import step_range as step_range
+from splice_assets.kinds.scales import value_of as value_of
 from splice_assets.schema import ColumnSpec, TableSchema
 
 if TYPE_CHECKING:  # pandas (0.3 s) is imported to decode rows, not to plan a release
@@ -83,16 +97,9 @@ class EncodingLayout:
 
 
 def _column_coordinates(spec: ColumnSpec) -> list[Coordinate]:
-    if spec.is_discrete:
-        assert spec.categories is not None
-        ordered = len(spec.categories) if spec.kind == "ordinal" else 0
-        return [Coordinate(spec.name, "value", len(spec.categories) + int(spec.nullable), ordered)]
-    coords = [Coordinate(spec.name, "value", 0)]
-    if spec.sentinels:
-        coords.append(Coordinate(spec.name, "exact", len(spec.sentinels) + 1))
-    if spec.nullable:
-        coords.append(Coordinate(spec.name, "missing", 2))
-    return coords
+    """The column's coordinates, as its kind lays them out (``Kind.coordinates``)."""
+    return [Coordinate(spec.name, role, levels, ordered)  # type: ignore[arg-type]  # a kind's role is a Role
+            for role, levels, ordered in kind_of(spec.kind).coordinates(spec)]
 
 
 def layout_for(schema: TableSchema) -> EncodingLayout:
@@ -113,75 +120,6 @@ def histogram_layout(layout: EncodingLayout, levels: int) -> EncodingLayout:
 def data_layout(layout: EncodingLayout) -> EncodingLayout:
     """The encoding layout behind a model layout: binned coordinates back to continuous value coordinates."""
     return EncodingLayout(tuple(Coordinate(c.column, "value", 0) if c.is_binned else c for c in layout.coordinates))
-
-
-def _grid_position(index: np.ndarray, levels: int) -> np.ndarray:
-    if levels == 1:
-        return np.zeros(index.shape)
-    return -1.0 + 2.0 * index / (levels - 1)
-
-
-def _nearest_level(x: np.ndarray, levels: int) -> np.ndarray:
-    if levels == 1:
-        return np.zeros(x.shape, dtype=np.int64)
-    pos = np.rint((np.clip(x, -1.0, 1.0) + 1.0) * (levels - 1) / 2.0)
-    return pos.astype(np.int64)
-
-
-
-#: ``logit`` scale: the offset a in log((u + a) / (1 - u + a)), u the value's position in its bounds. The bins next
-#: to either bound then hold u <= 0.8% and the middle 40% of the range spans 3 of 16 bins.
-LOGIT_OFFSET = 0.01
-
-
-def cube_of(values: np.ndarray, lo: float, hi: float, scale: str = "linear", knots: tuple[float, ...] = ()
-            ) -> np.ndarray:
-    """Values in [lo, hi] -> [-1, 1], affine in v, in log(1 + v - lo) (``log``), in asinh(v) (``symlog``) or in
-    log((u + a) / (1 - u + a)) with u = (v - lo) / (hi - lo) (``logit``): the public encoding of a numeric column.
-    With ``knots`` (values, lo first and hi last) that position is then mapped piecewise linearly so that the knots
-    land at equally spaced points of [-1, 1] (the coarse bins' edges when there are bins + 1 of them). Values
-    outside the bounds map outside [-1, 1], under ``logit`` and with knots onto its ends; callers clip."""
-    z = _scaled(np.asarray(values, dtype=np.float64), lo, hi, scale)
-    return np.interp(z, *_knot_map(knots, lo, hi, scale)) if knots else z
-
-
-def value_of(z: np.ndarray, lo: float, hi: float, scale: str = "linear", knots: tuple[float, ...] = ()
-             ) -> np.ndarray:
-    """Inverse of ``cube_of``."""
-    if knots:
-        z = np.interp(z, *_knot_map(knots, lo, hi, scale)[::-1])
-    if scale == "log":
-        return lo + np.expm1((z + 1.0) * math.log1p(hi - lo) / 2.0)
-    if scale == "symlog":
-        return np.sinh(math.asinh(lo) + (z + 1.0) * (math.asinh(hi) - math.asinh(lo)) / 2.0)
-    if scale == "logit":
-        a = LOGIT_OFFSET
-        r = np.exp(np.asarray(z, dtype=np.float64) * math.log((1.0 + a) / a))
-        return lo + (hi - lo) * np.clip((r * (1.0 + a) - a) / (1.0 + r), 0.0, 1.0)
-    return lo + (z + 1.0) * (hi - lo) / 2.0
-
-
-def _knot_map(knots: tuple[float, ...], lo: float, hi: float, scale: str) -> tuple[np.ndarray, np.ndarray]:
-    """The knots' positions on the scale, and the equally spaced points of [-1, 1] they map to."""
-    return _scaled(np.asarray(knots, dtype=np.float64), lo, hi, scale), np.linspace(-1.0, 1.0, len(knots))
-
-
-def bin_widths_on_scale(knots: tuple[float, ...], lo: float, hi: float, scale: str) -> np.ndarray:
-    """The width on the column's scale of each bin between consecutive ``knots`` (lo first and hi last)."""
-    return np.diff(_scaled(np.asarray(knots, dtype=np.float64), lo, hi, scale))
-
-
-def _scaled(values: np.ndarray, lo: float, hi: float, scale: str) -> np.ndarray:
-    """A value's position in [-1, 1] on the column's scale (``cube_of`` without knots)."""
-    if scale == "log":
-        return -1.0 + 2.0 * np.log1p(np.maximum(values - lo, 0.0)) / math.log1p(hi - lo)
-    if scale == "symlog":
-        return -1.0 + 2.0 * (np.arcsinh(values) - math.asinh(lo)) / (math.asinh(hi) - math.asinh(lo))
-    if scale == "logit":
-        u = np.clip((values - lo) / (hi - lo), 0.0, 1.0)
-        a = LOGIT_OFFSET
-        return np.log((u + a) / (1.0 - u + a)) / math.log((1.0 + a) / a)
-    return -1.0 + 2.0 * (values - lo) / (hi - lo)
 
 
 def unit_ball_scale(d: int) -> float:
@@ -205,29 +143,10 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
     out: dict[str, pd.Series] = {}
     j = 0
     for spec in schema.columns:
-        if spec.is_discrete:
-            assert spec.categories is not None
-            levels = len(spec.categories) + int(spec.nullable)
-            codes = _nearest_level(x[:, j], levels)
-            j += 1
-            if spec.nullable:
-                codes = np.where(codes == levels - 1, -1, codes)
-            out[spec.name] = _categorical_series(codes, spec)
-            continue
-        assert spec.bounds is not None
-        lo, hi = spec.bounds
-        values = value_of(x[:, j], lo, hi, spec.scale, spec.knots)
-        j += 1
-        if spec.sentinels:
-            level = _nearest_level(x[:, j], len(spec.sentinels) + 1)
-            exact = np.asarray((np.nan, *spec.sentinels))[level]
-            values = np.where(level > 0, exact, values)
-            j += 1
-        missing = np.zeros(len(x), dtype=bool)
-        if spec.nullable:
-            missing = x[:, j] > 0.0
-            j += 1
-        out[spec.name] = _numeric_series(values, missing, spec)
+        kind = kind_of(spec.kind)
+        width = len(kind.coordinates(spec))
+        out[spec.name] = kind.decode(x[:, j:j + width], spec)
+        j += width
     for derived in schema.derived:
         inputs = {name: out[name].to_numpy(dtype=np.float64, na_value=np.nan) for name in derived.inputs}
         out[derived.name] = _derived_series(derived.values(inputs), derived)
@@ -253,89 +172,9 @@ def in_cube(z: np.ndarray) -> np.ndarray:
     return out
 
 
-def _categorical_series(codes: np.ndarray, spec: ColumnSpec) -> pd.Series:
-    import pandas as pd
-
-    assert spec.categories is not None
-    if spec.kind == "boolean":
-        values = pd.array([None if c < 0 else bool(c) for c in codes], dtype="boolean")
-        return pd.Series(values)
-    dtype = pd.CategoricalDtype(list(spec.categories), ordered=spec.kind == "ordinal")
-    return pd.Series(pd.Categorical.from_codes(codes, dtype=dtype))
-
-
-def _numeric_series(values: np.ndarray, missing: np.ndarray, spec: ColumnSpec) -> pd.Series:
-    import pandas as pd
-
-    assert spec.bounds is not None
-    lo, hi = spec.bounds
-    values = _on_public_precision(np.clip(values, lo, hi), spec)
-    if spec.kind == "integer":
-        # Round inside the bounds: a public integer bound may be fractional.
-        rounded = np.clip(np.rint(values), math.ceil(lo), math.floor(hi))
-        series = pd.Series(pd.array(rounded.astype(np.int64), dtype="Int64"))
-        if spec.nullable:
-            series[missing] = pd.NA
-            return series
-        return series.astype(np.int64)
-    series = pd.Series(values, dtype=np.float64)
-    series[missing] = np.nan
-    return series
-
-
-#: Relative tolerance (of the bounds' width) within which a value is at a declared exact value.
-POINT_TOLERANCE = 1e-9
-#: Relative half-width of a float32 rounding: a value written from float32 (0.6666666865348816) still is its point.
-FLOAT32_TOLERANCE = 2.0**-24
-
-
-def at_point(values: np.ndarray, point: float, lo: float, hi: float) -> np.ndarray:
-    """Which ``values`` are the declared exact value ``point``: within ``POINT_TOLERANCE`` of the bounds' width or
-    ``FLOAT32_TOLERANCE`` of the point, whichever is wider (NaN never is)."""
-    return np.abs(values - point) <= max(POINT_TOLERANCE * (hi - lo), FLOAT32_TOLERANCE * abs(point))
-
-
-def step_range(lo: float, hi: float, step: float) -> tuple[int, int]:
-    """First and last multiple of ``step`` (as multiples) inside [lo, hi], up to float rounding."""
-    return math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
-
-
-def _on_public_precision(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
-    """Values at the schema's public precision: a declared exact value (or candidate) exactly, others rounded to
-    the ``step`` grid or to ``decimals`` (then clipped again, as rounding may step over a bound finer than the
-    precision); then, on a ``float32`` column, every value to the float32 number nearest it inside the bounds."""
-    assert spec.bounds is not None
-    lo, hi = spec.bounds
-    out = values
-    if spec.step is not None:
-        first, last = step_range(lo, hi, spec.step)
-        out = np.clip(np.round(out / spec.step), first, last) * spec.step
-    if spec.decimals is not None:
-        out = np.clip(np.round(out, spec.decimals), lo, hi)
-    for point in spec.exact_values + spec.candidates:  # after rounding: a top code off the step grid stays exact
-        out = np.where(at_point(values, point, lo, hi), point, out)
-    if spec.float32:
-        single = np.asarray(out, dtype=np.float32)
-        wide = single.astype(np.float64)  # compared in float64: a bound rounds to float32 too
-        single = np.where(wide > hi, np.nextafter(single, np.float32(-np.inf)), single)
-        single = np.where(wide < lo, np.nextafter(single, np.float32(np.inf)), single)
-        out = single.astype(np.float64)
-    return out
-
-
 def output_dtypes(schema: TableSchema) -> dict[str, str]:
     """The pandas dtype each decoded column has (public, from the schema)."""
-    out = {}
-    for spec in schema.columns:
-        if spec.kind == "boolean":
-            out[spec.name] = "boolean"
-        elif spec.is_discrete:
-            out[spec.name] = "category"
-        elif spec.kind == "integer":
-            out[spec.name] = "Int64" if spec.nullable else "int64"
-        else:
-            out[spec.name] = "float64"
-    return out
+    return {spec.name: kind_of(spec.kind).output_dtype(spec) for spec in schema.columns}
 
 
 def draw_directions(seed: int, n_directions: int, d: int) -> np.ndarray:

@@ -121,3 +121,12 @@ def test_stages_need_their_inputs():
     for stage in (synth.sample, synth.fit_model, synth.refit):
         with pytest.raises(NotFitted):
             stage()
+
+
+def test_each_fit_is_its_own_release_in_the_ledger(ledger):
+    # Issue 70 item 5: a Python fit records a fresh release id (not one shared "adhoc"), so `splice budget` counts
+    # two fits as two releases.
+    Synthesizer(SCHEMA, 1.0, 1e-9, **FAST).fit(table(), ledger=ledger)
+    Synthesizer(SCHEMA, 1.0, 1e-9, **FAST).fit(table(), ledger=ledger)
+    ids = [e.release_id for e in ledger.entries(SCHEMA.name)]
+    assert len(ids) == 2 and len(set(ids)) == 2 and "adhoc" not in ids

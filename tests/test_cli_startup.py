@@ -100,3 +100,43 @@ with BudgetLedger("{url}") as book:
                           "--ledger-url", url, "--json")
     assert {"sqlalchemy", "numpy"} <= loaded  # the probe did calibrate and read the ledger
     assert not loaded & {"dp_accounting", "scipy", "numba", "pandas", "torch", "dagster", "mlflow", "opendp"}
+
+
+REFUSAL_PROBE = """
+import json, sys
+from click.testing import CliRunner
+from splice_assets.cli import main
+result = CliRunner().invoke(main, json.loads(sys.argv[1]))
+print(json.dumps({"code": result.exit_code, "output": result.output,
+                  "loaded": sorted({name.split(".")[0] for name in sys.modules})}))
+"""
+
+
+@pytest.mark.parametrize("bad", ["missing_column", "wrong_header", "unparseable", "too_few_rows"])
+def test_a_bad_input_is_refused_before_dagster_or_torch_loads(tmp_path, bad):
+    # Issue 70 item 4: `splice release --input FILE` checks the file's structure with the release's own checks
+    # (validation.check_structure) before Dagster (and the model's torch) load: a refusal in about a second.
+    from splice_assets.datasets import demo_data_path
+
+    header, *rows = demo_data_path().read_text().splitlines()
+    names = header.split(",")
+    lines = {
+        "missing_column": [",".join(names[:-1])] + [r.rsplit(",", 1)[0] for r in rows],
+        "wrong_header": [",".join("Age" if n == "\"age\"" else n for n in names)] + rows,
+        "unparseable": [header] + [("x" + r if i % 2 else r) for i, r in enumerate(rows)],
+        "too_few_rows": [header] + rows[:50],
+    }[bad]
+    source = tmp_path / "bad.csv"
+    source.write_text("\n".join(lines) + "\n")
+    env = {**os.environ, "PYTHONPATH": ROOT, "SPLICE_ARTIFACT_DIR": str(tmp_path / "art"),
+           "SPLICE_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}", "DAGSTER_HOME": str(tmp_path / "dh")}
+    args = ["release", "--dataset", "fair_affairs", "--input", str(source), "--epsilon", "1", "--delta", "1e-9"]
+    proc = subprocess.run([sys.executable, "-c", REFUSAL_PROBE, json.dumps(args)], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["code"] == 1 and "input refused before the release started (nothing charged)" in out["output"]
+    expected = {"missing_column": "column 'affairs': required by schema", "wrong_header": "column 'age': required",
+                "unparseable": "not declared categories", "too_few_rows": "fewer rows than the schema's public"}[bad]
+    assert expected in out["output"]
+    assert not set(out["loaded"]) & {"dagster", "torch", "mlflow"}

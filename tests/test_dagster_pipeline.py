@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from helpers import FAST, dagster_ui, launch_release, ledger_url, release_resources, run_ids, wait_for_run
 from helpers import set_budget as shared_set_budget
+from pydantic import ValidationError
 
 from splice_assets.dagster_layer import assets as assets_mod
 from splice_assets.dagster_layer.assets import op_name
@@ -193,6 +194,32 @@ def test_invalid_settings_are_refused_at_launch_with_the_validators_message(tmp_
         assert instance.get_runs() == []  # refused before any run (or step) exists
     assert ledger_entries(tmp_path) == []
 
+
+
+def test_what_needs_the_schema_or_the_input_is_refused_at_launch_too(tmp_path):
+    # Issue 70 item 1: delta >= 1/n_min, a missing input file (refused by the mapping: no run exists) and an
+    # unknown dataset (not in the Enum of the schema folder's datasets: Dagster's own config check, which the
+    # launchpad's ERRORS pane shows while typing).
+    from dagster._config import process_config
+
+    from splice_assets.dagster_layer.automation import DATASET_ENUM
+
+    set_budget(tmp_path)
+    job = build_definitions(resources_in(tmp_path)).resolve_job_def("release")
+    checked = process_config(job.run_config_schema.config_type, {SETTINGS: {**FAST, "dataset": "nosuch"}})
+    assert not checked.success and f"not in enum type {DATASET_ENUM} got nosuch" in checked.errors[0].message
+    assert process_config(job.run_config_schema.config_type, {SETTINGS: FAST}).success
+    with dg.DagsterInstance.ephemeral() as instance:
+        for settings, message in (
+            ({"delta": 0.001}, r"delta must be < 1/n_min = 0.0002 \(n_min=5000\), got 0.001"),
+            ({"input_path": str(tmp_path / "nope.csv")}, r"input_path: no file or folder at .*nope.csv"),
+        ):
+            with pytest.raises(ReleaseSettingsRefused, match=message):
+                job.execute_in_process(run_config={SETTINGS: {**FAST, **settings}}, instance=instance)
+        assert instance.get_runs() == []
+    with pytest.raises(ValidationError, match="no schema for dataset 'nosuch'"):
+        ReleaseConfig(dataset="nosuch")
+    assert ReleaseConfig(input_path=str(tmp_path / "*.csv")).input_path.endswith("*.csv")  # a glob: the run reads it
 
 def test_invalid_config_quotes_the_value():
     with pytest.raises(Exception, match="-1"):

@@ -17,6 +17,7 @@ import pytest
 from helpers import FAST, dagster_ui, run_ids, set_budget, wait_for_run
 
 from splice_assets.dagster_layer.assets import ALL_ASSETS, GROUP
+from splice_assets.dagster_layer.automation import DATASET_ENUM
 from splice_assets.datasets import DEMO_DATASET
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -89,6 +90,36 @@ def test_launch_with_negative_epsilon_is_refused(ui):
     dialog.get_by_role("button", name="OK").click()
     assert run_ids(ui["url"]) == []  # refused before a run existed: nothing queued, nothing charged
 
+
+
+def test_an_unknown_dataset_is_flagged_in_the_errors_pane(ui):
+    # Issue 70 item 1: `dataset` is an Enum of the schema folder's datasets, so Dagster's own config check (the one
+    # the ERRORS pane shows while typing) flags it, and Launch stays disabled.
+    page = ui["page"]
+    page.goto(f"{ui['url']}/locations/splice/jobs/release/playground")
+    page.locator(".CodeMirror").first.wait_for()
+    page.evaluate("(text) => document.querySelector('.CodeMirror').CodeMirror.setValue(text)",
+                  settings_yaml(**{**FAST, "dataset": "nosuch"}))
+    sync_api.expect(page.get_by_text(f"not in enum type {DATASET_ENUM} got nosuch").first).to_be_visible()
+    sync_api.expect(page.get_by_role("button", name="Launch run")).to_be_disabled()
+    screenshot(ui, "dagster-launch-unknown-dataset.png")
+    assert run_ids(ui["url"]) == []
+
+
+@pytest.mark.parametrize(("setting", "value", "message"), [
+    ("delta", 0.001, "delta must be < 1/n_min = 0.0002 (n_min=5000), got 0.001"),
+    ("input_path", "/nonexistent/input.csv", "input_path: no file or folder at '/nonexistent/input.csv'"),
+])
+def test_a_launch_the_schema_or_the_input_refuses_starts_no_run(ui, setting, value, message):
+    # Issue 70 item 1: delta >= 1/n_min and a missing input file are refused when Launch is pressed, with the
+    # validator's message, before a run exists (not a run that fails in its first second).
+    page = open_launchpad(ui, settings_yaml(**{**FAST, setting: value}))
+    page.get_by_role("button", name="Launch run").click()
+    dialog = page.get_by_role("dialog")
+    sync_api.expect(dialog.get_by_text(message).first).to_be_visible()
+    screenshot(ui, f"dagster-launch-refused-{setting}.png")
+    dialog.get_by_role("button", name="OK").click()
+    assert run_ids(ui["url"]) == []
 
 @pytest.mark.slow  # a whole release through the daemon: 2-4 minutes on a loaded 2-core machine. The default suite
 # launches one through the same `dg dev` by GraphQL (test_dagster_pipeline.py::test_ui_trigger_through_graphql).

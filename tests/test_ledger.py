@@ -479,3 +479,13 @@ def test_compositions_are_kept_and_reused_across_ledger_instances(tmp_path, monk
     key = ledger_module._composition_key
     assert key([6.0, 4.0, None, float("inf")], 1e-6, []) == key([4.0, 6.0], 1e-6, [])
     assert key([4.0, 6.0], 1e-7, []) != key([4.0, 6.0], 1e-6, [])
+
+
+def test_setting_the_same_budget_again_records_no_change(ledger, dataset):
+    # Issue 70 item 5: rerunning `set_budget` with the same values is a no-op, not a change row.
+    ledger.set_budget(dataset, 2.0, 1e-6, actor="alice", reason="initial grant")
+    again = ledger.set_budget(dataset, 2.0, 1e-6, actor="bob", reason="rerun of the setup script")
+    assert (again.epsilon_total, again.delta_total) == (2.0, 1e-6)
+    assert [c.reason for c in ledger.budget_changes(dataset)] == ["initial grant"]
+    ledger.set_budget(dataset, 3.0, 1e-6, actor="bob", reason="raise")
+    assert [c.reason for c in ledger.budget_changes(dataset)] == ["initial grant", "raise"]

@@ -16,7 +16,7 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from splice_assets.api import SourceScan, Synthesizer
+from splice_assets.api import MomentsOutOfRange, SourceScan, StreamedInput, Synthesizer
 from splice_assets.dagster_layer.config import ReleaseConfig, ReleaseSettings
 from splice_assets.dagster_layer.resources import (
     ArtifactStore,
@@ -30,9 +30,7 @@ from splice_assets.evaluation.report import ReportResult, build_report
 from splice_assets.layout import layout_for
 from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
 from splice_assets.postprocess.links import describe as describe_links
-from splice_assets.private import holdout_split, measuring
 from splice_assets.private.bounds import BoundsEstimate
-from splice_assets.private.partitions import StreamedInput
 from splice_assets.private.validation import (
     ValidationReport,
     read_table,
@@ -171,7 +169,8 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
         release_lib.save_estimate(estimate, public_dir)
 
     # The measured part's size is checked against n_min before anything is charged, and under replace-one only
-    # (``Synthesizer.check``): under add-remove a refusal on it would publish a bit of the private n.
+    # (``Synthesizer.check``, from ``scan_source`` and ``prepare_split``): under add-remove a refusal on it would
+    # publish a bit of the private n.
     if engine.streams(source):
         # A partitioned input: one streamed pass now (checks, row count, DP bounds), the rows again at measurement.
         with ledger.open() as book, engine.open() as workers:
@@ -179,14 +178,11 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
                                      settings.schema_version, on_estimate)
         validated, n_measured = ValidatedInput(settings, synth, None, None, None, source, scan), scan.n_measured
     else:
-        raw = read_table(source)
-        n_measured = len(raw) - int(round(settings.holdout_fraction * len(raw)))
         with ledger.open() as book:
-            checked = synth.prepare(raw, book, release_id, n_measured, settings.schema_version, on_estimate)
-        train, holdout = holdout_split.split_holdout(
-            checked.table, settings.holdout_fraction, settings.seed, settings.relation
-        )
-        validated, n_measured = ValidatedInput(settings, synth, train, holdout, checked.report, source), len(train)
+            split = synth.prepare_split(read_table(source), book, release_id, settings.holdout_fraction,
+                                        settings.schema_version, on_estimate)
+        validated = ValidatedInput(settings, synth, split.train, split.holdout, split.report, source)
+        n_measured = len(split.train)
     if synth.bounds is not None and synth.bounds.spent:
         context.log.info(f"auto bounds, values, decimals, steps and knots (public DP estimates, noise multiplier "
                          f"{synth.bounds.noise_multiplier:.4g}): {synth.bounds.columns} {synth.bounds.found_values} "
@@ -285,7 +281,7 @@ def private_moments(
                                                         on_noisy=keep)
                 else:
                     synth.measure(cast(np.ndarray, e.x), book, release_id_of(context), on_noisy=keep)
-            except measuring.MomentsOutOfRange:
+            except MomentsOutOfRange:
                 yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=False)
                 raise dg.Failure("exact statistics not finite or out of range; nothing was charged") from None
         yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=True)

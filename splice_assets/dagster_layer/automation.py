@@ -3,7 +3,11 @@
 The job takes one job-level settings block (``settings:``, the fields of ``ReleaseConfig``) through a config
 mapping that validates it when a run is launched: Dagster's config schema checks types only (pydantic constraints
 such as ``gt=0`` are not part of it), so without the mapping an epsilon of -1 would start a run and fail in its
-first step. ``run_config_for`` is the one mapping from a ``ReleaseConfig`` to that run config.
+first step. The launchpad's ERRORS pane shows only what that schema says, checked by the webserver without user
+code: so ``dataset`` is an Enum of the datasets with a schema file, read when the definitions load (an unknown
+dataset is flagged while typing); every other refusal (delta >= 1/n_min, a missing input file, a limit) comes from
+the mapping when Launch is pressed, before any run exists. ``run_config_for`` is the one mapping from a
+``ReleaseConfig`` to that run config.
 
 A failed step ends a release's run and removes its private step files (``remove_steps_on_failure``): a release
 charged before it failed is finished by `splice release --resume` from its stored measurement, not by re-executing
@@ -15,7 +19,7 @@ new file (run key = file name + modification time).
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import ValidationError
@@ -23,11 +27,14 @@ from pydantic import ValidationError
 from splice_assets.dagster_layer.assets import ALL_ASSETS, CONFIG_OP
 from splice_assets.dagster_layer.config import ReleaseConfig, settings_error
 from splice_assets.dagster_layer.resources import LedgerResource, ReleaseStepStorage, release_id_of_run
-from splice_assets.datasets import DEMO_DATASET, schema_path
+from splice_assets.datasets import DEMO_DATASET, schema_dir, schema_path
 from splice_assets.private.ledger import BUDGET_TOLERANCE
 from splice_assets.release.locations import ReleaseLocation, dagster_home
 from splice_assets.release.resume import stopped_text
 from splice_assets.schema import load_schema
+
+if TYPE_CHECKING:  # not exported by dagster; the type ``dg.define_asset_job`` returns
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 SETTINGS = "settings"  # the job-level settings block of the launchpad
 #: Tag of a run whose caller (`splice release`, `make demo`) reports a stopped run itself (``inprocess``).
@@ -54,20 +61,47 @@ def _op_config(outer: dict[str, Any]) -> dict[str, Any]:
     return mapped
 
 
-release_run_config = dg.ConfigMapping(
-    config_fn=_op_config,
-    config_schema={
-        SETTINGS: dg.Field(
-            ReleaseConfig.to_config_schema().as_field().config_type,
-            is_required=False,
-            description="Release settings (validated at launch; an invalid value refuses the launch).",
-        ),
-        "loggers": dg.Field(
-            dg.Permissive(), is_required=False,
-            description="Dagster loggers, e.g. {console: {config: {log_level: INFO}}}.",
-        ),
-    },
-)
+#: The Enum of ``dataset`` in the launchpad: its name is what Dagster's message for an unknown value shows.
+DATASET_ENUM = "dataset_with_a_schema_file"
+
+
+def known_datasets() -> list[str]:
+    """The datasets with a public schema file (``schema_dir()``), as the definitions load."""
+    return sorted(path.stem for path in schema_dir().glob("*.yaml"))
+
+
+def _settings_type(datasets: list[str]) -> dg.Shape:
+    """``ReleaseConfig``'s config schema with ``dataset`` as an Enum of ``datasets`` (a string if there are none)."""
+    shape = ReleaseConfig.to_config_schema().as_field().config_type
+    assert isinstance(shape, dg.Shape)  # a pydantic Config's schema is a Shape of its fields
+    fields = dict(shape.fields)
+    if datasets:
+        folder = str(schema_dir())
+        enum = dg.Enum(DATASET_ENUM, [dg.EnumValue(name, description=f"{folder}/{name}.yaml") for name in datasets])
+        description = (f"Schema name: one of {folder}/*.yaml (a schema added later shows after the code location "
+                       "is reloaded).")
+        fields["dataset"] = (dg.Field(enum, default_value=DEMO_DATASET, description=description)
+                             if DEMO_DATASET in datasets else dg.Field(enum, description=description))
+    return dg.Shape(fields)
+
+
+def release_run_config(datasets: list[str] | None = None) -> dg.ConfigMapping:
+    """The job-level run config: the settings block (``dataset`` an Enum of ``datasets``, default: the schema
+    folder's now) and the loggers, mapped to the first asset's op config by ``_op_config``."""
+    return dg.ConfigMapping(
+        config_fn=_op_config,
+        config_schema={
+            SETTINGS: dg.Field(
+                _settings_type(known_datasets() if datasets is None else datasets),
+                is_required=False,
+                description="Release settings (validated at launch; an invalid value refuses the launch).",
+            ),
+            "loggers": dg.Field(
+                dg.Permissive(), is_required=False,
+                description="Dagster loggers, e.g. {console: {config: {log_level: INFO}}}.",
+            ),
+        },
+    )
 
 
 @dg.failure_hook(required_resource_keys={"io_manager"})
@@ -87,15 +121,20 @@ def remove_steps_on_failure(context: dg.HookContext) -> None:
             context.log.warning(stopped_text(root.parent.name, release_id, base=storage.base()))
 
 
-release_job = dg.define_asset_job(
-    "release",
-    selection=dg.AssetSelection.assets(*ALL_ASSETS),
-    description="Validate -> encode -> measure (charged) -> fit -> sample -> report -> release.",
-    config=release_run_config,
-    # The chain is linear, so one process loses no parallelism and keeps torch's thread setting in force.
-    executor_def=dg.in_process_executor,
-    hooks={remove_steps_on_failure},
-)
+RELEASE_JOB = "release"
+
+
+def build_release_job(datasets: list[str] | None = None) -> "UnresolvedAssetJobDefinition":
+    """The release job, its ``dataset`` an Enum of the schema folder's datasets as the definitions load."""
+    return dg.define_asset_job(
+        RELEASE_JOB,
+        selection=dg.AssetSelection.assets(*ALL_ASSETS),
+        description="Validate -> encode -> measure (charged) -> fit -> sample -> report -> release.",
+        config=release_run_config(datasets),
+        # The chain is linear, so one process loses no parallelism and keeps torch's thread setting in force.
+        executor_def=dg.in_process_executor,
+        hooks={remove_steps_on_failure},
+    )
 
 INPUT_SUFFIXES = (".csv", ".csv.gz", ".parquet")
 
@@ -136,13 +175,16 @@ def refresh_config_from_env() -> ReleaseConfig:
 
 
 @dg.schedule(
-    job=release_job,
+    job_name=RELEASE_JOB,
     cron_schedule=os.environ.get("SPLICE_REFRESH_CRON", "0 3 * * 1"),
     default_status=dg.DefaultScheduleStatus.STOPPED,
     description="Weekly synthetic-data refresh (cron via SPLICE_REFRESH_CRON); each refresh is a new spend.",
 )
 def refresh_schedule(context: dg.ScheduleEvaluationContext, ledger: LedgerResource):
-    config = refresh_config_from_env()
+    try:
+        config = refresh_config_from_env()
+    except ValidationError as exc:  # e.g. SPLICE_REFRESH_INPUT names no file
+        return dg.SkipReason(f"refresh skipped: {settings_error(exc)}")
     reason = refresh_skip_reason(config, ledger)
     if reason is not None:
         return dg.SkipReason(reason)
@@ -178,7 +220,7 @@ def _landing_entries(root: Path) -> tuple[list[tuple[str, Path]], list[str]]:
 
 
 @dg.sensor(
-    job=release_job,
+    job_name=RELEASE_JOB,
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.STOPPED,
     description="Launch a release when a new file lands in SPLICE_LANDING_DIR/<dataset>/ (default "

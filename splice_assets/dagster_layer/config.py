@@ -8,6 +8,8 @@ dataset's schema is found, the limits that need it (delta < 1/n_min) are checked
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -15,6 +17,7 @@ from splice_assets import limits
 from splice_assets.config import Relation
 from splice_assets.datasets import schema_path
 from splice_assets.defaults import DEFAULT_PAIR_SHARE, DISCRETE_PAIR_SHARE
+from splice_assets.private.row_count import is_url_or_glob
 from splice_assets.release.settings import ReleaseSettings
 from splice_assets.schema import load_schema
 
@@ -103,18 +106,31 @@ class ReleaseConfig(dg.Config):
     @model_validator(mode="after")
     def _settings(self) -> ReleaseConfig:
         # The settings model's validation (every limit, with its message), at launch: a run that cannot succeed is
-        # never started. With the dataset's schema at hand, also the limits that need it (delta < 1/n_min); without
-        # one, the first step reports the missing schema.
+        # never started. Then what needs the public schema (an unknown dataset; delta < 1/n_min) and a local input
+        # file that is not there (a glob or URL is left to the first step).
         settings = self.settings()
         try:
             schema = load_schema(schema_path(settings.dataset))
-        except (OSError, ValueError):
-            return self
+        except OSError as exc:  # no schema file: pydantic reports a ValueError with its message
+            raise ValueError(str(exc)) from None
         settings.synthesizer(schema)
+        missing = missing_input(self.input_path)
+        if missing:
+            raise ValueError(missing)
         return self
 
     def settings(self) -> ReleaseSettings:
         return ReleaseSettings(**self.model_dump())
+
+
+def missing_input(input_path: str) -> str | None:
+    """Why a local ``input_path`` cannot be read (nothing there), or None; empty (the demo), a glob or a URL pass."""
+    if not input_path or is_url_or_glob(input_path):
+        return None
+    path = Path(input_path).expanduser()
+    if path.is_file() or path.is_dir():  # a folder: a partitioned input
+        return None
+    return f"input_path: no file or folder at {str(path)!r}"
 
 
 def settings_error(exc: ValidationError) -> str:

@@ -10,20 +10,21 @@ import dagster as dg
 
 from splice_assets.dagster_layer.assets import ALL_ASSETS
 from splice_assets.dagster_layer.automation import (
+    build_release_job,
     new_file_sensor,
     refresh_schedule,
-    release_job,
 )
 from splice_assets.dagster_layer.checks import ALL_CHECKS
 from splice_assets.dagster_layer.resources import default_resources, locked
 
 
 def build_definitions(resources: dict[str, object] | None = None) -> dg.Definitions:
-    """The definitions with these resources (default: the deployment's), which no run config can change."""
+    """The definitions with these resources (default: the deployment's), which no run config can change; the release
+    job's ``dataset`` is an Enum of the schema folder's datasets now (``automation.build_release_job``)."""
     return dg.Definitions(
         assets=ALL_ASSETS,
         asset_checks=ALL_CHECKS,
-        jobs=[release_job],
+        jobs=[build_release_job()],
         schedules=[refresh_schedule],
         sensors=[new_file_sensor],
         resources=locked(resources or default_resources()),

@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         if run.interrupted:
             print(f"interrupted: {run.stopped_text()}", file=sys.stderr)
             return EXIT_INTERRUPTED
-        from splice_assets.cli import _failure_reason
+        from splice_assets.dagster_layer.console import failure_reason
 
-        print(f"demo release FAILED: {_failure_reason(run.result)}; {run.stopped_text()} "
+        print(f"demo release FAILED: {failure_reason(run.result)}; {run.stopped_text()} "
               "(make demo DEMO_ARGS=--verbose: every Dagster event)")
         return 1
     result = run.result

@@ -28,6 +28,13 @@ def key_threshold(fraction: float) -> np.uint64:
     return np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
 
 
+def measured_size(n_rows: int, fraction: float) -> int:
+    """How many of ``n_rows`` rows the split measures: n - round(fraction * n), exactly under replace-one (a size
+    fixed by the public n). Under add-remove each row's membership is its own (``split_holdout``) and this is only
+    the size the release is planned and priced for: nothing is refused on it (``validation.check_row_count``)."""
+    return n_rows - int(round(fraction * n_rows))
+
+
 def split_holdout(
     table: pd.DataFrame, fraction: float, seed: int, relation: str = RELATION_REPLACE_ONE
 ) -> tuple[pd.DataFrame, pd.DataFrame]:

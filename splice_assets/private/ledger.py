@@ -459,9 +459,10 @@ class BudgetLedger:
     ) -> Budget:
         """Create or change a dataset's lifetime budget (epsilon_total reported at delta_total); an admin action.
 
-        Every call writes a ``splice_budget_changes`` record (old -> new, ``actor``, default the OS user, and
-        ``reason``) in the same transaction. delta_total must lie in (0, DELTA_TOTAL_BOUND) and, when the schema's
-        public ``n_min`` is given, below 1/n_min. Lowering the budget below what is already spent is allowed: it
+        Every call that creates or changes the budget writes a ``splice_budget_changes`` record (old -> new,
+        ``actor``, default the OS user, and ``reason``) in the same transaction; the same values again are a
+        no-op. delta_total must lie in (0, DELTA_TOTAL_BOUND) and, when the schema's public ``n_min`` is given,
+        below 1/n_min. Lowering the budget below what is already spent is allowed: it
         only refuses further releases. The relation cannot change once the dataset has entries (never mix
         relations in one ledger).
         """
@@ -490,6 +491,9 @@ class BudgetLedger:
                         updated_at=now,
                     )
                 )
+            elif (current.epsilon_total, current.delta_total, current.relation) == (epsilon_total, delta_total,
+                                                                                      relation):
+                return current  # the same values again: no change, so no change record
             else:
                 if relation != current.relation and self._count_entries(conn, dataset) > 0:
                     raise RelationMismatch(

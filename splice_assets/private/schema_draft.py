@@ -19,10 +19,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from splice_assets.kinds import drafting_kinds, kind_of
 from splice_assets.private.bounds import MAX_DECIMALS, decimals_needed
 from splice_assets.private.validation import read_table
-
-_BOOLEAN_WORDS = frozenset({"true", "false"})
 
 HEADER = """\
 # Draft schema written by `splice schema init` from {source!r}. A schema must hold PUBLIC knowledge only.
@@ -43,31 +42,16 @@ IDENTITIES = """\
 
 
 def infer_kind(values: pd.Series) -> str:
-    """The column kind its non-missing cells suggest: boolean, integer, continuous or categorical."""
+    """The column kind its non-missing cells suggest: the first drafted kind (boolean, integer, continuous,
+    categorical: ``Kind.draft_order``) that recognises them."""
     present = values.dropna()
-    if pd.api.types.is_bool_dtype(present) or (
-        len(present) and set(present.astype(str).str.strip().str.lower()) <= _BOOLEAN_WORDS
-    ):
-        return "boolean"
-    numbers = pd.to_numeric(present, errors="coerce")
-    if len(present) == 0 or numbers.isna().any():
-        return "categorical"
-    return "integer" if bool((numbers == numbers.round()).all()) else "continuous"
-
-
-def _number(value: float, kind: str) -> int | float:
-    return int(value) if kind == "integer" else float(value)
+    return next(kind.name for kind in drafting_kinds() if kind.recognises(present))
 
 
 def draft_column(name: str, values: pd.Series, from_data: bool) -> dict[str, Any]:
     kind = infer_kind(values)
     entry: dict[str, Any] = {"name": name, "kind": kind, "nullable": bool(values.isna().any())}
-    if kind in ("integer", "continuous"):
-        numbers = pd.to_numeric(values.dropna())
-        entry["bounds"] = [_number(numbers.min(), kind), _number(numbers.max(), kind)] if from_data else None
-    elif kind == "categorical":
-        observed = sorted({str(v).strip() for v in values.dropna()})
-        entry["categories"] = observed if from_data else []
+    entry.update(kind_of(kind).draft(values, from_data))
     entry["from_data"] = True  # the kind and nullable above were read from the rows, as any observed values
     return entry
 
@@ -90,7 +74,7 @@ def derived_candidates(table: pd.DataFrame, kinds: Mapping[str, str] | None = No
     ``kinds``: each column's kind when already inferred (``infer_kind``)."""
     values, modes = {}, {}
     for column in table.columns:
-        if (kinds[column] if kinds else infer_kind(table[column])) in ("integer", "continuous"):
+        if kind_of(kinds[column] if kinds else infer_kind(table[column])).numeric:
             x = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=np.float64)
             present = x[~np.isnan(x)]
             mode = float(pd.Series(present).mode().iloc[0]) if len(present) else math.nan

@@ -38,14 +38,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
-import pyarrow
-import pyarrow.compute as arrow_compute
 
 from splice_assets.defaults import DEFAULT_MAX_UNPARSEABLE_SHARE as DEFAULT_MAX_UNPARSEABLE_SHARE
 from splice_assets.defaults import RELATION_REPLACE_ONE
+from splice_assets.kinds import kind_of
+from splice_assets.kinds.cells import MAX_CELL_CHARS as MAX_CELL_CHARS
+from splice_assets.kinds.cells import MISSING as MISSING
+from splice_assets.kinds.cells import PLAIN_NUMBER as PLAIN_NUMBER
+from splice_assets.kinds.cells import TOO_LONG as TOO_LONG
+from splice_assets.kinds.cells import UNSEEN as UNSEEN
+from splice_assets.kinds.cells import parse_numbers as parse_numbers
 from splice_assets.limits import MAX_UNPARSEABLE_SHARE
 from splice_assets.private.row_count import CSV_ENCODING, is_parquet, open_csv_text
-from splice_assets.schema import ColumnSpec, TableSchema, category_key
+from splice_assets.schema import ColumnSpec, TableSchema
 
 
 class StructuralError(ValueError):
@@ -110,11 +115,6 @@ def check_duplicate_columns(columns: list[str]) -> None:
         raise StructuralError(f"column {repeated[0]!r}: duplicate column name in the input ({len(repeated)} repeated)")
 
 
-#: A text cell longer than this (public) many characters is not a number or category but a broken input (an
-#: unclosed quote that swallowed rows, a blob): it counts as unparseable in its column.
-MAX_CELL_CHARS = 10_000
-
-
 def _share_limit(value: object) -> float:
     MAX_UNPARSEABLE_SHARE.check(value)  # the settings model's limit and message
     return float(value)  # type: ignore[arg-type]  # checked: a real number
@@ -160,13 +160,10 @@ def check_dtype(series: pd.Series, spec: ColumnSpec) -> None:
     dtype = series.dtype
     temporal = (pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype)
                 or isinstance(dtype, (pd.PeriodDtype, pd.IntervalDtype)))
-    if spec.is_numeric and (temporal or pd.api.types.is_bool_dtype(dtype)):
-        declared, fix = "a number was declared", "fix the input or the schema's kind"
-    elif not spec.is_numeric and temporal:
-        declared = "a boolean was declared" if spec.kind == "boolean" else "categories were declared"
-        fix = "write the column as text or fix the schema's kind"
-    else:
+    wrong = kind_of(spec.kind).wrong_dtype(spec, dtype, temporal)
+    if wrong is None:
         return
+    declared, fix = wrong
     raise StructuralError(f"column {spec.name!r}: Parquet/DataFrame type {dtype} where {declared}; {fix}")
 
 
@@ -217,12 +214,8 @@ def _strip_names(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _tally(spec: ColumnSpec, values: np.ndarray, was_missing: np.ndarray) -> tuple[int, int]:
-    """(non-empty cells, how many of them are not numbers or not declared categories that no ``other`` takes)."""
-    non_empty = int(was_missing.size - np.count_nonzero(was_missing))
-    if spec.is_numeric:
-        return non_empty, int(np.count_nonzero(np.isnan(values) & ~was_missing))
-    too_long = int(np.count_nonzero(values == TOO_LONG))
-    return non_empty, too_long + (0 if spec.other is not None else int(np.count_nonzero(values == UNSEEN)))
+    """(non-empty cells, how many of them the column's kind counts as unparseable)."""
+    return kind_of(spec.kind).tally(spec, values, was_missing)
 
 
 def refuse_unparseable(schema: TableSchema, tallies: dict[str, tuple[int, int]], limit: float) -> None:
@@ -232,14 +225,7 @@ def refuse_unparseable(schema: TableSchema, tallies: dict[str, tuple[int, int]],
     if not over:
         return
     spec = over[0]
-    if spec.is_numeric:
-        what, fix = "not numbers", "fix the input or the schema's kind"
-    elif spec.other is not None:  # only over-long cells count: every other value goes to `other`
-        what, fix = f"longer than {MAX_CELL_CHARS:,} characters", "fix the input (an unclosed quote in a CSV " \
-            "makes one cell of many rows)"
-    else:
-        what = f"not declared categories or longer than {MAX_CELL_CHARS:,} characters"
-        fix = "fix the input or the schema's categories (or declare an `other`)"
+    what, fix = kind_of(spec.kind).unparseable(spec)
     # Rounded up, so a share just over the limit never reads as the limit itself.
     share = math.ceil(round(100 * shares[spec.name], 9))
     raise StructuralError(
@@ -249,158 +235,18 @@ def refuse_unparseable(schema: TableSchema, tallies: dict[str, tuple[int, int]],
     )
 
 
-#: A plain decimal literal or an infinity, nothing else (RE2 syntax, so \d is ASCII digits only).
-PLAIN_NUMBER = r"^(?:[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity))$"
-
-
-def parse_numbers(series: pd.Series) -> np.ndarray:
-    """Strict numeric parse: numbers stay numbers, text must be a plain decimal literal, else NaN.
-
-    Text is trimmed, matched and parsed in Arrow's compute kernels (4x faster than pandas' on 400,000 rows).
-    """
-    if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype):
-        return series.to_numpy(dtype=np.float64, na_value=np.nan)
-    text = arrow_compute.utf8_trim_whitespace(pyarrow.array(series.astype("string[pyarrow]")))
-    # Locale formats ("1.234,5", "1,234") and other text are not guessed at: they become missing.
-    plain = arrow_compute.and_(arrow_compute.match_substring_regex(text, PLAIN_NUMBER, ignore_case=True),
-                               arrow_compute.less_equal(arrow_compute.utf8_length(text), MAX_CELL_CHARS))
-    parsed = arrow_compute.cast(arrow_compute.if_else(plain, text, None), pyarrow.float64())
-    return parsed.to_numpy(zero_copy_only=False)
-
-
-#: Category codes before repair: >= 0 is a declared category's position in the schema; TOO_LONG a text cell over
-#: ``MAX_CELL_CHARS``.
-MISSING, UNSEEN, TOO_LONG = -1, -2, -3
-
-
 def _parse_column(series: pd.Series, spec: ColumnSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(values, was the cell empty) before any repair.
-
-    Values are numbers for a numeric column (NaN where empty or not a number) and category codes for a discrete
-    one (``MISSING`` where empty, ``UNSEEN`` where not a declared category).
-    """
-    if spec.is_numeric:
-        return parse_numbers(series), series.isna().to_numpy()
-    codes = _category_codes(series, spec)
-    return codes, codes == MISSING
-
-
-def _clean_numeric(values: np.ndarray, was_missing: np.ndarray, spec: ColumnSpec, counts: Counter) -> pd.Series:
-    assert spec.bounds is not None
-    lo, hi = spec.bounds
-    unparsed = np.isnan(values) & ~was_missing
-    counts["unparseable_to_missing"] += int(unparsed.sum())
-    counts["infinite_clipped"] += int(np.isinf(values).sum())
-    finite_out = np.isfinite(values) & ((values < lo) | (values > hi))
-    counts["out_of_bounds_clipped"] += int(finite_out.sum())
-    # Clip before any arithmetic: inf and 1e308 become the public bounds.
-    values = np.where(np.isnan(values), np.nan, np.clip(values, lo, hi))
-    missing = np.isnan(values)
-    if not spec.nullable and missing.any():
-        counts["missing_in_non_nullable_imputed"] += int(missing.sum())
-        values = np.where(missing, (lo + hi) / 2.0, values)
-        missing = np.zeros_like(missing)
-    counts["missing"] += int(missing.sum())
-    if spec.kind == "integer":
-        rounded = np.clip(np.rint(values), math.ceil(lo), math.floor(hi))
-        counts["non_integer_rounded"] += int(np.sum((rounded != values) & ~missing))
-        out = pd.Series(pd.array(np.where(missing, 0, rounded).astype(np.int64), dtype="Int64"))
-        out[missing] = pd.NA
-        return out if spec.nullable else out.astype(np.int64)
-    return pd.Series(values, dtype=np.float64)
-
-
-def _category_codes(series: pd.Series, spec: ColumnSpec) -> np.ndarray:
-    index = spec.category_index()
-    inverse, distinct = _distinct_values(series)
-    distinct_codes = np.fromiter(
-        (MISSING if _is_missing(v) else TOO_LONG if isinstance(v, str) and len(v) > MAX_CELL_CHARS
-         else index.get(category_key(v), UNSEEN) for v in distinct),
-        dtype=np.int64,
-        count=len(distinct),
-    )
-    return distinct_codes[inverse]
-
-
-def _clean_discrete(codes: np.ndarray, spec: ColumnSpec, counts: Counter) -> pd.Series:
-    """Codes to the schema's categories by the rule in the module docstring; unseen and missing counted apart."""
-    assert spec.categories is not None
-    index = spec.category_index()
-    too_long = codes == TOO_LONG
-    if too_long.any():  # not a value: missing, then the non-nullable rule below (never ``other``)
-        counts["too_long_to_missing"] += int(too_long.sum())
-        codes = np.where(too_long, MISSING, codes)
-    unseen = codes == UNSEEN
-    if unseen.any():
-        if spec.other is not None:
-            counts["unseen_to_other"] += int(unseen.sum())
-            codes = np.where(unseen, index[category_key(spec.other)], codes)
-        elif spec.nullable:
-            counts["unseen_to_missing"] += int(unseen.sum())
-            codes = np.where(unseen, MISSING, codes)
-        else:
-            # The schema's first category is the public choice; a share over the limit was refused, not imputed.
-            counts["unseen_imputed_to_first_category"] += int(unseen.sum())
-            codes = np.where(unseen, 0, codes)
-    missing = codes == MISSING
-    if not spec.nullable and missing.any():
-        fallback = index[category_key(spec.other)] if spec.other is not None else 0
-        counts["missing_in_non_nullable_imputed"] += int(missing.sum())
-        codes = np.where(missing, fallback, codes)
-    counts["missing"] += int((codes == MISSING).sum())
-    if spec.kind == "boolean":
-        return pd.Series(pd.arrays.BooleanArray(codes == 1, codes == MISSING))
-    dtype = pd.CategoricalDtype(list(spec.categories), ordered=spec.kind == "ordinal")
-    return pd.Series(pd.Categorical.from_codes(codes, dtype=dtype))
-
-
-_TYPE_OF = np.frompyfunc(type, 1, 1)
-
-
-def _distinct_values(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(code of each row, the distinct values) over distinct (type, value) pairs.
-
-    Keying each distinct value once instead of every cell made validation 8x faster at 400k x 24. The type is
-    part of the pair because Python equality merges True with 1 and 1 with 1.0, which key differently. A text
-    column (what CSVs are read as) holds one type, so it is factorised as it is, without a copy to objects.
-    """
-    if isinstance(series.dtype, pd.StringDtype):
-        inverse, distinct = pd.factorize(series, use_na_sentinel=False)
-        return inverse, np.asarray(distinct, dtype=object)
-    values = series.to_numpy(dtype=object)
-    by_value, _ = pd.factorize(values, use_na_sentinel=False)
-    by_type, _ = pd.factorize(_TYPE_OF(values), use_na_sentinel=False)
-    inverse, _ = pd.factorize(by_value * (int(by_type.max(initial=0)) + 1) + by_type)
-    _, first = np.unique(inverse, return_index=True)
-    return inverse, values[first]
-
-
-def _is_missing(value: object) -> bool:
-    if value is None or value is pd.NA:
-        return True
-    return isinstance(value, float) and math.isnan(value)
+    """(values, was the cell empty) before any repair, by the column's kind (``Kind.parse``): numbers for a numeric
+    column (NaN where empty or not a number), category codes for a discrete one (``MISSING`` where empty,
+    ``UNSEEN`` where not a declared category, ``TOO_LONG``)."""
+    return kind_of(spec.kind).parse(series, spec)
 
 
 def pandera_schema(schema: TableSchema) -> pa.DataFrameSchema:
     """The structural contract of a validated table: columns, order, dtypes, bounds, categories, nulls."""
     columns: dict[str, pa.Column] = {}
     for spec in schema.columns:
-        if spec.is_numeric:
-            assert spec.bounds is not None
-            dtype = ("Int64" if spec.nullable else "int64") if spec.kind == "integer" else "float64"
-            check = pa.Check.in_range(spec.bounds[0], spec.bounds[1])
-            columns[spec.name] = pa.Column(dtype, check, nullable=spec.nullable)
-        elif spec.kind == "boolean":
-            columns[spec.name] = pa.Column("boolean", nullable=spec.nullable)
-        else:
-            assert spec.categories is not None
-            # A plain "category" dtype plus an explicit check: pandera's CategoricalDtype comparison breaks on
-            # mixed int/float category lists (e.g. [17.5, 22]).
-            expected = pd.CategoricalDtype(list(spec.categories), ordered=spec.kind == "ordinal")
-            same_categories = pa.Check(
-                lambda series, expected=expected: series.dtype == expected, name="schema_categories"
-            )
-            columns[spec.name] = pa.Column("category", same_categories, nullable=spec.nullable)
+        columns[spec.name] = kind_of(spec.kind).pandera_column(spec)
     return pa.DataFrameSchema(columns, strict=True, ordered=True, name=schema.name)
 
 
@@ -457,10 +303,7 @@ def clean_records(table: pd.DataFrame, schema: TableSchema) -> tuple[ValidatedTa
         check_dtype(table[spec.name], spec)
         values, was_missing = _parse_column(table[spec.name].reset_index(drop=True), spec)
         tallies[spec.name] = _tally(spec, values, was_missing)
-        if spec.is_numeric:
-            cleaned[spec.name] = _clean_numeric(values, was_missing, spec, column_counts)
-        else:
-            cleaned[spec.name] = _clean_discrete(values, spec, column_counts)
+        cleaned[spec.name] = kind_of(spec.kind).clean(values, was_missing, spec, column_counts)
         counts[spec.name] = {k: v for k, v in column_counts.items() if v}
     out = pd.DataFrame(cleaned, columns=list(schema.column_names))
     conform(out, schema)

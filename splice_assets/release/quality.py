@@ -21,11 +21,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splice_assets.layout import layout_for, marginal_sizes
+from splice_assets.encoding import encode
+from splice_assets.layout import EncodingLayout, layout_for, marginal_cells, marginal_sizes
 from splice_assets.measurement import Measurement
 from splice_assets.postprocess.fine_tables import below_noise
-from splice_assets.private.encoding import encode
-from splice_assets.private.statistics import marginal_counts, pair_counts
 from splice_assets.schema import TableSchema
 
 STATEMENT = (
@@ -45,6 +44,26 @@ def _tvd_to_noisy(counts: np.ndarray, noisy: np.ndarray) -> float:
     return float(0.5 * np.abs(p - q).sum())
 
 
+def _cell_counts(
+    x: np.ndarray, layout: EncodingLayout, pairs: tuple[tuple[int, int], ...], numeric_bins: int,
+    chunk_rows: int = 65536,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Counts of the (public) synthetic rows ``x`` per 1-way cell of every coordinate and per 2-way cell of every
+    pair, each concatenated (the measurement's order), from the layout's cells (``layout.marginal_cells``)."""
+    sizes = marginal_sizes(layout, numeric_bins)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    blocks = [sizes[a] * sizes[b] for a, b in pairs]
+    pair_offsets = np.concatenate([[0], np.cumsum(blocks)[:-1]]).astype(np.int64)
+    ones = np.zeros(int(sum(sizes)), dtype=np.int64)
+    twos = np.zeros(int(sum(blocks)), dtype=np.int64)
+    for start in range(0, len(x), chunk_rows):
+        cells = marginal_cells(np.asarray(x[start : start + chunk_rows], dtype=np.float64), layout, numeric_bins)
+        ones += np.bincount((cells + offsets).ravel(), minlength=ones.size)
+        for (a, b), offset, size in zip(pairs, pair_offsets, blocks):
+            twos[offset : offset + size] += np.bincount(cells[:, a] * sizes[b] + cells[:, b], minlength=size)
+    return ones, twos
+
+
 def _noise_tvd(cells: int, std: float) -> float:
     """E[0.5 sum |noise|] over ``cells`` cells of Gaussian noise with std ``std``."""
     return 0.5 * cells * std * math.sqrt(2.0 / math.pi)
@@ -61,11 +80,11 @@ def quality_summary(measurement: Measurement, schema: TableSchema, synthetic: pd
     stds1, std2 = measurement.table_noise_stds(), measurement.pair_noise_std()
     hidden = below_noise(measurement, schema)
     x = encode(synthetic, schema) if len(synthetic) else np.zeros((0, layout.d))
+    ones, twos = _cell_counts(x, layout, tuple(measurement.pairs), measurement.numeric_bins)
     columns: dict[str, Any] = {}
     one_way: list[tuple[float, float]] = []
     if measurement.marginal_sizes:
-        counts = np.split(marginal_counts(x, layout, measurement.numeric_bins).counts.astype(np.float64),
-                          np.cumsum(sizes)[:-1])
+        counts = np.split(ones.astype(np.float64), np.cumsum(sizes)[:-1])
         for coordinate, noisy, synth, std1 in zip(layout.coordinates, measurement.marginals(), counts, stds1):
             if coordinate.role != "value":
                 continue
@@ -83,7 +102,7 @@ def quality_summary(measurement: Measurement, schema: TableSchema, synthetic: pd
             }
     two_way: list[tuple[float, float]] = []
     if measurement.pairs:
-        counts2 = pair_counts(x, layout, measurement.pairs, measurement.numeric_bins).counts.astype(np.float64)
+        counts2 = twos.astype(np.float64)
         cuts = np.cumsum(measurement.pair_sizes)[:-1]
         for noisy, synth in zip(np.split(measurement.noisy_pairs, cuts), np.split(counts2, cuts)):
             two_way.append((_tvd_to_noisy(synth, noisy), _noise_tvd(len(noisy), std2)))

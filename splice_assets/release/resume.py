@@ -284,7 +284,6 @@ def _internal_report(charge: Charge, synth: Synthesizer, synthetic: pd.DataFrame
 def _real_rows(charge: Charge, synth: Synthesizer) -> RealRows:
     """The rows as the run had them: the input read and cleaned under the resolved schema (no DP estimate is left to
     make), then split by the public seed."""
-    from splice_assets.private import holdout_split
     from splice_assets.private.validation import read_table
 
     s, rid = charge.settings, charge.location.release_id
@@ -292,11 +291,8 @@ def _real_rows(charge: Charge, synth: Synthesizer) -> RealRows:
     if charge.streamed:
         streamed = synth.stream(synth.scan_source(source, None, rid, s.holdout_fraction))
         return RealRows(streamed.train_sample, streamed.holdout_sample, streamed.report, streamed.sums.rows)
-    raw = read_table(source)
-    n_measured = len(raw) - int(round(s.holdout_fraction * len(raw)))
-    checked = synth.prepare(raw, None, rid, n_measured, s.schema_version)
-    train, holdout = holdout_split.split_holdout(checked.table, s.holdout_fraction, s.seed, s.relation)
-    return RealRows(train, holdout, checked.report, len(train))
+    split = synth.prepare_split(read_table(source), None, rid, s.holdout_fraction, s.schema_version)
+    return RealRows(split.train, split.holdout, split.report, len(split.train))
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from splice_assets import limits
-from splice_assets.api import Synthesizer
 from splice_assets.config import (
     MeasurementSettings,
     ModelSettings,
@@ -28,6 +27,10 @@ from splice_assets.datasets import DEMO_DATASET, demo_data_path
 from splice_assets.defaults import DEFAULT_HOLDOUT_FRACTION, DEFAULT_MAX_UNPARSEABLE_SHARE
 from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE
 from splice_assets.schema import TableSchema
+
+if TYPE_CHECKING:  # the api (torch) loads when a synthesizer is built: `splice release` checks the settings and
+    # its input before that (``release.input_check``)
+    from splice_assets.api import Synthesizer
 
 #: The release's own settings, beside the library's.
 RELEASE_ONLY = frozenset({"dataset", "schema_version", "input_path", "n_synthetic", "holdout_fraction"})
@@ -86,5 +89,7 @@ class ReleaseSettings:
 
     def synthesizer(self, schema: TableSchema) -> Synthesizer:
         """The release's synthesizer for ``schema``: also checks the limits that need it (delta < 1/n_min)."""
+        from splice_assets.api import Synthesizer
+
         return Synthesizer.from_settings(schema, self.synthesizer_settings())
 
