@@ -60,8 +60,8 @@ def main() -> None:
             MeasurementSettings,
             ModelSettings,
             PostProcessingSettings,
-            Synthesizer,
         )
+        from splice_assets.experimental import ExperimentalSynthesizer
         from splice_assets.postprocess.links import describe
         from splice_assets.private.validation import read_table
         from splice_assets.schema import load_schema
@@ -75,10 +75,10 @@ def main() -> None:
     model_settings = ModelSettings(**given(components=args.K))
     post = PostProcessingSettings(**given(tilt_chi2=args.tilt_chi2, link_lambda=args.link_lambda,
                                          fine_threshold=args.fine_threshold))
-    expert = given(R=args.R, numeric_model=args.numeric_model, pair_loss_weight=args.pair_loss_weight,
+    overrides = given(R=args.R, numeric_model=args.numeric_model, pair_loss_weight=args.pair_loss_weight,
                    em_iterations=args.em_iterations, tilt_max_iterations=args.tilt_max_iterations)
-    synth = Synthesizer(schema, args.epsilon, args.delta, args.relation, args.seed, measurement_settings,
-                        model_settings, post, expert=expert)
+    synth = ExperimentalSynthesizer(schema, args.epsilon, args.delta, args.relation, args.seed, measurement_settings,
+                                    model_settings, post, fit_overrides=overrides)
     with timer.stage("validate"):
         table = synth.prepare(read_table(args.train), ledger=None).table
     with timer.stage("encode"):

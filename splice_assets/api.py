@@ -40,6 +40,7 @@ from splice_assets.engine import Engine
 from splice_assets.layout import layout_for
 from splice_assets.limits import HOLDOUT_FRACTION
 from splice_assets.measurement import Measurement
+from splice_assets.model.settings import FitConfig
 from splice_assets.planning import ESTIMATE, MEASUREMENT, ReleasePlanner
 from splice_assets.private.bounds import DEFAULT_BOUNDS_SHARE, BoundsEstimate, estimate_bounds, needs_estimate
 from splice_assets.private.encoding import encode
@@ -155,15 +156,13 @@ class Synthesizer:
         postprocessing: PostProcessingSettings | None = None,
         bounds_share: float = DEFAULT_BOUNDS_SHARE,
         max_unparseable_share: float | None = None,
-        expert: dict[str, Any] | None = None,
     ) -> None:
         extra = {} if max_unparseable_share is None else {"max_unparseable_share": max_unparseable_share}
         # The one settings model (``config``): every limit checked here, as by every other entry point.
         self.settings = SynthesizerSettings(
             epsilon=epsilon, delta=delta, relation=Relation.parse(relation), seed=seed,
             measurement=(measurement or MeasurementSettings()).for_schema(schema), model=model or ModelSettings(),
-            postprocessing=postprocessing or PostProcessingSettings(), bounds_share=bounds_share,
-            expert=dict(expert or {}), **extra,
+            postprocessing=postprocessing or PostProcessingSettings(), bounds_share=bounds_share, **extra,
         )
         self.settings.check_schema(schema)
         self.schema = schema
@@ -177,7 +176,7 @@ class Synthesizer:
     def from_settings(cls, schema: TableSchema, settings: SynthesizerSettings) -> Synthesizer:
         s = settings
         return cls(schema, s.epsilon, s.delta, s.relation, s.seed, s.measurement, s.model, s.postprocessing,
-                   s.bounds_share, s.max_unparseable_share, dict(s.expert))
+                   s.bounds_share, s.max_unparseable_share)
 
     # -- the stages ----------------------------------------------------------------------------------------------
 
@@ -321,8 +320,12 @@ class Synthesizer:
         if self.measurement is None:
             raise NotFitted("measure (or load) a synthesizer before fitting its model")
         with progress.stage("fit the model (post-processing)"):
-            self.model = chain.fit(self.measurement, self.schema, fit_config(self.settings, threads))
+            self.model = chain.fit(self.measurement, self.schema, self._fit_config(threads))
         return self.model
+
+    def _fit_config(self, threads: int | None) -> FitConfig:
+        """The fitter's configuration: the one mapping from the settings (``config.fit_config``)."""
+        return fit_config(self.settings, threads)
 
     def fit(self, table: pd.DataFrame, *, ledger: BudgetLedger | None, release_id: str | None = None,
             threads: int | None = 1) -> Synthesizer:

@@ -36,8 +36,6 @@ from splice_assets.defaults import (
     DEFAULT_N_DIRECTIONS,
     DEFAULT_PAIR_SHARE,
     DISCRETE_PAIR_SHARE,
-    RELATION_ADD_REMOVE,
-    RELATION_REPLACE_ONE,
     RELATIONS,
 )
 from splice_assets.limits import Relation
@@ -215,7 +213,7 @@ def plan(
                 n_directions=n_directions, k=k, marginal_share=marginal_share, pair_share=pair_share)))
         relation = planner.settings.relation
         HOLDOUT_FRACTION.check(holdout_fraction)
-        rows = _planned_rows(schema.n_min, n, input_path, holdout_fraction, relation)
+        rows = _planned_rows(schema.n_min, n, input_path, holdout_fraction, planner.settings.relation)
         n = rows["n"]
         check_rows_for(n, schema.n_min)
         # DP bounds of `bounds: auto` columns take their share of the privacy, as in the release.
@@ -230,12 +228,12 @@ def plan(
     except (LedgerError, SQLAlchemyError, ValueError) as exc:
         raise fail(f"cannot read the budget ledger: {_one_line(exc)}") from None
     # Under add-remove sigma is on sums and counts; divided by n it is the noise on frequencies, as replace-one's.
-    per_row = 1.0 if relation == RELATION_REPLACE_ONE else 1.0 / n
+    per_row = 1.0 if relation == Relation.REPLACE_ONE else 1.0 / n
     stds = [float(s) * per_row for s in cal.noise_std_per_order()]
     result: dict[str, Any] = {
         "dataset": schema.name,
         "schema_version": schema.version,
-        "relation": cal.relation,
+        "relation": str(cal.relation),
         "n": n,
         "n_input": rows["n_input"],
         "n_source": rows["n_source"],
@@ -293,16 +291,16 @@ def measured_rows(n_input: int, holdout_fraction: float) -> int:
 
 
 def _planned_rows(
-    n_min: int, n: int | None, input_path: str | None, holdout_fraction: float, relation: str
+    n_min: int, n: int | None, input_path: str | None, holdout_fraction: float, relation: Relation
 ) -> dict[str, Any]:
     """The n the plan calibrates for (the measured rows), where it comes from, and the input's row count."""
     from splice_assets.private.row_count import input_row_count
 
     if n is not None and input_path is not None:
         raise ValueError("give --n or --input, not both")
-    if relation == RELATION_ADD_REMOVE:
+    if relation == Relation.ADD_REMOVE:
         if input_path is not None:
-            raise ValueError(f"under {RELATION_ADD_REMOVE} the row count is private, so plan does not read it from "
+            raise ValueError(f"under {Relation.ADD_REMOVE} the row count is private, so plan does not read it from "
                              f"--input {input_path!r}: give --n to show the noise on frequencies at a row count of "
                              "your choice, or nothing for the schema's public n_min")
         if n is None:  # n_min bounds the measured part from below: the largest noise on a frequency
@@ -313,7 +311,7 @@ def _planned_rows(
     elif n is not None:
         n_input, source = n, "--n"
     else:
-        raise ValueError(f"under {RELATION_REPLACE_ONE} sigma depends on the public row count: give --n ROWS or "
+        raise ValueError(f"under {Relation.REPLACE_ONE} sigma depends on the public row count: give --n ROWS or "
                          "--input FILE")
     measured = measured_rows(n_input, holdout_fraction)
     if n_input >= 1 and measured < n_min:
@@ -325,10 +323,10 @@ def _planned_rows(
 def _rows_text(result: dict[str, Any], n_min: int) -> str:
     """What the plan's n is: the measured part of the input (replace-one), or a display row count (add-remove)."""
     n, n_input, fraction = result["n"], result["n_input"], result["holdout_fraction"]
-    if result["relation"] == RELATION_ADD_REMOVE:
+    if result["relation"] == Relation.ADD_REMOVE:
         shown = (f"the schema's public n_min = {n_min:,}" if n_input is None
                  else f"about {1 - fraction:.0%} of --n {n_input:,} = {n:,} ({fraction:.0%} holdout)")
-        return (f"n is private under {RELATION_ADD_REMOVE} and does not shape the noise; frequencies shown at "
+        return (f"n is private under {Relation.ADD_REMOVE} and does not shape the noise; frequencies shown at "
                 f"{shown}")
     source = "" if result["n_source"] == "--n" else " (row count of --input)"
     return (f"measures {1 - fraction:.0%} of {n_input:,} rows{source} = {n:,} ({fraction:.0%} holdout); "
@@ -354,7 +352,7 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
                    f"{result['epsilon_estimate']:.4g} (noise multiplier {result['bounds_noise_multiplier']:.4g}), "
                    f"measurement epsilon = {cal.epsilon:.6g}; composed, not added")
     formula = (
-        "sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n" if relation == RELATION_REPLACE_ONE
+        "sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n" if relation == Relation.REPLACE_ONE
         else "sqrt(L H_k + w^2 C + w2^2 P + wn^2), on sums and counts"
     )
     click.echo(
@@ -567,8 +565,8 @@ def release_rows(dataset: str | None = None) -> list[dict[str, Any]]:
               "scheduler at $SPLICE_DASK_SCHEDULER, else a local cluster of $SPLICE_DASK_WORKERS workers.")
 @click.option("--epsilon", default=None, type=float, help="Epsilon of this release's measurement [required].")
 @click.option("--relation", default=None, metavar=RELATION_METAVAR,
-              help=f"Neighbouring relation: {RELATION_REPLACE_ONE} (n public) or {RELATION_ADD_REMOVE} (n private, as "
-              f"AIM / MST) [default: {RELATION_REPLACE_ONE}].")
+              help=f"Neighbouring relation: {Relation.REPLACE_ONE} (n public) or {Relation.ADD_REMOVE} (n private, as "
+              f"AIM / MST) [default: {Relation.REPLACE_ONE}].")
 @click.option("--delta", default=None, type=float, help="Delta of this release, in (0, 1/n_min) [required].")
 @click.option("--k", "k", default=None, type=int, help=f"Highest Chebyshev order k [default: {DEFAULT_K}].")
 @click.option(
@@ -694,7 +692,7 @@ def _delta_cost_line(record: dict[str, Any], n_min: int) -> str | None:
         privacy = json.loads((Path(record["public_dir"]) / "release.json").read_text()).get("privacy", {})
     except (OSError, ValueError):
         privacy = {}
-    n = privacy.get("n") if privacy.get("relation", RELATION_REPLACE_ONE) == RELATION_REPLACE_ONE else None
+    n = privacy.get("n") if privacy.get("relation", Relation.REPLACE_ONE.value) == Relation.REPLACE_ONE else None
     return delta_cost_text(record["epsilon_measurement"], record["delta"], int(n or n_min))
 
 
@@ -858,7 +856,7 @@ def show_command(release_id: str, as_json: bool) -> None:
     refit = manifest.get("kind") == "refit"
     click.echo("this release " + ("-" if cost is None else release_text(cost, None if refit else privacy.get("delta")))
                + " charged" + (" (a zero-cost refit of the parent's measurement)" if refit else ""))
-    add_remove = privacy.get("relation") == RELATION_ADD_REMOVE
+    add_remove = privacy.get("relation") == Relation.ADD_REMOVE
     multiplier = privacy.get("noise_multiplier")
     click.echo(f"mechanism   sigma {privacy.get('sigma'):.6g} on frequencies, Delta {privacy.get('sensitivity'):.6g}"
                + (" on sums and counts" if add_remove else "")
@@ -978,7 +976,7 @@ def budget_command(dataset: str, as_json: bool) -> None:
 @click.option("--delta", required=True, type=float,
               help="Lifetime delta_total the epsilon is reported at: in (0, 0.01) and below 1/n_min of the schema.")
 @click.option("--relation", type=click.Choice(RELATIONS), default=None,
-              help=f"Neighbouring relation [default: the current budget's, else {RELATION_REPLACE_ONE}].")
+              help=f"Neighbouring relation [default: the current budget's, else {Relation.REPLACE_ONE}].")
 @click.option("--reason", default="", help="Why the budget is set or changed (recorded with the change).")
 @guarded
 def budget_set_command(dataset: str, epsilon: float, delta: float, relation: str | None, reason: str) -> None:
@@ -998,7 +996,7 @@ def budget_set_command(dataset: str, epsilon: float, delta: float, relation: str
     try:
         before = ledger.budget(dataset)
         # Keep the dataset's relation unless asked: a default of replace-one would silently switch an add-remove one.
-        chosen = relation or (before.relation if before is not None else RELATION_REPLACE_ONE)
+        chosen = relation or (before.relation if before is not None else Relation.REPLACE_ONE)
         after = ledger.set_budget(dataset, epsilon, delta, chosen, actor=default_actor(), reason=reason, n_min=n_min)
         spent, _ = ledger.spent(dataset)
     finally:
@@ -1031,7 +1029,8 @@ def schema_group() -> None:
 @guarded
 def schema_init_command(input_path: str, out: str | None, name: str | None, from_data: bool) -> None:
     """Draft a schema: column names, kinds and nullability, marked `from_data: true` (read from the rows, so refused
-    until you confirm them and remove the mark); bounds, categories and n_min left to you."""
+    until you confirm them and remove the mark); numeric columns get `bounds: auto`, `values: auto` and (continuous)
+    `decimals: auto`, DP estimates for `bounds_share` of the release; categories and n_min left to you."""
     from splice_assets.private.schema_draft import draft_schema
 
     if out is not None and Path(out).exists():
@@ -1041,7 +1040,8 @@ def schema_init_command(input_path: str, out: str | None, name: str | None, from
         click.echo(text, nl=False)
         return
     Path(out).write_text(text, encoding="utf-8")
-    click.echo(f"wrote a draft schema to {out}: fill in n_min, bounds and categories, and remove every from_data mark "
+    click.echo(f"wrote a draft schema to {out}: fill in n_min and categories, replace an `auto` by public bounds, "
+               "values or decimals where you know them, and remove every from_data mark "
                "once what it marks (kinds, nullable" + (", observed values" if from_data else "") + ") is confirmed "
                "public")
 

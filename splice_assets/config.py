@@ -9,8 +9,8 @@ The privacy parameters (epsilon, delta: a ``PrivacyLoss``; the ``Relation``) and
 ``splice release`` and the Dagster ``release`` job's run config (``ReleaseConfig``, through ``ReleaseSettings``) build
 it from their values, so each value is checked here, against its limit in ``splice_assets.limits`` (defined once),
 and refused by every entry point with the same message, which quotes the bad value. ``fit_config`` is the one
-mapping from these settings to the fitter's ``FitConfig``; ``expert`` reaches the remaining ``FitConfig`` fields for
-research and benchmarks only.
+mapping from these settings to the fitter's ``FitConfig``; its other fields are research switches, reachable only
+through ``splice_assets.experimental`` (which no release path imports: an import-linter contract).
 """
 
 from __future__ import annotations
@@ -177,7 +177,6 @@ class SynthesizerSettings:
     postprocessing: PostProcessingSettings = field(default_factory=PostProcessingSettings)
     bounds_share: float = DEFAULT_BOUNDS_SHARE
     max_unparseable_share: float = DEFAULT_MAX_UNPARSEABLE_SHARE
-    expert: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "relation", Relation.parse(self.relation))
@@ -186,10 +185,6 @@ class SynthesizerSettings:
         self.measurement.check_relation(self.relation)
         limits.BOUNDS_SHARE.check(self.bounds_share)
         limits.MAX_UNPARSEABLE_SHARE.check(self.max_unparseable_share)
-        known = {f.name for f in dataclasses.fields(FitConfig)}
-        unknown = sorted(set(self.expert) - known)
-        if unknown:
-            raise SettingsError(f"expert settings must be FitConfig fields, got {unknown!r}")
         fit_config(self)  # the fitter's own checks, at construction
 
     @property
@@ -201,11 +196,19 @@ class SynthesizerSettings:
         self.privacy_loss.check_n_min(schema.n_min)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"expert": dict(self.expert)}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SynthesizerSettings:
+        """Settings saved by ``to_dict``. Older splices saved an ``expert`` mapping of research switches: an empty
+        one is read as nothing; a non-empty one is refused, naming its keys (the product no longer fits with them)."""
         data = dict(data)
+        expert = data.pop("expert", None) or {}
+        if expert:
+            raise SettingsError(
+                f"these saved settings carry research switches (expert) {sorted(expert)!r}, which the product no "
+                "longer reads; fit such a variant with splice_assets.experimental"
+            )
         return cls(
             **{k: v for k, v in data.items() if k not in ("measurement", "model", "postprocessing")},
             measurement=MeasurementSettings(**data.get("measurement", {})),
@@ -227,7 +230,7 @@ class SynthesizerSettings:
                    postprocessing=PostProcessingSettings(**pick(PostProcessingSettings)))
 
 
-_GROUPS = ("measurement", "model", "postprocessing", "expert")
+_GROUPS = ("measurement", "model", "postprocessing")
 
 
 def flat_setting_names() -> frozenset[str]:
@@ -237,13 +240,12 @@ def flat_setting_names() -> frozenset[str]:
 
 
 def fit_config(settings: SynthesizerSettings, threads: int | None = 1) -> FitConfig:
-    """The one mapping from the settings to the fitter's configuration (``expert`` fields last)."""
+    """The one mapping from the settings to the fitter's configuration (its other fields at their defaults)."""
     m, p = settings.model, settings.postprocessing
     config = FitConfig(
         K=m.components, max_steps=m.max_steps, joint_pairs=m.joint_pairs, seed=settings.seed,
         tilt_chi2=p.tilt_chi2, link_lambda=p.link_lambda, field_iterations=p.field_iterations, threads=threads,
         fine_threshold=p.fine_threshold,
     )
-    config = dataclasses.replace(config, **settings.expert)
     check_post_processing(config)
     return config

@@ -22,13 +22,8 @@ RELATION_REPLACE_ONE = Relation.REPLACE_ONE
 RELATION_ADD_REMOVE = Relation.ADD_REMOVE
 
 # Shares of Delta^2 for the noisy 1-way marginals and for the 2-way marginals of every coordinate pair from different
-# columns; the moments keep the rest (0.35). One fit each at eps = 1 (K = 20, L = 256, pair loss weight 0.1),
-# against 1-way only (share 0.3, K = 10, L = 512): adult 2-way / 3-way TVD 0.091 / 0.189 -> 0.081 / 0.170, SW1
-# 0.0058 -> 0.0055, MMD 0.014 -> 0.010, TSTR AUC 0.834 -> 0.868; california 0.161 / 0.314 -> 0.134 / 0.271, SW1
-# 0.0079 -> 0.0078, MMD 0.018 -> 0.018, TSTR R^2 0.616 -> 0.577. Only pairs with a discrete coordinate was worse
-# on both (adult 2-way 0.085, california TSTR 0.48). 0.25 / 0.45 cut the off-grid 1-way error 5-11% but cost the
-# on-grid 2-way TVD under replace-one (california .0903 -> .0918, adult .0500 -> .0508): not adopted
-# (docs/decisions/0002, docs/decisions/alternatives.md).
+# columns; the moments keep the rest (0.35): better than 1-way only, than pairs with a discrete coordinate only, and
+# than 0.25 / 0.45 (docs/decisions/0002-shares-of-sensitivity.md, docs/decisions/alternatives.md).
 DEFAULT_MARGINAL_SHARE = 0.15
 DEFAULT_PAIR_SHARE = 0.5
 # The moments carry the numeric dependence the tables' bins do not (0002: California's TSTR falls with their share);
@@ -36,11 +31,11 @@ DEFAULT_PAIR_SHARE = 0.5
 # from DEFAULT_PAIR_SHARE on an all-numeric table to DISCRETE_PAIR_SHARE on an all-discrete one (decision 0060).
 DISCRETE_PAIR_SHARE = 0.75
 #: Whether a 1-way table of many cells counts as more than one table in Delta^2 (``measurement.level_units``): on.
-#: A column of 30-63 levels loses 11-16% of its 1-way TVD (churn's state 3%); the extra units are paid within the
+#: A column of many levels loses much of its 1-way TVD; the extra units are paid within the
 #: 1-way share, so the moments and pairs keep their noise (decisions 0064-0066).
 DEFAULT_LEVEL_UNITS = True
 # Directions and moment order. With the 2-way marginals carrying the categorical structure, L = 256 fits as well as
-# 512 at half the measure and fit cost (adult, K = 20: 2-way TVD 0.074 vs 0.077, SW1 0.0065 vs 0.0073).
+# 512 at half the measure and fit cost (docs/decisions/0003-directions-and-order.md).
 DEFAULT_N_DIRECTIONS = 256
 DEFAULT_K = 16
 

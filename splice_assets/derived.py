@@ -19,9 +19,11 @@ import operator
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
+
+from splice_assets.kinds import kind_of
 
 _OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -39,7 +41,8 @@ class DerivedColumn:
     schema's columns (the output keeps the declared order)."""
 
     name: str
-    kind: Literal["continuous", "integer"]
+    #: A registered numeric kind (``continuous``, ``integer``): an ``integral`` one is rounded to integers.
+    kind: str
     expression: str
     position: int
     #: Decimals the value is rounded to (continuous columns); integer columns are rounded to integers.
@@ -58,7 +61,7 @@ class DerivedColumn:
         with np.errstate(divide="ignore", invalid="ignore"):
             out = np.asarray(_evaluate(parse_expression(self.expression)[0], columns), dtype=np.float64)
         out = np.where(np.isfinite(out), out, np.nan)
-        if self.kind == "integer":
+        if kind_of(self.kind).integral:
             return np.rint(out)
         return out if self.decimals is None else np.round(out, self.decimals)
 

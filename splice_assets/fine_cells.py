@@ -23,6 +23,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from splice_assets.kinds import kind_of
 from splice_assets.layout import (
     DEFAULT_NUMERIC_BINS,
     at_point,
@@ -41,7 +42,7 @@ DEFAULT_FINE_BINS = 256
 FALSE_POSITIVES = 0.05
 MIN_CANDIDATE_Z = 4.0
 #: A column on a public grid (integers, a declared ``step``) gets one fine cell per grid value up to this many values
-#: (or ``fine_bins``, if larger); beyond it, intervals. 1,024 helped pol and cost churn
+#: (or ``fine_bins``, if larger); beyond it, intervals. 1,024 helped some columns and cost others
 #: (0025, docs/decisions/alternatives.md).
 GRID_LIMIT = 256
 #: Finer cells per fine interval in the second fine table (0 = one fine table only). Off by default: measured in
@@ -227,7 +228,7 @@ def noise_passes(cells: int) -> float:
 def _grid(spec: ColumnSpec, limit: int) -> np.ndarray | None:
     """The public grid values of a column inside its bounds, if it has a grid of at most ``limit`` values."""
     assert spec.bounds is not None
-    step = spec.step if spec.step is not None else (1.0 if spec.kind == "integer" else None)
+    step = kind_of(spec.kind).grid_step(spec)
     if step is None:
         return None
     first, last = step_range(*spec.bounds, step)
@@ -243,7 +244,7 @@ def column_fine_cells(
     """The fine cells of one numeric column (see the module docstring). Before its ``auto`` bounds are resolved, a
     column has ``fine_bins`` placeholder intervals (the plan's weights depend only on the number of tables)."""
     if spec.bounds is None:
-        return FineCells(spec.name, coordinate, missing, -1.0, 1.0, spec.kind == "integer", (), fine_bins,
+        return FineCells(spec.name, coordinate, missing, -1.0, 1.0, kind_of(spec.kind).integral, (), fine_bins,
                          tuple(int(p) for p in np.arange(fine_bins) * numeric_bins // fine_bins), split=split)
     lo, hi = spec.bounds
     declared = [v for v in spec.exact_values if lo <= v <= hi]
@@ -257,7 +258,7 @@ def column_fine_cells(
     point_parents = np.minimum(np.floor((np.clip(cube, -1.0, 1.0) + 1.0) * numeric_bins / 2.0), numeric_bins - 1)
     interval_parents = np.arange(intervals) * numeric_bins // max(intervals, 1)
     parents = np.concatenate([point_parents, interval_parents]).astype(np.int64)
-    return FineCells(spec.name, coordinate, missing, float(lo), float(hi), spec.kind == "integer",
+    return FineCells(spec.name, coordinate, missing, float(lo), float(hi), kind_of(spec.kind).integral,
                      tuple(float(p) for p in points), intervals, tuple(int(p) for p in parents), spec.scale,
                      split if intervals else 0, knots=spec.knots, tentative=tuple(tentative))
 

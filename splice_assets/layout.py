@@ -157,7 +157,7 @@ def _derived_series(values: np.ndarray, derived: DerivedColumn) -> pd.Series:
     """A derived column's values (NaN: missing) in the dtype a modelled column of its kind and nullability has."""
     import pandas as pd
 
-    if derived.kind != "integer":
+    if not kind_of(derived.kind).integral:
         return pd.Series(values, dtype=np.float64)
     missing = np.isnan(values)
     series = pd.Series(pd.array(np.where(missing, 0, values).astype(np.int64), dtype="Int64"))

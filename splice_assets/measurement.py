@@ -20,6 +20,7 @@ from splice_assets.defaults import RELATION_ADD_REMOVE as RELATION_ADD_REMOVE
 from splice_assets.defaults import RELATION_REPLACE_ONE as RELATION_REPLACE_ONE
 from splice_assets.defaults import RELATIONS as RELATIONS
 from splice_assets.layout import ScalingMode, direction_scales, draw_directions
+from splice_assets.limits import Relation
 
 FORMAT_VERSION = 1
 
@@ -89,7 +90,7 @@ class Measurement:
     sensitivity: float
     epsilon: float
     delta: float
-    relation: str = RELATION_REPLACE_ONE
+    relation: Relation = Relation.REPLACE_ONE  # a plain string (the stored JSON) is taken
     ledger_entry_id: str | None = None
     noisy_marginals: np.ndarray = field(default_factory=lambda: np.zeros(0))
     marginal_sizes: tuple[int, ...] = ()
@@ -138,7 +139,8 @@ class Measurement:
             raise ValueError("noisy 2-way marginals do not match the pairs and their sizes")
         if self.relation not in RELATIONS:
             raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
-        if self.noise_multiplier == 0.0 and self.relation == RELATION_REPLACE_ONE and self.sensitivity > 0:
+        object.__setattr__(self, "relation", Relation(self.relation))
+        if self.noise_multiplier == 0.0 and self.relation == Relation.REPLACE_ONE and self.sensitivity > 0:
             # Stored before the field existed: under replace-one sigma and Delta share the frequency scale.
             object.__setattr__(self, "noise_multiplier", self.sigma / self.sensitivity)
 
@@ -195,6 +197,7 @@ class Measurement:
         meta["marginal_units"] = list(self.marginal_units)
         meta["pairs"] = [list(pair) for pair in self.pairs]
         meta["pair_sizes"] = list(self.pair_sizes)
+        meta["relation"] = self.relation.value  # stored as the plain string
         meta["format_version"] = FORMAT_VERSION
         return meta
 

@@ -54,8 +54,7 @@ def sample_cube(
     With ``match_marginals`` (default) and noisy 1-way marginals in the model, each coordinate is then re-mapped
     onto them keeping row ranks (``match_to_marginals``): post-processing of mechanism outputs, no privacy cost.
     The mixture then supplies the dependence (the rank order), the noisy marginals the 1-way distributions.
-    Measured on adult at eps = 1 (moments-only fit, share 0.3): 1-/2-/3-way TVD 0.015 / 0.098 / 0.201 with it,
-    SW1 0.008, MMD 0.016, TSTR AUC 0.83; without marginals at all (the paper's method) 0.27 / 0.45 / 0.60.
+    Without marginals at all (the paper's method) every TVD was several times higher (docs/decisions/0004).
 
     A model with a cell tilt (``tilt``) is sampled, when matched, by ``matched_rows``: from its pairwise field
     tilted, if it has one, else by resampling matched mixture draws by their tilt weights.

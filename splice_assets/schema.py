@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
@@ -23,9 +23,6 @@ from splice_assets.kinds.fields import SchemaError as SchemaError
 from splice_assets.kinds.fields import _fail
 from splice_assets.kinds.fields import category_key as category_key
 
-ColumnKind = Literal["continuous", "integer", "ordinal", "categorical", "boolean"]
-NUMERIC_KINDS: frozenset[str] = frozenset({"continuous", "integer"})
-DISCRETE_KINDS: frozenset[str] = frozenset({"ordinal", "categorical", "boolean"})
 TASKS: frozenset[str] = frozenset({"classification", "regression"})
 
 
@@ -34,7 +31,8 @@ class ColumnSpec:
     """One column: its kind and the public domain it lives in."""
 
     name: str
-    kind: ColumnKind
+    #: The name of a registered kind (``kinds.kind_names``): what the rest of the library asks ``kind_of``.
+    kind: str
     nullable: bool = False
     bounds: tuple[float, float] | None = None
     categories: tuple[Category, ...] | None = None
@@ -165,8 +163,7 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
     nullable = raw.get("nullable", False)
     if not isinstance(nullable, bool):
         raise _fail(where, nullable, "nullable must be true or false")
-    return ColumnSpec(name=name, kind=kind, nullable=nullable,  # type: ignore[arg-type]  # a registered kind
-                      **kind_of(kind).parse_fields(where, raw))
+    return ColumnSpec(name=name, kind=kind, nullable=nullable, **kind_of(kind).parse_fields(where, raw))
 
 
 _SCHEMA_KEYS = {"name", "version", "description", "columns", "n_min", "target", "task", "source", "license"}
@@ -228,8 +225,9 @@ def parse_derived(
     numeric ``columns``."""
     name, where = _column_entry(raw, position, _DERIVED_KEYS, f" (a derived column takes {sorted(_DERIVED_KEYS)})")
     kind = raw.get("kind")
-    if kind not in NUMERIC_KINDS:
-        raise _fail(where, kind, f"a derived column's kind must be one of {sorted(NUMERIC_KINDS)}")
+    numeric_kinds = frozenset(k for k in kind_names() if kind_of(k).numeric)
+    if kind not in numeric_kinds:
+        raise _fail(where, kind, f"a derived column's kind must be one of {sorted(numeric_kinds)}")
     expression = raw["derived"]
     if not isinstance(expression, str):
         raise _fail(where, expression, "derived must be an arithmetic expression, written as text")
@@ -245,8 +243,8 @@ def parse_derived(
             raise _fail(where, expression, f"derived: {column!r} {problem}; an expression reads modelled numeric "
                         "columns only")
     decimals = raw.get("decimals")
-    if decimals is not None and (kind != "continuous" or isinstance(decimals, bool) or not isinstance(decimals, int)
-                                 or not 0 <= decimals <= 12):
+    if decimals is not None and (not kind_of(kind).fractional or isinstance(decimals, bool)
+                                 or not isinstance(decimals, int) or not 0 <= decimals <= 12):
         raise _fail(where, decimals, "decimals must be an integer in [0, 12], on a continuous column")
     nullable = divides(tree) or any(c.nullable for c in columns if c.name in inputs)
     return DerivedColumn(name, kind, expression.strip(), position, decimals, nullable)

@@ -234,7 +234,7 @@ def test_invalid_config_quotes_the_value():
         ReleaseConfig(joint_pairs=-2)
     with pytest.raises(Exception, match="field_iterations must be an integer >= 0, got -1"):
         ReleaseConfig(field_iterations=-1)
-    # Research switches are not release settings (they reach the library only through `expert`).
+    # Research switches are not release settings (only `splice_assets.experimental` reaches them).
     assert not {"rank", "numeric_model", "candidate_K"} & set(ReleaseConfig.model_fields)
     with pytest.raises(Exception, match="relation must be one of .* got 'add_remove'"):
         ReleaseConfig(relation="add_remove")

@@ -12,10 +12,15 @@ import pytest
 
 from splice_assets import MeasurementSettings, ModelSettings, PostProcessingSettings, Synthesizer, parse_schema
 from splice_assets.encoding import encode
+from splice_assets.evaluation.expectations import expected_type
+from splice_assets.evaluation.metrics import _is_nominal, column_codes
+from splice_assets.fine_cells import column_fine_cells
 from splice_assets.kinds import kind_names, kind_of, register, unregister
 from splice_assets.kinds.cells import parse_numbers
 from splice_assets.kinds.continuous import Continuous
 from splice_assets.kinds.fields import _fail
+from splice_assets.kinds.integer import Integer
+from splice_assets.kinds.ordinal import Ordinal
 from splice_assets.layout import decode, output_dtypes
 from splice_assets.private.validation import StructuralError, validate
 from splice_assets.schema import SchemaError, schema_to_dict
@@ -137,3 +142,58 @@ def test_a_boolean_error_never_advises_categories():
         with pytest.raises(SchemaError, match="a boolean column takes no"):
             parse_schema({"name": "t", "version": 1, "n_min": 1,
                           "columns": [{"name": "b", "kind": "boolean", **entry}]})
+
+
+class Count(Integer):
+    """A toy integral kind: what the library asks of ``integral`` (derived rounding, the fine grid, the DP bounds'
+    outward rounding) follows the flag, not the name ``integer``."""
+
+    name: ClassVar[str] = "count"
+    draft_order: ClassVar[int | None] = None
+
+
+class Grade(Ordinal):
+    """A toy ordered discrete kind: the metrics read it as ordered, not nominal."""
+
+    name: ClassVar[str] = "grade"
+
+
+@pytest.fixture
+def toys():
+    register(Count())
+    register(Grade())
+    yield
+    unregister("count")
+    unregister("grade")
+
+
+def test_toy_kinds_are_asked_by_derived_columns_fine_cells_and_the_evaluation(toys, percent):
+    schema = parse_schema({"name": "toys", "version": 1, "n_min": 10, "columns": [
+        {"name": "visits", "kind": "count", "bounds": [0, 1000]},
+        {"name": "share", "kind": "percent"},
+        {"name": "grade", "kind": "grade", "categories": ["low", "mid", "high"], "nullable": True},
+        {"name": "half", "kind": "count", "derived": "visits / 3"}]})
+    visits, share, grade = schema.columns
+    assert kind_of("count").grid_step(visits) == 1.0 and kind_of("percent").grid_step(share) is None
+    assert column_fine_cells(visits, 0, None, 16).integer and not column_fine_cells(share, 1, None, 16).integer
+    x = encode(pd.DataFrame({"visits": np.array([1, 2, 4], dtype=np.int64), "share": [1.0, 2.0, 3.0],
+                             "grade": pd.Categorical(["low", None, "high"], ["low", "mid", "high"], ordered=True)}),
+               schema)
+    out = decode(x, schema)
+    assert out["half"].tolist() == [0, 1, 1] and str(out["half"].dtype) == "Int64"  # nullable: it divides
+    with pytest.raises(SchemaError, match="decimals must be"):
+        parse_schema({**schema_to_dict(schema), "columns": [
+            *schema_to_dict(schema)["columns"][:3],
+            {"name": "half", "kind": "count", "derived": "visits", "decimals": 1}]})
+    assert expected_type(visits) == "int64" and expected_type(share) == "StringDtype"
+    assert expected_type(grade) == "CategoricalDtypeType"
+    codes, levels = column_codes(out["grade"], grade)
+    assert levels == 4 and codes.tolist() == [0, 3, 2]
+    assert not _is_nominal(grade) and _is_nominal(BOOLEAN.columns[0])
+
+
+def test_a_boolean_keeps_its_evaluation_codes_and_value_set():
+    flag, maybe = BOOLEAN.columns
+    codes, levels = column_codes(pd.Series(pd.array([True, None, False], dtype="boolean")), maybe)
+    assert levels == 3 and codes.tolist() == [1, 2, 0]
+    assert kind_of("boolean").output_values(flag) == [True, False] and expected_type(flag) == "BooleanDtype"

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from splice_assets import MeasurementSettings, ModelSettings, Synthesizer
-from splice_assets.config import SynthesizerSettings
+from splice_assets.experimental import ExperimentalSynthesizer
 from splice_assets.layout import layout_for, marginal_cells, triple_sizes, triples_with_target
 from splice_assets.measurement import Measurement
 from splice_assets.private import measuring
@@ -93,7 +93,7 @@ def test_target_triples_setting_is_validated():
     with pytest.raises(ValueError, match=r"target_triples must be an integer >= 0, got -1"):
         MeasurementSettings(target_triples=-1)
     with pytest.raises(ValueError, match=r"target_tilt_chi2 must be a finite number >= 0, got -0.5"):
-        SynthesizerSettings(1.0, 1e-6, expert={"target_tilt_chi2": -0.5})
+        ExperimentalSynthesizer(SCHEMA, 1.0, 1e-6, fit_overrides={"target_tilt_chi2": -0.5})
 
 
 def test_the_target_tilt_restores_a_rule_the_pairs_can_not_hold():

@@ -19,8 +19,8 @@ import numpy as np
 
 from bench.offgrid import offgrid_metrics
 from bench.run import prepared_datasets
-from splice_assets import Synthesizer
 from splice_assets.evaluation.metrics import independent_marginals_baseline
+from splice_assets.experimental import ExperimentalSynthesizer
 from splice_assets.model.fit import DEFAULT_TAIL_Z
 from splice_assets.sampling import sample_table
 
@@ -45,8 +45,8 @@ def main() -> None:
         for seed in args.seeds:
             measured = None
             for tail_z in (0.0, DEFAULT_TAIL_Z):
-                synth = Synthesizer(schema, args.epsilon, 1e-9, "add-remove", seed,
-                                    expert={"marginal_tail_z": tail_z})
+                synth = ExperimentalSynthesizer(schema, args.epsilon, 1e-9, "add-remove", seed,
+                                                fit_overrides={"marginal_tail_z": tail_z})
                 if measured is None:
                     synth.fit(train, ledger=None)
                     measured = synth.measurement

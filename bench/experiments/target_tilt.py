@@ -16,6 +16,7 @@ import argparse
 from bench.experiments.pair_selection import best_tstr, print_means, scores
 from bench.run import prepared_datasets
 from splice_assets import MeasurementSettings, Synthesizer
+from splice_assets.experimental import fit_variant
 from splice_assets.layout import DEFAULT_TARGET_TRIPLES
 from splice_assets.sampling import sample_table
 
@@ -39,10 +40,9 @@ def main() -> None:
                 if cap not in measured:
                     measured[cap] = Synthesizer(prepared.schema, 1.0, 1e-9, "add-remove", seed, measurement=settings)
                     measured[cap].fit(prepared.train, ledger=None)
-                synth = Synthesizer(prepared.schema, 1.0, 1e-9, "add-remove", seed, measurement=settings,
-                                    expert={"tilt_chi2": chi2, "target_tilt_chi2": target_chi2})
-                synth.measurement, synth.bounds = measured[cap].measurement, measured[cap].bounds
-                model = synth.fit_model()
+                synth = fit_variant(measured[cap], 1, tilt_chi2=chi2, target_tilt_chi2=target_chi2)
+                model = synth.model
+                assert model is not None
                 synthetic = sample_table(model, synth.schema, len(prepared.train), seed)
                 row = {**scores(prepared.train, synthetic, synth.schema),
                        "tstr": best_tstr(prepared.train, prepared.test, synthetic, synth.schema)}

@@ -28,7 +28,8 @@ from splice_assets.dagster_layer.resources import (
 from splice_assets.datasets import schema_path
 from splice_assets.evaluation.report import ReportResult, build_report
 from splice_assets.layout import layout_for
-from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
+from splice_assets.limits import Relation
+from splice_assets.measurement import Measurement
 from splice_assets.postprocess.links import describe as describe_links
 from splice_assets.private.bounds import BoundsEstimate
 from splice_assets.private.validation import (
@@ -142,11 +143,11 @@ def privacy_parts(estimate_multiplier: float | None, measurement_epsilon: float,
     return {**estimate, "epsilon_measurement": measurement_epsilon}
 
 
-def row_count_metadata(n: int, relation: str) -> dict[str, int]:
+def row_count_metadata(n: int, relation: Relation) -> dict[str, int]:
     """The measured row count for the UI: public under replace-one. Under add-remove it is private, so it is not
     shown at all (Dagster's event log lives outside the internal release folder); the noisy n of the measurement
     is the public one."""
-    return {"n (public)": n} if relation == RELATION_REPLACE_ONE else {}
+    return {"n (public)": n} if relation == Relation.REPLACE_ONE else {}
 
 
 @splice_asset(
@@ -213,7 +214,7 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
             "engine": engine.engine if validated.scan else "whole table in memory",
             # Row groups grow with n, so their count is shown only where n is public (replace-one).
             **({"partitions": len(validated.scan.partitions)}
-               if validated.scan and settings.relation == RELATION_REPLACE_ONE else {}),
+               if validated.scan and settings.relation == Relation.REPLACE_ONE else {}),
             **row_count_metadata(n_measured, settings.relation),
         },
     )
@@ -300,7 +301,7 @@ def private_moments(
             "L": measurement.n_directions,
             "k": measurement.k,
             "directions_seed": measurement.seed,
-            "relation": measurement.relation,
+            "relation": measurement.relation.value,
             "n (public; noisy under add-remove)": measurement.n,
             "marginal_noise_std": measurement.marginal_noise_std(),
             "ledger_entry_id": measurement.ledger_entry_id or "",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from splice_assets.kinds import kind_of
 from splice_assets.schema import ColumnSpec, TableSchema
 
 # Must be set before great_expectations is imported anywhere in the process.
@@ -98,21 +99,19 @@ def expected_type(spec: ColumnSpec) -> str:
     Numeric and boolean columns are checked with ``ExpectColumnValuesToBeInTypeList`` (which compares the
     exact dtype, so int64 vs Int64 is told apart); categorical/ordinal columns with
     ``ExpectColumnValuesToBeOfType("CategoricalDtypeType")`` since GE 1.x cannot match a CategoricalDtype
-    instance in a type list.
+    instance in a type list. The name is that of the kind's output dtype: an extension dtype's class name
+    (``BooleanDtype``, ``Int64Dtype``), a NumPy dtype's name (``int64``, ``float64``).
     """
-    if spec.kind == "boolean":
-        return "BooleanDtype"
-    if spec.is_discrete:
+    dtype = pd.api.types.pandas_dtype(kind_of(spec.kind).output_dtype(spec))
+    if isinstance(dtype, pd.CategoricalDtype):
         return _CATEGORICAL_TYPE
-    if spec.kind == "integer":
-        return "Int64Dtype" if spec.nullable else "int64"
-    return "float64"
+    return type(dtype).__name__ if isinstance(dtype, pd.api.extensions.ExtensionDtype) else str(dtype)
 
 
 def _type_expectation(spec: ColumnSpec) -> Any:
     import great_expectations.expectations as gxe
 
-    if spec.is_discrete and spec.kind != "boolean":
+    if expected_type(spec) == _CATEGORICAL_TYPE:
         return gxe.ExpectColumnValuesToBeOfType(column=spec.name, type_=_CATEGORICAL_TYPE)
     return gxe.ExpectColumnValuesToBeInTypeList(column=spec.name, type_list=[expected_type(spec)])
 
@@ -151,8 +150,8 @@ def build_suite(
             lo, hi = spec.bounds
             suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(column=column, min_value=lo, max_value=hi))
         else:
-            assert spec.categories is not None
-            values = [True, False] if spec.kind == "boolean" else list(spec.categories)
+            values = kind_of(spec.kind).output_values(spec)
+            assert values is not None
             suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column=column, value_set=values))
         if not spec.nullable:
             suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=column))

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from splice_assets.kinds import kind_of
 from splice_assets.private.encoding import _category_codes, encode
 from splice_assets.schema import ColumnSpec, TableSchema
 
@@ -114,15 +115,9 @@ def column_codes(series: pd.Series, spec: ColumnSpec) -> tuple[np.ndarray, int]:
         codes = np.clip(bins, 0, N_BINS - 1).astype(np.int64)
         codes[missing] = N_BINS
         return codes, N_BINS + 1
-    if spec.kind == "boolean":
-        values = series.astype("boolean")
-        missing = values.isna().to_numpy()
-        codes = values.fillna(False).to_numpy(dtype=bool).astype(np.int64)
-        codes[missing] = 2
-        return codes, 3
     assert spec.categories is not None
     k = len(spec.categories)
-    codes = _category_codes(series, spec)
+    codes = kind_of(spec.kind).output_codes(series, spec)
     return np.where(codes < 0, k, codes).astype(np.int64), k + 1
 
 
@@ -313,7 +308,7 @@ def mmd_rbf(x: np.ndarray, y: np.ndarray, seed: int, max_rows: int = MMD_MAX_ROW
 
 
 def _is_nominal(spec: ColumnSpec) -> bool:
-    return spec.kind in ("categorical", "boolean")
+    return spec.is_discrete and not kind_of(spec.kind).ordered
 
 
 def _numeric_values(series: pd.Series, spec: ColumnSpec) -> np.ndarray:

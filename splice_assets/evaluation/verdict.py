@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from splice_assets.evaluation.metrics import FidelityMetrics, ReferenceBand, column_codes
+from splice_assets.kinds import kind_of
 from splice_assets.schema import ColumnSpec, TableSchema
 
 QUANTILES = (0.01, 0.05, 0.25, 0.50, 0.75, 0.95, 0.99)
@@ -280,8 +281,9 @@ def _reference_findings(metrics: FidelityMetrics, refs: ReferenceBand | None) ->
 
 
 def _ordered(spec: ColumnSpec) -> bool:
-    """A column whose codes have an order a correlation can read: numeric, ordinal, boolean, two categories."""
-    return spec.is_numeric or spec.kind in ("ordinal", "boolean") or len(spec.categories or ()) == 2
+    """A column whose codes have an order a correlation can read: numeric, ordered (an ordinal), two categories (a
+    boolean too)."""
+    return spec.is_numeric or kind_of(spec.kind).ordered or len(spec.categories or ()) == 2
 
 
 def _ordered_values(series: pd.Series, spec: ColumnSpec) -> np.ndarray:

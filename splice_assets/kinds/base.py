@@ -106,6 +106,22 @@ class Kind(ABC):
         output otherwise."""
         return self.output_dtype(spec)
 
+    def grid_step(self, spec: ColumnSpec) -> float | None:
+        """The public grid a (resolved) numeric column's values lie on: its ``step``, else the kind's own unit (1 on
+        an ``integral`` kind), else None. The fine cells and the DP frequent-value candidates are its points."""
+        return None
+
+    # -- the evaluation ------------------------------------------------------------------------------------------------
+    def output_values(self, spec: ColumnSpec) -> list[Any] | None:
+        """The values an output column holds (the expectation suite's value set); None for a numeric kind, whose
+        output is checked against its bounds."""
+        return None
+
+    def output_codes(self, series: pd.Series, spec: ColumnSpec) -> np.ndarray:
+        """0-based category position of each value of a validated or synthetic column, -1 for missing (the quality
+        metrics' marginal codes; discrete kinds)."""
+        raise TypeError(f"a {self.name} column has no categories")
+
     # -- ``splice schema init`` ----------------------------------------------------------------------------------------
     def recognises(self, present: pd.Series) -> bool:
         """Whether the non-missing cells ``present`` of a column suggest this kind (tried in ``draft_order``)."""

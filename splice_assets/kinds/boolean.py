@@ -62,6 +62,16 @@ class Boolean(DiscreteKind):
     def output_dtype(self, spec: ColumnSpec) -> str:
         return "boolean"
 
+    def output_values(self, spec: ColumnSpec) -> list[Any] | None:
+        return [True, False]
+
+    def output_codes(self, series: pd.Series, spec: ColumnSpec) -> np.ndarray:
+        """False 0, True 1, missing -1, read as pandas' nullable boolean (vectorised)."""
+        values = series.astype("boolean")
+        codes = values.fillna(False).to_numpy(dtype=bool).astype(np.int64)
+        codes[values.isna().to_numpy()] = -1
+        return codes
+
     def recognises(self, present: pd.Series) -> bool:
         import pandas as pd
 

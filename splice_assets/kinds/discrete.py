@@ -163,3 +163,9 @@ class DiscreteKind(Kind):
 
     def output_dtype(self, spec: ColumnSpec) -> str:
         return "category"
+
+    def output_values(self, spec: ColumnSpec) -> list[Any] | None:
+        return list(self.categories_of(spec))
+
+    def output_codes(self, series: pd.Series, spec: ColumnSpec) -> np.ndarray:
+        return self.codes(series, spec)

@@ -163,13 +163,23 @@ class NumericKind(Kind):
     def output_dtype(self, spec: ColumnSpec) -> str:
         return "float64"
 
+    def grid_step(self, spec: ColumnSpec) -> float | None:
+        return spec.step if spec.step is not None else (1.0 if self.integral else None)
+
     # -- schema init ---------------------------------------------------------------------------------------------------
     def draft(self, values: pd.Series, from_data: bool) -> dict[str, Any]:
+        """``bounds: auto`` (with ``from_data`` the observed min/max), ``decimals: auto`` on a fractional kind and
+        ``values: auto``: the DP estimates that keep a column's range, precision and point masses where nothing
+        public is said yet, for ``bounds_share`` of the release's privacy in all (docs/schema.md, ``bounds: auto``)."""
         import pandas as pd
 
         numbers = pd.to_numeric(values.dropna())
         number = int if self.integral else float
-        return {"bounds": [number(numbers.min()), number(numbers.max())] if from_data else None}
+        entry: dict[str, Any] = {"bounds": [number(numbers.min()), number(numbers.max())] if from_data else "auto"}
+        if self.fractional:
+            entry["decimals"] = "auto"
+        entry["values"] = "auto"
+        return entry
 
 
 def exact_levels(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:

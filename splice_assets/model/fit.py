@@ -282,8 +282,8 @@ def choose_joint_pairs(misfit: np.ndarray, cells: Sequence[int], pairs: Sequence
     """Up to ``count`` disjoint pairs among those with misfit >= ``min_misfit``, largest chi^2 excess first.
 
     A pair's excess (misfit - 1) * cells is how far its table's chi^2 lies above the noise level: what a joint part
-    can remove. Ranking by the per-cell misfit instead favours small tables and, on california, spent longitude on
-    ocean_proximity where longitude x latitude (256 cells) misfit more in total.
+    can remove. Ranking by the per-cell misfit instead favours small tables: it can spend a coordinate on a small
+    table where a larger one misfits more in total (docs/decisions/0010).
     """
     misfit = np.asarray(misfit, dtype=float)
     excess = np.where(misfit >= min_misfit, (misfit - 1.0) * np.asarray(cells, dtype=float), -np.inf)

@@ -2,7 +2,7 @@
 
 The fast path works on (components x directions) batches of short power series (k + 1 coefficients). In torch
 each step of it is a few small ops on (K, L, k+1) tensors, and a training step ran ~190 of them plus their
-backward (~70 ms on california at K = 20, L = 256, k = 16). These kernels do the same arithmetic in one pass
+backward (its cost: docs/decisions/0020). These kernels do the same arithmetic in one pass
 per batch row:
   * ``DiscreteCentral`` / ``JointCentral``: each part's direction-free divided central moments
     M_m = sum_r p_r (g_r - gbar)^m / m! (a joint pair's mixed M[s, t]), with their absolute twins;

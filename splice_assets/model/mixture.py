@@ -61,9 +61,9 @@ instead of two independent vectors. Their sum w_a x_a + w_b x_b is then one part
 Accuracy (tests/test_model_moments.py): vs exact enumeration (discrete atoms x Gauss-Hermite) <= 1e-10 relative to
 max(1, |m|) up to k = 32 at d = 2, 3, 4 and on a mixed layout, each path separately (measured: <= 3e-14 where the
 stable path runs, <= 6e-13 where the fast path is kept); vs Gauss-Hermite 1e-10 relative up to k = 32; vs 10^6-draw
-Monte Carlo within 4 s.e. for all j <= 32. Cost: the adult configuration (d = 15, K = 5, L = 1024, k = 16) stays on
-the fast path (forward + backward ~10% faster than the fast path alone used to be); at k = 32 about 2/3 of its
-directions take the stable path (~2.6x the old fast-only time, which was off by up to 3e-9 there).
+Monte Carlo within 4 s.e. for all j <= 32. Cost: at k = 16 a typical configuration stays on the fast path; at
+k = 32 most directions take the stable path, slower than the fast path alone, which was not exact there
+(docs/decisions/0003).
 
 Tails: outside [-1, 1] T_j explodes (|z| + sqrt(z^2 - 1))^j. In ``ball`` scaling |z| <= max_i |x_i|, so keeping
 every Gaussian marginal inside [-1, 1] keeps every model moment bounded. The torch module below therefore

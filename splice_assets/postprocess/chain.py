@@ -47,16 +47,16 @@ FIELD_CHI2_TOLERANCE = 1.05
 #: How many noise sd of a chi^2 per cell, sqrt(2 / cells), the field's may exceed the mixture's (``field_tolerance``).
 FIELD_CHI2_Z = 3.0
 #: The field is fitted only when the tilted mixture's holdout chi^2 per cell reaches this factor times ``tilt_chi2``
-#: (the noise level): above it the field, fitted to the mixture's sample, cost shuttle's 2-way TVD and TSTR, and at
-#: 10^7 rows it was fitted only to be dropped (docs/decisions/0034).
+#: (the noise level): above it the field, fitted to the mixture's sample, cost 2-way TVD and TSTR, and on very
+#: large tables it was fitted only to be dropped (docs/decisions/0034).
 FIELD_NEEDS_CHI2 = 1.05
 
 
 def field_tolerance(cells: int) -> float:
     """The largest ratio of the tilted field's holdout chi^2 per cell to the tilted mixture's that keeps the field:
     1 + ``FIELD_CHI2_Z`` noise sd of a chi^2 per cell over ``cells`` cells (sqrt(2 / cells)), at most
-    ``FIELD_CHI2_TOLERANCE``. The flat 5% is 25 such sd on coil2000's 511,357 cells, where a field 4.8% above the
-    mixture passed it and cost 20-25% of the 2-way error (0065); below 7,200 cells the flat 5% is the tighter."""
+    ``FIELD_CHI2_TOLERANCE``. On the widest tables the flat 5% is many such sd, and a field just under it passed
+    and cost much of the 2-way error (docs/decisions/0065); below 7,200 cells the flat 5% is the tighter."""
     if cells < 1:
         raise ValueError(f"cells must be >= 1, got {cells!r}")
     return min(FIELD_CHI2_TOLERANCE, 1.0 + FIELD_CHI2_Z * math.sqrt(2.0 / cells))
@@ -237,8 +237,8 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
                              sweeps=config.field_sweeps)
     with_field = tilted(replace(model, field=pairwise, tilt=None))
     assert with_field.tilt is not None and model.tilt is not None
-    # On wide tables (pol, fars) the field, tilted, stayed at 2-3 times the noise level where the mixture reached it,
-    # and every score fell with it; on California it lowers the 3-way error at the same chi^2.
+    # On wide tables the field, tilted, stayed well above the noise level where the mixture reached it, and every
+    # score fell with it; elsewhere it lowers the 3-way error at the same chi^2 (docs/decisions/0029).
     tolerance = field_tolerance(measurement.noisy_marginals.size + measurement.noisy_pairs.size)
     kept = with_field.tilt.chi2_end <= tolerance * model.tilt.chi2_end
     choice = FieldChoice(model.tilt.chi2_end, with_field.tilt.chi2_end, tolerance, kept)
@@ -249,15 +249,15 @@ def fit_target_tilt(
     model: SyntheticModel, measurement: Measurement, schema: TableSchema, config: FitConfig
 ) -> SyntheticModel:
     """The tilted model tilted once more, toward the target's noisy 3-way tables (``measurement.triples``) while it
-    holds the noisy 1-way and 2-way tables (toward the triples alone, the pairs' margins drifted: nursery's decile
-    2-way TVD .0186 -> .0261): ``fit_tilt`` on two pools of the rows the model samples (``matched_rows``, its
+    holds the noisy 1-way and 2-way tables (toward the triples alone, the pairs' margins drifted; docs/decisions/0049):
+    ``fit_tilt`` on two pools of the rows the model samples (``matched_rows``, its
     field or its tilted mixture), ``config.tilt_pool_factor`` per measured row each (at most ``TILT_CHUNK_ROWS``),
     stopped at ``config.target_tilt_chi2`` on the second. Sampling then draws that many rows per output row and
     resamples them by these potentials. The model is returned as it is without triples, a tilt or a target tilt
     (``target_tilt_chi2`` = 0).
 
     The pairwise steps can not hold a 3-way table: the field is the maximum-entropy joint of the 2-way tables, and
-    the mixture's components carry little of a target that is a function of several columns (nursery's class).
+    the mixture's components carry little of a target that is a function of several columns (docs/decisions/0049).
     """
     if not measurement.triples or config.target_tilt_chi2 == 0 or model.tilt is None or model.marginal_targets is None:
         return model

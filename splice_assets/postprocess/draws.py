@@ -26,6 +26,7 @@ from splice_assets.cell_kernels import (
     draw_levels,
     level_values,
 )
+from splice_assets.kinds import kind_of
 from splice_assets.layout import (
     Coordinate,
     EncodingLayout,
@@ -45,10 +46,8 @@ from splice_assets.schema import TableSchema
 # Spread of the continuous part around each component's mean when sampling is matched onto the marginals.
 # The fit bounds every sd by (1 - |mean|) / 6 only to keep its closed-form moments bounded; sampling does not
 # need that bound, and matching restores the 1-way marginals, so widening smooths the joint ("lumpy" narrow
-# components) without moving them. Measured at eps = 1, one fit each, spread 1 -> 1.5: adult 2-way TVD
-# 0.100 -> 0.092, 3-way 0.205 -> 0.189, SW1 0.0060 -> 0.0058, TSTR AUC 0.843 -> 0.847; california 2-way
-# 0.192 -> 0.168, 3-way 0.369 -> 0.327, SW1 0.0091 -> 0.0086, TSTR R^2 0.614 -> 0.617, MMD 0.019 -> 0.021.
-# (2.0 gave lower TVD still but lost california TSTR and MMD.) Measured with Gaussian numerics: with the default
+# components) without moving them. 1.5 lowered the 2-way and 3-way TVD; 2.0 lowered them further but lost TSTR
+# and MMD (docs/decisions/0005). Measured with Gaussian numerics: with the default
 # histogram numerics the model has no continuous coordinate, so the spread has nothing to act on.
 MATCHED_SPREAD = 1.5
 #: Output rows per resampling chunk of a tilted model (its pool is ``pool_factor`` times larger).
@@ -452,7 +451,7 @@ def integer_coordinates(schema: TableSchema) -> dict[int, tuple[float, float]]:
         # An integer column's bounds are set (not None) once the schema is resolved.
         i: tuple(cast("tuple[float, float]", specs[c.column].bounds))  # type: ignore[misc]
         for i, c in enumerate(layout.coordinates)
-        if c.role == "value" and specs[c.column].kind == "integer" and specs[c.column].scale == "linear"
+        if c.role == "value" and kind_of(specs[c.column].kind).integral and specs[c.column].scale == "linear"
         and not specs[c.column].knots
     }
 
@@ -467,7 +466,7 @@ def _target_tilted_rows(
 ) -> np.ndarray:
     """``matched_rows`` of a model with a target tilt: per chunk of ``TILT_CHUNK_ROWS`` output rows, the model's rows
     without it, ``pool_factor`` per output row, resampled by its weights (``chain.fit_target_tilt``), then matched
-    onto the 1-way targets again (the resampling holds them only to their noise: nursery's qtvd1 .0026 -> .0069)."""
+    onto the 1-way targets again (the resampling holds them only to their noise; docs/decisions/0049)."""
     tilt, inner, layout = model.target_tilt, replace(model, target_tilt=None), data_layout(model.layout)
     assert tilt is not None and model.marginal_targets is not None
     out = np.empty((n_rows, layout.d), order="F")

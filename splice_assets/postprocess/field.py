@@ -2,14 +2,14 @@
 
 The mixture (K product components, a few joint pairs) and its cell tilt match the noisy 2-way tables, but their
 3-way structure is the mixture's own: within a component every coordinate but a joint pair's is independent, so
-a column that is nearly a function of two others (california's ocean_proximity of longitude and latitude) comes
+a column that is nearly a function of two others (a region read off two coordinates) comes
 out blurred however well each pair fits. A pairwise Markov random field over the measured cells,
 
     f(c)  proportional to  exp(sum_j theta_j[c_j] + sum_{a<b} theta_ab[c_a, c_b]),
 
-fitted to the same tables, is their maximum-entropy joint: it adds no 3-way structure of its own. On california
-with noise-free statistics, the tilted mixture's 3-way TVD (on the measured cells, against the test split) was
-.13; a field fitted to the mixture's tables .094; the real train split .088.
+fitted to the same tables, is their maximum-entropy joint: it adds no 3-way structure of its own. With noise-free
+statistics, a field fitted to the mixture's tables brought the 3-way TVD (on the measured cells, against the test
+split) most of the way from the tilted mixture's to the real train split's (docs/decisions/0011).
 
 Fit (``fit_field``): the targets are the tables of a sample from the tilted mixture, which hold the mixture's
 denoising (fitted straight to the noisy tables, the field scored worse than the mixture at eps <= 3). Persistent

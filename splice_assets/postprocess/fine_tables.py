@@ -30,12 +30,12 @@ from splice_assets.model.fit import (
 )
 from splice_assets.schema import TableSchema
 
-#: ... and whose correlation the noisy table tells to within this standard error (pol: .06-.3, California: < .03).
+#: ... and whose correlation the noisy table tells to within this standard error (docs/decisions/0030).
 COUPLING_MAX_ERROR = 0.04
 #: The largest copula correlation a coupling uses (at 1 a follower's draw inside its bin would be degenerate).
 MAX_COUPLING = 0.9999
 #: A follower's row whose bin lies wholly outside this many sd of its copula score given its leader takes its bin
-#: from the copula (``FineTables.followers``; docs/decisions/0053). At 2 house_16h lost .007 of qtvd2.
+#: from the copula (``FineTables.followers``; docs/decisions/0053). A 2-sd band cost 2-way fidelity.
 FOLLOW_BAND = 3.0
 
 
@@ -220,8 +220,8 @@ def _rehome_off_sentinel_rows(
     mass (``bin_mass``) is within the noise of its m cells (at most noise_std * sqrt(m)) take a new bin, drawn by
     the other values' mass of the bins that hold some (``row_bins``, in place). The sentinel coordinate and the
     value's bin are matched each to its own target, so the model's rows off the sentinels can land in a bin only
-    the sentinels hold: fars' drug results (sentinels 0 and 1, codes from 100 on) drew 2.0-2.4% of the rows as
-    codes 2-99, which never occur (docs/decisions/0038). The row's sentinel level is kept: its value follows the
+    the sentinels hold: a column with sentinels below its other codes drew rows as values between them, which never
+    occur (docs/decisions/0038). The row's sentinel level is kept: its value follows the
     column's other values. Post-processing of the noisy fine tables and the public seed's stream."""
     parents = np.asarray(column.parents)
     sentinel_parents = [int(parents[column.points.index(v)]) for v in column.declared if v in column.points]
@@ -527,8 +527,8 @@ def choose_couplings(
 
     Only columns with a continuous part (fine intervals) take part. A column on a public grid of at most
     ``GRID_LIMIT`` points draws one of a few values inside a bin, and the order of those codes or counts need not
-    follow the dependence between the bins: coupled at their tables' correlation, shuttle's and pol's grid columns
-    lost 2-way fidelity (docs/decisions/0044)."""
+    follow the dependence between the bins: coupled at their tables' correlation, grid columns lost 2-way fidelity
+    (docs/decisions/0044)."""
     if not 0.0 < minimum <= 1.0 or not pairs:
         return ()
     position = {column.coordinate: i for i, column in enumerate(cells) if column.intervals}
@@ -580,8 +580,8 @@ def latent_correlation(
     correlation of the clipped table, and a skewed column's few occupied bins still tell the correlation. The cuts
     are ``margins`` (the two columns' 1-way targets, better measured than a table's margin, whose cells each sum 16
     noisy cells) or else the table's own, projected onto the simplex. Neither the copula's mass nor its margins take
-    the clipped noise of the empty cells: read as a share of its clipped sum (1.4-1.6 times the rows on house_16h's
-    pairs), the table had pulled r toward 0, to .38-.75 for a pair whose exact table says .998 (docs/decisions/0044).
+    the clipped noise of the empty cells: read as a share of its clipped sum (well above the rows where many cells
+    are empty), the table had pulled r far toward 0 for a near-deterministic pair (docs/decisions/0044).
     Returns (r, its standard error): ``noise_std`` (a cell's noise std, in frequencies) over the length of the
     table's derivative in r. Where one value holds most of a column the table barely moves with r (a 2 x 2
     table with a 90% corner), and the error says so."""

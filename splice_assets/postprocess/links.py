@@ -1,7 +1,7 @@
 """Linked coordinates: near-functional pairs read from the noisy 2-way tables, redrawn from them when sampling.
 
-A K-component product mixture cannot hold a near-functional dependence such as adult's education_num -> education
-(a 16-value bijection) or relationship -> marital_status, and a tilt that reweights draws from the mixture cannot
+A K-component product mixture cannot hold a near-functional dependence such as a code and its label (a bijection)
+or one category that nearly fixes another, and a tilt that reweights draws from the mixture cannot
 create it where the draws have no support. So for a few pairs (source u, target v) whose noisy table shows that u's
 cell predicts v's cell, the draws that sampling and the tilt start from redraw v's cell from the table's
 conditional P(v | u). The tilt is then fitted on such draws and corrects what the redraw lost (v's dependence on
@@ -13,9 +13,8 @@ p(v)) / (1 - max_v p(v)), the share of the errors in guessing v's cell that know
 above ``min_lambda`` are taken strongest first, every coordinate in at most one link; a target whose commonest
 cell already holds more than ``1 - min_spread`` of the mass is skipped (lambda is unstable there). Targets are
 discrete coordinates only: for them the table holds all there is, while a numeric target would lose what the
-mixture holds beyond 16 bins (its detail inside a bin and its dependence on other numeric columns). Measured with
-numeric targets allowed, california linked households <-> total_bedrooms (lambda 0.78-0.80): 2-way TVD unchanged,
-TSTR R^2 0.55 against 0.58 at eps = 1 (bench medians of 3 seeds).
+mixture holds beyond 16 bins (its detail inside a bin and its dependence on other numeric columns). With numeric
+targets allowed, a linked numeric pair left the 2-way TVD unchanged and lost TSTR (docs/decisions/0009).
 
 Privacy: post-processing. Only the mechanism's noisy tables are read; the redraws use the sampling generator.
 """

@@ -215,14 +215,14 @@ def fit_tilt(
     a row's log weight is g, the sum of its cells' residuals over their noise variances; each iteration adds
     ``step / max|g|`` times the scaled residuals to the potentials (no row's log weight moves by more than
     ``step``), plus ``momentum`` times the previous move. A move that raises the pool's chi^2 is undone, the
-    momentum dropped and the step halved. Measured on adult at eps = 1: 18 iterations to chi^2 = 1 against 120
-    without momentum.
+    momentum dropped and the step halved. Momentum reaches chi^2 = 1 in several times fewer iterations
+    (docs/decisions/0008).
 
     Stopping looks at the holdout, which stands for the pools sampling will draw: the fit stops once its chi^2
     per cell is <= ``chi2_target`` (1 = the noise level: fitting further fits the noise), or has not improved
     for ``patience`` iterations, and returns the potentials with the best holdout chi^2. Without the holdout,
-    potentials of cells that only a few pool rows reach grow until those rows dominate (at eps = 10, 300
-    iterations doubled california's 2-way TVD). ``pool`` and ``holdout`` are ``table_cells`` of the two pools:
+    potentials of cells that only a few pool rows reach grow until those rows dominate (at high eps, fitting on
+    doubled the 2-way TVD; docs/decisions/0008). ``pool`` and ``holdout`` are ``table_cells`` of the two pools:
     concatenated indices, or each table's own (``local=True``) with the ``table_starts`` given as ``starts``.
     ``initial`` potentials (default none) start a refit, e.g. on wider pools from where a narrower fit stopped,
     unless the holdout scores them worse than none (a long narrow fit can leave cells that its pools rarely reach

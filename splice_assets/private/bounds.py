@@ -67,6 +67,7 @@ import numpy as np
 
 from splice_assets.defaults import ESTIMATE_MECHANISM
 from splice_assets.fine_cells import FALSE_POSITIVES, GRID_LIMIT, candidate_z
+from splice_assets.kinds import kind_of
 from splice_assets.layout import DEFAULT_NUMERIC_BINS, at_point, cube_of, step_range, value_of
 from splice_assets.measurement import RELATION_REPLACE_ONE
 from splice_assets.schema import ColumnSpec, TableSchema
@@ -125,8 +126,7 @@ COARSE_Z = 4.0
 #: An end moves inward only while the noisy mass it clips stays within this share of the noisy row count.
 CLIP_SHARE = 0.01
 #: ``step: auto`` is decided only where the noise sd of a step's off-grid cells is within this share of the noisy
-#: nonzero rows (docs/decisions/0032: at 0.01 shuttle's even-only a9, 30,000 nonzero rows, never got its step; at
-#: 0.02 house_16h's prices, 19,600 rows off the two codes, got 5 instead of 100 under replace-one).
+#: nonzero rows: at tighter shares a large column never got its step, or got a wrong one (docs/decisions/0032).
 STEP_NOISE_SHARE = 0.03
 #: A run of decades beyond the resolved bounds whose noisy count clears this many noise sd is reported as clipped.
 CLIPPED_Z = 3.5
@@ -378,7 +378,7 @@ def value_candidates(spec: ColumnSpec) -> Candidates | None:
     fine cell already (at most ``GRID_LIMIT`` points), so there is nothing to find."""
     assert spec.bounds is not None
     lo, hi = spec.bounds
-    step = spec.step or (1.0 if spec.kind == "integer" else None)
+    step = kind_of(spec.kind).grid_step(spec)
     if step is None and spec.decimals is not None:
         step = 10.0 ** -spec.decimals
     if step is not None:
@@ -641,9 +641,9 @@ def bounds_from_noisy(noisy: np.ndarray, sigma: float, integer: bool,
 def clipped_tails(noisy: np.ndarray, sigma: float, bounds: tuple[float, float]) -> float:
     """Post-processing of one column's noisy coarse histogram: the noisy share of the rows in the decades wholly
     beyond the resolved ``bounds`` when a run of them next to the bounds clears ``CLIPPED_Z`` noise sd (that is, the
-    bounds probably clip a tail onto themselves: at pol's noise a tail of 10-15% of the rows spread over two decades
-    clears 4 sigma in neither, and the range ends below it); 0 otherwise. A column whose data end inside its bounds
-    is reported with probability about 2.4e-3 (measured over 5,000 draws)."""
+    bounds probably clip a tail onto themselves: a tail of many rows spread over a few decades can clear 4 sigma in
+    none of them, and the range ends below it; docs/decisions/0018); 0 otherwise. A column whose data end inside its
+    bounds is reported with probability about 2.4e-3 (measured over 5,000 draws)."""
     coarse, (lo, hi) = noisy[:COARSE.size], bounds
     total = max(float(coarse.sum()), 1.0)
     outside = np.ones(COARSE.size, dtype=bool)
@@ -784,7 +784,7 @@ def estimate_bounds_from_counts(
     found_decimals = {spec.name: decimals_from_noisy(noisy_decimals[i], sigma)
                       for i, spec in enumerate(decimal_columns)}
     found_steps = {spec.name: step_from_noisy(noisy_steps[i], sigma) for i, spec in enumerate(step_columns)}
-    resolved = {spec.name: bounds_from_noisy(noisy[i], sigma, spec.kind == "integer", spec.known_end)
+    resolved = {spec.name: bounds_from_noisy(noisy[i], sigma, kind_of(spec.kind).integral, spec.known_end)
                 for i, spec in enumerate(columns)}
     clipped = {spec.name: share for i, spec in enumerate(columns)
                if (share := clipped_tails(noisy[i], sigma, resolved[spec.name])) > 0.0}

@@ -6,10 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from splice_assets.measurement import (
-    RELATION_ADD_REMOVE,
-    RELATION_REPLACE_ONE,
-)
+from splice_assets.limits import Relation
 
 #: Streams of the public seed that key the holdout split's row hashes (the second breaks ties of the first).
 _TAG_HOLDOUT = 0x401D
@@ -36,7 +33,7 @@ def measured_size(n_rows: int, fraction: float) -> int:
 
 
 def split_holdout(
-    table: pd.DataFrame, fraction: float, seed: int, relation: str = RELATION_REPLACE_ONE
+    table: pd.DataFrame, fraction: float, seed: int, relation: Relation = Relation.REPLACE_ONE
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(measured rows, held-out rows) of a validated table. The holdout is never measured; it serves the internal
     report only.
@@ -56,7 +53,7 @@ def split_holdout(
     if fraction == 0 or n == 0:
         return table.reset_index(drop=True), table.iloc[:0].reset_index(drop=True)
     keys = row_keys(table, seed, 0)
-    if relation == RELATION_ADD_REMOVE:
+    if relation == Relation.ADD_REMOVE:
         held = keys < key_threshold(fraction)
     else:
         order = np.lexsort((row_keys(table, seed, 1), keys))  # the second hash breaks (rare) ties of the first

@@ -44,8 +44,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.pool import StaticPool
 
-from splice_assets.defaults import RELATION_REPLACE_ONE
-from splice_assets.limits import SettingsError, check_delta_for
+from splice_assets.limits import Relation, SettingsError, check_delta_for
 from splice_assets.private.errors import PrivacyParameterError
 
 #: A composed epsilon (already rounded up to 1e-6) may exceed epsilon_total by at most this much.
@@ -451,7 +450,7 @@ class BudgetLedger:
         dataset: str,
         epsilon_total: float,
         delta_total: float,
-        relation: str = RELATION_REPLACE_ONE,
+        relation: Relation | str = Relation.REPLACE_ONE,
         *,
         actor: str | None = None,
         reason: str = "",
@@ -476,6 +475,7 @@ class BudgetLedger:
         if not isinstance(reason, str):
             raise LedgerError(f"reason must be a string, got {reason!r}")
         actor = _check_actor(actor)
+        relation = Relation.parse(relation).value  # stored as the plain string
         epsilon_total, delta_total = float(epsilon_total), float(delta_total)
         now = _utcnow()
         with self._transaction() as conn:
@@ -575,7 +575,7 @@ class BudgetLedger:
         return gaussian, [float(r.epsilon) for r in rows if r.noise_multiplier is None]
 
     @staticmethod
-    def _check_relation(conn: Connection, budget: Budget, relation: str) -> None:
+    def _check_relation(conn: Connection, budget: Budget, relation: Relation | str) -> None:
         other = conn.execute(
             sa.select(entries_table.c.relation)
             .where(entries_table.c.dataset == budget.dataset, entries_table.c.relation != relation)
@@ -600,7 +600,7 @@ class BudgetLedger:
         sensitivity: float,
         epsilon: float,
         delta: float,
-        relation: str,
+        relation: Relation | str,
         params_hash: str,
         parent_release_id: str | None = None,
     ) -> str:
@@ -620,7 +620,7 @@ class BudgetLedger:
         )[0]
 
     def reserve_release(
-        self, dataset: str, release_id: str, relation: str, parts: Sequence[Part]
+        self, dataset: str, release_id: str, relation: Relation, parts: Sequence[Part]
     ) -> dict[str, str]:
         """Atomically reserve everything one release will spend, before any of its noise is drawn; returns each
         part's entry id by name.
@@ -648,7 +648,7 @@ class BudgetLedger:
 
     def claim(
         self, entry_id: str, *, dataset: str, release_id: str, mechanism: str, noise_multiplier: float, sigma: float,
-        sensitivity: float, relation: str, params_hash: str,
+        sensitivity: float, relation: Relation | str, params_hash: str,
     ) -> bool:
         """Claim a part of a release's reservation for the draw about to use it, recording the draw's mechanism,
         noise multiplier, sigma, sensitivity and parameters. Call *before* drawing its noise.
@@ -687,7 +687,7 @@ class BudgetLedger:
         return True
 
     def reserve_pure(
-        self, dataset: str, release_id: str, mechanism: str, epsilon: float, relation: str, params_hash: str
+        self, dataset: str, release_id: str, mechanism: str, epsilon: float, relation: Relation, params_hash: str
     ) -> str:
         """Atomically reserve a pure epsilon-DP release (e.g. DP bound estimation); same rules as ``reserve``."""
         if not (math.isfinite(epsilon) and epsilon > 0):
@@ -698,7 +698,7 @@ class BudgetLedger:
                   sigma=None, sensitivity=None, epsilon=float(epsilon), delta=0.0, params_hash=str(params_hash))],
         )[0]
 
-    def _reserve(self, dataset: str, relation: str, what: str, rows: Sequence[dict[str, Any]]) -> list[str]:
+    def _reserve(self, dataset: str, relation: Relation | str, what: str, rows: Sequence[dict[str, Any]]) -> list[str]:
         """Compose all counted entries plus ``rows`` at delta_total inside one locked transaction; refuse with
         ``BudgetExceeded`` (nothing inserted) if the rounded-up total exceeds epsilon_total, else insert every row
         as reserved. A row without a noise multiplier is a pure epsilon-DP event."""
@@ -716,7 +716,7 @@ class BudgetLedger:
                     f"({len(existing) + len(existing_pure)} entries), {what} would bring the total to "
                     f"epsilon={total:.6f} at delta={budget.delta_total:g}, budget epsilon={budget.epsilon_total:g}"
                 )
-            return [self._insert(conn, dataset=dataset, relation=relation, status=STATUS_RESERVED, **row)
+            return [self._insert(conn, dataset=dataset, relation=str(relation), status=STATUS_RESERVED, **row)
                     for row in rows]
 
     @staticmethod
@@ -838,7 +838,7 @@ class BudgetLedger:
         parent_release_id: str,
         mechanism: str = "refit",
         params_hash: str = "",
-        relation: str | None = None,
+        relation: Relation | None = None,
     ) -> str:
         """Record a post-processing release (e.g. a refit of stored noisy moments): epsilon 0, committed.
 
@@ -846,8 +846,8 @@ class BudgetLedger:
         """
         with self._transaction() as conn:
             budget = self._require_budget(conn, dataset)
-            relation = budget.relation if relation is None else relation
-            self._check_relation(conn, budget, relation)
+            chosen = budget.relation if relation is None else str(relation)  # stored as the plain string
+            self._check_relation(conn, budget, chosen)
             parent = conn.execute(
                 sa.select(entries_table.c.id)
                 .where(
@@ -865,7 +865,7 @@ class BudgetLedger:
             return self._insert(
                 conn, dataset=dataset, release_id=str(release_id), parent_release_id=str(parent_release_id),
                 mechanism=str(mechanism), noise_multiplier=None, sigma=None, sensitivity=None, epsilon=0.0,
-                delta=0.0, relation=relation, params_hash=str(params_hash), status=STATUS_COMMITTED,
+                delta=0.0, relation=chosen, params_hash=str(params_hash), status=STATUS_COMMITTED,
             )
 
     # -- reports -------------------------------------------------------------------------------------------
@@ -953,7 +953,7 @@ class ReservedSpend:
 
     def reserve(
         self, *, dataset: str, release_id: str, mechanism: str, noise_multiplier: float, sigma: float,
-        sensitivity: float, epsilon: float, delta: float, relation: str, params_hash: str,
+        sensitivity: float, epsilon: float, delta: float, relation: Relation | str, params_hash: str,
     ) -> str:
         if self.ledger.claim(self.entry_id, dataset=dataset, release_id=release_id, mechanism=mechanism,
                              noise_multiplier=noise_multiplier, sigma=sigma, sensitivity=sensitivity,

@@ -36,9 +36,8 @@ from splice_assets.layout import (
     triple_sizes,
     triples_with_target,
 )
+from splice_assets.limits import Relation
 from splice_assets.measurement import (
-    RELATION_ADD_REMOVE,
-    RELATION_REPLACE_ONE,
     Measurement,
     pooled_row_count,
     units_or_ones,
@@ -90,7 +89,7 @@ class MeasurementPlan:
     pairs: tuple[tuple[int, int], ...] = ()
     pair_sizes: tuple[int, ...] = ()
     pair_weight: float = 0.0
-    relation: str = RELATION_REPLACE_ONE
+    relation: Relation = Relation.REPLACE_ONE
     count_weight: float = 0.0
     fine_bins: int = 0
     fine: tuple[FineCells, ...] = ()
@@ -150,7 +149,7 @@ class MeasurementPlan:
             "k": self.k,
             "seed": self.seed,
             "scaling": self.scaling,
-            "relation": self.relation,
+            "relation": str(self.relation),  # hashed as the plain string
             "marginal_share": self.marginal_share,
             "numeric_bins": self.numeric_bins,
             "pair_share": self.pair_share,
@@ -196,7 +195,7 @@ def make_plan(
     marginal_share: float = DEFAULT_MARGINAL_SHARE,
     numeric_bins: int = DEFAULT_NUMERIC_BINS,
     pair_share: float | None = None,
-    relation: str = RELATION_REPLACE_ONE,
+    relation: Relation = Relation.REPLACE_ONE,
     fine_bins: int = DEFAULT_FINE_BINS,
     fine_split: int = DEFAULT_FINE_SPLIT,
     grid_weight: int = DEFAULT_GRID_WEIGHT,
@@ -225,8 +224,8 @@ def make_plan(
     """
     privacy.validate_parameters(epsilon, delta, k, n_directions, schema.n_min)
     pair_share = default_pair_share(schema) if pair_share is None else pair_share
-    public_n = n if relation == RELATION_REPLACE_ONE else None
-    count_share = DEFAULT_COUNT_SHARE if relation == RELATION_ADD_REMOVE else 0.0
+    public_n = n if relation == Relation.REPLACE_ONE else None
+    count_share = DEFAULT_COUNT_SHARE if relation == Relation.ADD_REMOVE else 0.0
     if scaling != "ball":
         # The model's tail control relies on |theta^T x| / sqrt(d) <= max_i |x_i|; see model.py.
         raise ValueError(f"scaling mode {scaling!r} is not supported for releases yet; use 'ball'")
@@ -296,7 +295,7 @@ class SpendRecorder(Protocol):
         sensitivity: float,
         epsilon: float,
         delta: float,
-        relation: str,
+        relation: Relation | str,  # bounds.GaussianSpendRecorder's callers pass the value
         params_hash: str,
     ) -> str: ...
 
@@ -369,16 +368,16 @@ def statistics_of(sums: ExactSums, plan: MeasurementPlan) -> ExactStatistics:
     under replace-one, left as sums and counts (with the row count) under add-remove."""
     from splice_assets.private.statistics import MarginalCounts, MomentSums
 
-    if plan.relation == RELATION_REPLACE_ONE and sums.rows != plan.n:
+    if plan.relation == Relation.REPLACE_ONE and sums.rows != plan.n:
         raise ValueError(f"the plan says n={plan.n} rows but the table has a different row count")
     # Under replace-one the check above has made plan.n the (int) row count.
-    divisor = plan.n if plan.relation == RELATION_REPLACE_ONE and plan.n is not None else 1
+    divisor = plan.n if plan.relation == Relation.REPLACE_ONE and plan.n is not None else 1
     moments = MomentSums(sums.moments, sums.rows).moments(divisor)
     marginals, pairs, fine, triples = (
         MarginalCounts(c, sums.rows).frequencies(divisor) if c.size else np.zeros(0)
         for c in (sums.marginals, sums.pairs, sums.fine, sums.triples)
     )
-    count = sums.rows if plan.relation == RELATION_ADD_REMOVE else None
+    count = sums.rows if plan.relation == Relation.ADD_REMOVE else None
     return ExactStatistics(moments, marginals, sums.d, pairs, count, fine, triples)
 
 
@@ -434,7 +433,7 @@ def measure_exact(
     """
     if not statistics_in_range(stats):
         raise MomentsOutOfRange("exact statistics are not finite or out of range; nothing was charged")
-    if (stats.count is None) != (plan.relation == RELATION_REPLACE_ONE):
+    if (stats.count is None) != (plan.relation == Relation.REPLACE_ONE):
         raise ValueError(
             f"the exact statistics do not match the plan's relation {plan.relation!r}; nothing was charged"
         )
@@ -478,7 +477,7 @@ def measure_exact(
     chosen = np.arange(len(plan.pairs))
     if selecting:
         chosen, pairs = _selected_tables(stats, plan, calibration, marginals, noisy_count)
-    if plan.relation == RELATION_REPLACE_ONE:
+    if plan.relation == Relation.REPLACE_ONE:
         measurement = measurement_of(plan, calibration, stats.d, noisy_moments, marginals, pairs, entry_id, fine=fine,
                                      chosen=chosen, triples=triples)
     else:
@@ -510,7 +509,7 @@ def _selected_tables(
     """Steps 2 and 3 of ``pair_selection``: noisy dependence scores of every candidate pair against step 1's noisy
     1-way tables, then the noisy tables of the K chosen. Returns (chosen candidate indices, their noisy cells)."""
     total = 1.0
-    if plan.relation == RELATION_ADD_REMOVE:
+    if plan.relation == Relation.ADD_REMOVE:
         total = pooled_row_count(
             float(noisy_count[0]), calibration.count_noise_std(), noisy_marginals, plan.marginal_sizes,
             calibration.marginal_noise_std(), np.zeros(0), (), calibration.pair_noise_std(), plan.marginal_units,

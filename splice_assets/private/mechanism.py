@@ -2,8 +2,8 @@
 
 The released statistic is the (k, L) matrix of sliced Chebyshev moments m[j-1, l] (``moments.py``), with
 moment order j scaled by 1/sqrt(j), plus weighted 1-way and 2-way histograms. Two neighbouring relations:
-**replace one row, n public** (``RELATION_REPLACE_ONE``, the default: frequencies are released) and **add or remove
-one row, n private** (``RELATION_ADD_REMOVE``: sums, counts and a weighted row count are released, and frequencies
+**replace one row, n public** (``Relation.REPLACE_ONE``, the default: frequencies are released) and **add or remove
+one row, n private** (``Relation.ADD_REMOVE``: sums, counts and a weighted row count are released, and frequencies
 are their post-processing). The Gaussian mechanism adds N(0, sigma^2) to every scaled coordinate, i.e.
 N(0, j sigma^2) to raw moment j. Calibration uses the exact analytic Gaussian mechanism (Balle & Wang 2018,
 ``gaussian_dp``); noise comes from OpenDP's float-safe sampler fed by OS entropy; releases compose at one fixed
@@ -32,11 +32,8 @@ from splice_assets.defaults import DEFAULT_N_DIRECTIONS as DEFAULT_N_DIRECTIONS
 from splice_assets.defaults import DEFAULT_PAIR_SHARE as DEFAULT_PAIR_SHARE
 from splice_assets.defaults import MAX_ROWS
 from splice_assets.layout import harmonic
-from splice_assets.measurement import (
-    RELATION_ADD_REMOVE,
-    RELATION_REPLACE_ONE,
-    RELATIONS,
-)
+from splice_assets.limits import Relation
+from splice_assets.measurement import RELATIONS
 from splice_assets.private.errors import PrivacyParameterError as PrivacyParameterError
 from splice_assets.private.gaussian_dp import epsilon_for, log_delta, sigma_for
 
@@ -111,7 +108,7 @@ def sensitivity(
     marginal_weight: float = 0.0,
     pair_count: int = 0,
     pair_weight: float = 0.0,
-    relation: str = RELATION_REPLACE_ONE,
+    relation: Relation = Relation.REPLACE_ONE,
     count_weight: float = 0.0,
     score_count: int = 0,
     score_weight: float = 0.0,
@@ -134,8 +131,8 @@ def sensitivity(
     / n^2), and the score by at most that; P is then the number of selected tables.
     """
     _check_relation(relation)
-    _check_shape(n, n_directions, k, n_private=relation == RELATION_ADD_REMOVE)
-    if relation == RELATION_ADD_REMOVE:
+    _check_shape(n, n_directions, k, n_private=relation == Relation.ADD_REMOVE)
+    if relation == Relation.ADD_REMOVE:
         if not _finite_real(count_weight) or count_weight < 0:
             raise PrivacyParameterError(f"count weight must be a finite number >= 0, got {count_weight!r}")
     else:
@@ -152,16 +149,16 @@ def sensitivity(
         + table_factor * pair_weight**2 * pair_count + count_weight**2 + moment_factor * score_weight**2 * score_count
     )
     # Under replace-one, _check_shape has checked that n is an integer >= 1.
-    return math.sqrt(squared) if relation == RELATION_ADD_REMOVE else math.sqrt(squared) / cast(int, n)
+    return math.sqrt(squared) if relation == Relation.ADD_REMOVE else math.sqrt(squared) / cast(int, n)
 
 
-def _factors(relation: str) -> tuple[float, float]:
+def _factors(relation: Relation) -> tuple[float, float]:
     """Squared per-row change of a moment sum (|T_j| <= 1) and of one histogram: replacing a row moves a sum by up
     to 2 and two cells by 1; adding or removing one moves a sum by up to 1 and one cell by 1."""
-    return (4.0, 2.0) if relation == RELATION_REPLACE_ONE else (1.0, 1.0)
+    return (4.0, 2.0) if relation == Relation.REPLACE_ONE else (1.0, 1.0)
 
 
-def _check_relation(relation: str) -> None:
+def _check_relation(relation: Relation) -> None:
     if relation not in RELATIONS:
         raise PrivacyParameterError(f"relation must be one of {RELATIONS}, got {relation!r}")
 
@@ -190,7 +187,7 @@ class QueryWeights(NamedTuple):
 
 def query_weights(
     marginal_share: float, pair_share: float, n_directions: int, k: int, marginal_coordinates: int, pair_count: int,
-    relation: str = RELATION_REPLACE_ONE, count_share: float = 0.0, score_share: float = 0.0, score_count: int = 0,
+    relation: Relation = Relation.REPLACE_ONE, count_share: float = 0.0, score_share: float = 0.0, score_count: int = 0,
 ) -> QueryWeights:
     """Weights (w, w2, wn, ws) giving the 1-way histograms, the 2-way histograms, (add-remove only) the row count
     and (pair selection only) the dependence scores their shares of Delta^2, the moments the rest: with M = a L H_k
@@ -205,9 +202,9 @@ def query_weights(
                         ("score", score_share)):
         if not _finite_real(share) or not 0.0 <= share < 1.0:
             raise PrivacyParameterError(f"{name} share must be in [0, 1), got {share!r}")
-    if relation == RELATION_REPLACE_ONE and count_share != 0:
+    if relation == Relation.REPLACE_ONE and count_share != 0:
         raise PrivacyParameterError(f"n is public under {relation!r}: the count share must be 0, got {count_share!r}")
-    if relation == RELATION_ADD_REMOVE and not count_share > 0:
+    if relation == Relation.ADD_REMOVE and not count_share > 0:
         raise PrivacyParameterError(
             f"n is private under {relation!r}: the count share must be > 0, got {count_share!r}"
         )
@@ -236,7 +233,7 @@ def marginal_weight(share: float, n_directions: int, k: int, marginal_coordinate
 
 def float_slack(n: int | None, k: int, n_directions: int = 1, marginal_cells: int = 0, marginal_weight: float = 0.0,
                 marginal_coordinates: int = 0, pair_cells: int = 0, pair_weight: float = 0.0,
-                pair_count: int = 0, relation: str = RELATION_REPLACE_ONE, count_weight: float = 0.0,
+                pair_count: int = 0, relation: Relation = Relation.REPLACE_ONE, count_weight: float = 0.0,
                 score_count: int = 0, score_weight: float = 0.0, score_terms: float = 0.0) -> float:
     """Relative slack on Delta covering floating-point rounding (>= 1e-9).
 
@@ -253,7 +250,7 @@ def float_slack(n: int | None, k: int, n_directions: int = 1, marginal_cells: in
     ``score_terms`` is the sum over scores of (c + 2)^2, weighted by ws^2 like the cells.
     """
     # Under replace-one, sensitivity() below has checked that n is an integer >= 1.
-    rows = MAX_ROWS if relation == RELATION_ADD_REMOVE else cast(int, n)
+    rows = MAX_ROWS if relation == Relation.ADD_REMOVE else cast(int, n)
     delta = sensitivity(
         n, n_directions, k, marginal_coordinates, marginal_weight, pair_count, pair_weight, relation, count_weight,
         score_count, score_weight,
@@ -262,7 +259,7 @@ def float_slack(n: int | None, k: int, n_directions: int = 1, marginal_cells: in
         n_directions * k + marginal_weight**2 * marginal_cells + pair_weight**2 * pair_cells + count_weight**2
         + score_weight**2 * score_terms
     )
-    scale = delta if relation == RELATION_ADD_REMOVE else delta * cast(int, n)
+    scale = delta if relation == Relation.ADD_REMOVE else delta * cast(int, n)
     return max(MIN_FLOAT_SLACK, 8.0 * _UNIT_ROUNDOFF * rows * rounding / scale)
 
 
@@ -281,7 +278,7 @@ class Calibration:
     sigma: float
     noise_multiplier: float
     slack: float
-    relation: str = RELATION_REPLACE_ONE
+    relation: Relation = Relation.REPLACE_ONE
     marginal_coordinates: int = 0
     marginal_cells: int = 0
     marginal_weight: float = 0.0
@@ -335,7 +332,7 @@ def calibrate(
     n: int | None,
     n_directions: int,
     k: int,
-    relation: str = RELATION_REPLACE_ONE,
+    relation: Relation = Relation.REPLACE_ONE,
     marginal_coordinates: int = 0,
     marginal_cells: int = 0,
     marginal_weight: float = 0.0,
@@ -359,7 +356,7 @@ def calibrate(
         raise PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon!r}")
     if not _finite_real(delta) or not 0.0 < float(delta) < 1.0:
         raise PrivacyParameterError(f"delta must lie in (0, 1), got {delta!r}")
-    if relation == RELATION_ADD_REMOVE:
+    if relation == Relation.ADD_REMOVE:
         if n is not None:
             raise PrivacyParameterError(f"n is private under {relation!r} and must not shape the noise; got n={n!r}")
         if not count_weight > 0:

@@ -1,9 +1,9 @@
 """Private choice of the 2-way tables a wide table measures.
 
-Every pair of coordinates at one weight leaves each 2-way table of a wide table below its noise (coil2000's 86
-columns give 3,655 pairs). When the candidate pairs outnumber the public cap ``selected_count`` (a number of pairs
-per coordinate times d; off by default, see ``DEFAULT_PAIRS_PER_COORDINATE``), the measurement draws its noise in
-three steps under its one reservation (``measuring.measure_exact``):
+Every pair of coordinates at one weight leaves each 2-way table of a wide table below its noise (d columns give
+d (d - 1) / 2 pairs; docs/decisions/0023). When the candidate pairs outnumber the public cap ``selected_count`` (a
+number of pairs per coordinate times d; off by default, see ``DEFAULT_PAIRS_PER_COORDINATE``), the measurement draws
+its noise in three steps under its one reservation (``measuring.measure_exact``):
 
 1. the moments, the 1-way and fine tables and (add-remove) the count;
 2. one dependence score per candidate pair (``dependence_scores``): the l1 distance of its exact 2-way table from
@@ -28,8 +28,8 @@ import numpy as np
 
 from splice_assets.layout import pair_tables
 
-#: Pairs measured per coordinate before the candidates are chosen from (0 = every pair). Off by default: on fars,
-#: pol and coil2000 at eps = 1 measuring every pair was as good or better (docs/decisions/0023); it saves fit time.
+#: Pairs measured per coordinate before the candidates are chosen from (0 = every pair). Off by default: on the
+#: wide tables measuring every pair was as good or better (docs/decisions/0023); it saves fit time.
 DEFAULT_PAIRS_PER_COORDINATE = 0.0
 #: Share of Delta^2 the dependence scores take out of the pair share when pairs are chosen.
 DEFAULT_SELECTION_SHARE = 0.1

@@ -38,7 +38,7 @@ import pandas as pd
 
 from splice_assets.engine import Engine, LocalEngine
 from splice_assets.layout import draw_directions, layout_for
-from splice_assets.measurement import RELATION_ADD_REMOVE
+from splice_assets.limits import Relation
 from splice_assets.private.bounds import (
     COARSE,
     DECIMAL_CELLS,
@@ -254,7 +254,7 @@ class HoldoutRule:
 
     fraction: float
     seed: int
-    relation: str
+    relation: Relation
     cut: tuple[int, int] | None = None
     quota: tuple[int, ...] = ()
 
@@ -263,7 +263,7 @@ class HoldoutRule:
         if self.fraction == 0 or len(table) == 0:
             return np.ones(len(table), dtype=bool), seen_at_cut
         keys = row_keys(table, self.seed, 0)
-        if self.relation == RELATION_ADD_REMOVE:
+        if self.relation == Relation.ADD_REMOVE:
             return keys >= key_threshold(self.fraction), seen_at_cut
         assert self.cut is not None
         key2 = row_keys(table, self.seed, 1)
@@ -305,9 +305,9 @@ def boundary_keys(partition: Partition, schema: TableSchema, seed: int, bucket: 
 
 
 def holdout_rule(partitions: Sequence[Partition], schema: TableSchema, n_rows: int, fraction: float, seed: int,
-                 relation: str, engine: Engine | None = None, batch_rows: int = DEFAULT_BATCH_ROWS) -> HoldoutRule:
+                 relation: Relation, engine: Engine | None = None, batch_rows: int = DEFAULT_BATCH_ROWS) -> HoldoutRule:
     """The rule that measures exactly the rows ``holdout_split.split_holdout`` measures on the whole table."""
-    if fraction == 0 or n_rows == 0 or relation == RELATION_ADD_REMOVE:
+    if fraction == 0 or n_rows == 0 or relation == Relation.ADD_REMOVE:
         return HoldoutRule(fraction, seed, relation)
     measured = n_rows - int(round(fraction * n_rows))
     if measured == n_rows:
@@ -408,7 +408,7 @@ class StreamedInput:
 
 
 def measure_source(partitions: Sequence[Partition], schema: TableSchema, plan: MeasurementPlan, n_rows: int,
-                   holdout_fraction: float, relation: str, engine: Engine | None = None,
+                   holdout_fraction: float, relation: Relation, engine: Engine | None = None,
                    report_rows: int = DEFAULT_REPORT_ROWS, batch_rows: int = DEFAULT_BATCH_ROWS) -> StreamedInput:
     """Passes 2 and 3 over every partition, reduced on the driver (``n_rows`` from pass 1)."""
     engine = engine or LocalEngine()

@@ -20,7 +20,6 @@ from splice_assets.limits import MAX_EPSILON as MAX_EPSILON
 from splice_assets.limits import MAX_K as MAX_K
 from splice_assets.limits import MAX_SYNTHETIC_ROWS as MAX_SYNTHETIC_ROWS
 from splice_assets.limits import Relation
-from splice_assets.measurement import RELATION_REPLACE_ONE
 from splice_assets.private.ledger import BUDGET_TOLERANCE, BudgetLedger, NoBudget
 from splice_assets.private.mechanism import PrivacyParameterError, compose_epsilon
 from splice_assets.schema import TableSchema
@@ -93,9 +92,9 @@ def check_release(
     - the planned memory fits the machine, for ``rows_in_memory`` rows at a time (default: all ``n_rows`` under
       replace-one, n_min under add-remove; a streamed input holds one batch and the report's samples).
     """
-    public_n = n_rows if relation == RELATION_REPLACE_ONE else schema.n_min
+    public_n = n_rows if relation == Relation.REPLACE_ONE else schema.n_min
     if not delta < 1.0 / public_n:
-        which = "the public row count n" if relation == RELATION_REPLACE_ONE else "the schema's n_min"
+        which = "the public row count n" if relation == Relation.REPLACE_ONE else "the schema's n_min"
         raise PreflightError(f"delta must be < 1/{public_n} (1 over {which}), got {delta!r}")
     budget = ledger.budget(schema.name)
     if budget is None:
@@ -125,12 +124,12 @@ def check_release(
         # Under add-remove the row count is private: a refusal that depends on it would publish a bit of it in the
         # run's outcome, so only public settings (n_min for the rows) decide it. An input too large for the machine
         # then fails as it would unrefused: this check only moves what public settings make certain before a charge.
-        rows_in_memory = n_rows if relation == RELATION_REPLACE_ONE else schema.n_min
+        rows_in_memory = n_rows if relation == Relation.REPLACE_ONE else schema.n_min
     needed = estimated_peak_bytes(rows_in_memory, d, n_directions, k, components, cells)
     limit = MEMORY_SHARE * (available_memory_bytes() if memory_bytes is None else memory_bytes)
     if needed > limit:
         # The row count is private under add-remove: only the public settings go into the message.
-        rows = f"n={n_rows}, " if relation == RELATION_REPLACE_ONE else ""
+        rows = f"n={n_rows}, " if relation == Relation.REPLACE_ONE else ""
         raise PreflightError(
             f"the release would need about {needed / 2**30:.1f} GiB of memory ({rows}d={d}, L={n_directions}, "
             f"k={k}, K={components}, {cells} table cells), more than {limit / 2**30:.1f} GiB available; lower L, K "

@@ -3,9 +3,11 @@
 The draft names every column and guesses its kind (boolean, integer, continuous, categorical) and whether it has
 missing cells. Those guesses are read from the private rows, so every column carries ``from_data: true``, and
 ``schema.parse_column`` refuses it until the operator has checked that what it says is public knowledge and removed
-the mark. Bounds, categories and n_min must come from public knowledge, so by default they are left as placeholders
-the loader refuses until the operator fills them in. With ``from_data=True`` the draft offers the observed
-categories and min/max instead, under the same mark.
+the mark. Categories and n_min must come from public knowledge, so they are left as placeholders the loader refuses
+until the operator fills them in. A numeric column gets the DP estimates nothing public replaces yet (``Kind.draft``):
+``bounds: auto``, ``values: auto`` (its point masses) and, if continuous, ``decimals: auto``, for ``bounds_share`` of
+the release's privacy in all. With ``from_data=True`` the draft offers the observed categories and min/max instead
+of placeholders and ``bounds: auto``, under the same mark.
 """
 
 from __future__ import annotations
@@ -27,7 +29,11 @@ HEADER = """\
 # Draft schema written by `splice schema init` from {source!r}. A schema must hold PUBLIC knowledge only.
 # Before a release:
 #   - n_min: a public lower bound on the rows (not the observed count);
-#   - bounds: a public [lo, hi] per numeric column, or 'auto' (a DP estimate that costs epsilon);
+#   - bounds, values, decimals: 'auto' is drafted on every numeric column (decimals on continuous ones): DP estimates
+#     of its range, its frequent exact values (point masses: a 0, a top-code; lost without them) and its precision.
+#     Together they take bounds_share (default 5%) of the release's privacy as one DP estimate, its own ledger entry
+#     (docs/schema.md, `bounds: auto`): write a public [lo, hi], value list or decimals where you know them; a
+#     schema with no 'auto' left spends nothing on it;
 #   - categories: the public list of values per categorical column;
 #   - from_data: true marks what was read from the data: every column's kind and nullable (and with --from-data
 #     its observed categories or min/max): check that they are public, then delete the mark; the loader refuses a

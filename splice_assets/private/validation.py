@@ -40,7 +40,6 @@ import pandas as pd
 import pandera.pandas as pa
 
 from splice_assets.defaults import DEFAULT_MAX_UNPARSEABLE_SHARE as DEFAULT_MAX_UNPARSEABLE_SHARE
-from splice_assets.defaults import RELATION_REPLACE_ONE
 from splice_assets.kinds import kind_of
 from splice_assets.kinds.cells import MAX_CELL_CHARS as MAX_CELL_CHARS
 from splice_assets.kinds.cells import MISSING as MISSING
@@ -48,7 +47,7 @@ from splice_assets.kinds.cells import PLAIN_NUMBER as PLAIN_NUMBER
 from splice_assets.kinds.cells import TOO_LONG as TOO_LONG
 from splice_assets.kinds.cells import UNSEEN as UNSEEN
 from splice_assets.kinds.cells import parse_numbers as parse_numbers
-from splice_assets.limits import MAX_UNPARSEABLE_SHARE
+from splice_assets.limits import MAX_UNPARSEABLE_SHARE, Relation
 from splice_assets.private.row_count import CSV_ENCODING, is_parquet, open_csv_text
 from splice_assets.schema import ColumnSpec, TableSchema
 
@@ -127,7 +126,7 @@ def check_structure(
     require_bounds: bool = True,
     *,
     max_unparseable_share: float = DEFAULT_MAX_UNPARSEABLE_SHARE,
-    relation: str = RELATION_REPLACE_ONE,
+    relation: Relation = Relation.REPLACE_ONE,
 ) -> None:
     """Raise ``StructuralError`` for anything that is not a per-record problem (the row count under replace-one
     only: ``check_row_count``).
@@ -168,7 +167,7 @@ def check_dtype(series: pd.Series, spec: ColumnSpec) -> None:
 
 
 def _check_layout(
-    table: pd.DataFrame, schema: TableSchema, expected_version: int | None, require_bounds: bool, relation: str
+    table: pd.DataFrame, schema: TableSchema, expected_version: int | None, require_bounds: bool, relation: Relation
 ) -> None:
     check_columns(table.columns, schema, expected_version, require_bounds)
     check_row_count(len(table), schema, relation)
@@ -195,7 +194,7 @@ def check_columns(
             raise StructuralError(f"column {spec.name!r}: bounds are 'auto' and have not been resolved")
 
 
-def check_row_count(rows: int, schema: TableSchema, relation: str = RELATION_REPLACE_ONE,
+def check_row_count(rows: int, schema: TableSchema, relation: Relation = Relation.REPLACE_ONE,
                     what: str = "table has") -> None:
     """Refuse fewer ``rows`` than the schema's public n_min, under replace-one only.
 
@@ -203,7 +202,7 @@ def check_row_count(rows: int, schema: TableSchema, relation: str = RELATION_REP
     (n < n_min) in the run's outcome, which anyone who can read the Dagster event log or the CLI sees. The guarantee
     does not need n >= n_min there (the noise ignores n; delta < 1/n_min is checked on the public n_min), so the
     release goes on whatever the count."""
-    if relation == RELATION_REPLACE_ONE and rows < schema.n_min:
+    if relation == Relation.REPLACE_ONE and rows < schema.n_min:
         raise StructuralError(
             f"{what} fewer rows than the schema's public minimum n_min={schema.n_min}; nothing was released"
         )
@@ -266,7 +265,7 @@ def validate(
     expected_version: int | None = None,
     *,
     max_unparseable_share: float = DEFAULT_MAX_UNPARSEABLE_SHARE,
-    relation: str = RELATION_REPLACE_ONE,
+    relation: Relation = Relation.REPLACE_ONE,
 ) -> ValidatedTable:
     """Structural checks, then total record-level cleaning into the schema's exact columns and dtypes.
 

@@ -29,7 +29,8 @@ import yaml
 
 from splice_assets import progress
 from splice_assets.defaults import ESTIMATE_FILE
-from splice_assets.measurement import RELATION_REPLACE_ONE, Measurement
+from splice_assets.limits import Relation
+from splice_assets.measurement import Measurement
 from splice_assets.postprocess.links import describe as describe_links
 from splice_assets.private.ledger import BudgetLedger
 from splice_assets.private.validation import ValidationReport
@@ -122,7 +123,7 @@ def public_facts(
         "bounds_noise_multiplier": bounds_noise_multiplier,
         "sigma": measurement.sigma,
         "sensitivity": measurement.sensitivity,
-        "relation": measurement.relation,
+        "relation": measurement.relation.value,
         "noise_multiplier": measurement.noise_multiplier,
         "L": measurement.n_directions,
         "k": measurement.k,
@@ -189,7 +190,7 @@ def privacy_statement(
         f"This release satisfies ({total:g}, {measurement.delta:g})-differential privacy with respect "
         + (
             f"to replacing any one of the {measurement.n} rows of the input table (n is public). "
-            if measurement.relation == RELATION_REPLACE_ONE
+            if measurement.relation == Relation.REPLACE_ONE
             else "to adding or removing any one row of the input table (n is private; the release carries a noisy "
             f"estimate, {measurement.n}). "
         )
@@ -506,7 +507,7 @@ def log_to_mlflow(
                        else {"privacy.parts.epsilon_estimate": facts["epsilon_estimate"]}),
                     "privacy.sigma": measurement.sigma,
                     "privacy.sensitivity": measurement.sensitivity,
-                    "privacy.relation": measurement.relation,
+                    "privacy.relation": measurement.relation.value,
                     "privacy.ledger_entry_id": facts.get("ledger_entry_id") or "",
                     "visibility": "public: noisy statistics, the model fitted to them, synthetic rows",
                     "fidelity_report": "none (refit: no real rows read)" if parent_release_id
