@@ -17,7 +17,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from bench.experiments.pair_selection import fitted_sample
+from bench.experiments.helpers import fitted_sample
 from bench.offgrid import column_tvd, offgrid_metrics, spike_values
 from bench.run import prepare
 from splice_assets.private.bounds import decimals_needed

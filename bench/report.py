@@ -1,6 +1,7 @@
 """Markdown tables for bench/results/: medians over seeds, and our wall time relative to AIM's and MST's.
 
-``python -m bench.report`` regenerates bench/results/results.md from bench/results/results.csv and copies it into
+``python -m bench.report`` regenerates bench/results/results.md (every table) from bench/results/results.csv and
+writes its summary (the off-grid targets and one table per neighbouring relation at epsilon = 1) into
 docs/benchmarks.md between the bench-results markers, without running anything (``bench.run`` does the same after
 every run).
 """
@@ -235,17 +236,62 @@ def write_results_md(df: pd.DataFrame, path: Path, machine: bool = True) -> None
     path.write_text("\n".join(lines))
 
 
+#: The summary's tables: per neighbouring relation, SPLICE beside the peers calibrated for the same relation.
+RELATIONS = [
+    ("Replace-one (n public): `splice` and the peers at the replace-one ε", ["splice", "aim_replace", "mst_replace"]),
+    ("Add-remove (n private): `splice_add_remove` and the peers at their own ε", ["splice_add_remove", "aim", "mst"]),
+]
+HEADLINE = [("2-way", "tvd2"), ("3-way", "tvd3"), ("SW1", "sw1"), ("TSTR", "tstr"), ("det XGB", "det_auc_xgb"),
+            ("q 2-way", "qtvd2"), ("range MAE", "range_mae")]  # fmt: skip
+
+
+def summary_md(df: pd.DataFrame, full: str = "../bench/results/results.md") -> str:
+    """The summary that docs/benchmarks.md carries: the off-grid targets and, per neighbouring relation, one table
+    of the headline metrics at ``TARGET_EPSILON``; ``full`` links to results.md, which has every table."""
+    s = summarise(df)
+    lines = [
+        "# Benchmark summary",
+        "",
+        f"Generated {machine_info()['date']} from `bench/results/results.csv` by `bench.report`: medians over seeds, "
+        f"ε = {TARGET_EPSILON:g}, δ = 1e-9.",
+        "Every ε, method and metric, the stage times, the wall-time ratios and the commits measured: "
+        f"[bench/results/results.md]({full}).",
+        "",
+    ]
+    if not len(s):
+        return "\n".join(lines + ["(no results yet)", ""])
+    lines += targets_table(s)
+    at = s[s["epsilon"] == TARGET_EPSILON]
+    for title, methods in RELATIONS:
+        rows = []
+        for ds, g in at.groupby("dataset", sort=False):
+            by = {r["method"]: r for r in g.to_dict("records")}
+            for i, r in enumerate(by[m] for m in methods if m in by):
+                wall = "error" if r.get("errors") and not r.get("ok") else _wall_cell(r)
+                cells = [ds if i == 0 else "", r["method"] + (" *" if r.get("concurrent") else ""), str(r["runs"]),
+                         wall, _fmt(r["peak_rss_mb"]), *[_fmt(r[c]) for _, c in HEADLINE]]  # fmt: skip
+                rows.append("| " + " | ".join(cells) + " |")
+        if rows:
+            head = ["dataset", "method", "runs", "wall s", "peak MB", *(h for h, _ in HEADLINE)]
+            lines += [f"## {title}", "", "| " + " | ".join(head) + " |", "|---" * len(head) + "|", *rows, ""]
+    lines += ["TSTR: ROC AUC (classification) or R² (regression), as in the full tables. `*` = run beside the AIM "
+              "lane.", ""]
+    return "\n".join(lines)
+
+
 README_START, README_END = "<!-- bench-results:start -->", "<!-- bench-results:end -->"
 
 
-def sync_readme(results_md: Path, readme: Path) -> bool:
-    """Copy results.md between the document's bench markers, each on a line of its own (headings three levels
-    down, under its "###" subsection); False if it has no such markers. A marker quoted inside prose is not one."""
+def sync_readme(results: Path | str, readme: Path) -> bool:
+    """Copy markdown (a file, or the text itself) between the document's bench markers, each on a line of its own
+    (headings three levels down, under its "###" subsection); False if it has no such markers. A marker quoted
+    inside prose is not one."""
     text = readme.read_text() if readme.is_file() else ""
     found = re.search(f"^{re.escape(README_START)}$(.*?)^{re.escape(README_END)}$", text, re.MULTILINE | re.DOTALL)
     if found is None:
         return False
-    table = "\n".join("###" + line if line.startswith("#") else line for line in results_md.read_text().splitlines())
+    source = results.read_text() if isinstance(results, Path) else results
+    table = "\n".join("###" + line if line.startswith("#") else line for line in source.splitlines())
     readme.write_text(f"{text[: found.start(1)]}\n{table.strip()}\n{text[found.end(1) :]}")
     return True
 
@@ -259,9 +305,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if not args.csv.is_file():
         raise SystemExit(f"[bench] {args.csv} not found: run python -m bench.run first")
-    write_results_md(pd.read_csv(args.csv), args.md, machine=False)
-    synced = sync_readme(args.md, args.doc)
-    print(f"[bench] wrote {args.md}" + (f" and its copy in {args.doc}" if synced else f"; {args.doc} has no markers"))
+    df = pd.read_csv(args.csv)
+    write_results_md(df, args.md, machine=False)
+    synced = sync_readme(summary_md(df), args.doc)
+    where = f" and its summary in {args.doc}" if synced else f"; {args.doc} has no markers"
+    print(f"[bench] wrote {args.md}{where}")
 
 
 if __name__ == "__main__":

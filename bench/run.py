@@ -377,10 +377,10 @@ def save_rows(new_rows: list[dict]) -> None:
         both = both.sort_values(["dataset", "method", "epsilon", "seed"], na_position="first", kind="stable")
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         both.to_csv(RESULTS_CSV, index=False, float_format="%.6g")
-        from bench.report import sync_readme, write_results_md
+        from bench.report import summary_md, sync_readme, write_results_md
 
         write_results_md(both, RESULTS_MD)
-        sync_readme(RESULTS_MD, REPO_DIR / "docs" / "benchmarks.md")
+        sync_readme(summary_md(both), REPO_DIR / "docs" / "benchmarks.md")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -45,7 +45,6 @@ def main() -> None:
     ap.add_argument("--link-lambda", type=float, default=None,
                     help="linked-coordinate threshold (0 = none); default: the product's")
     ap.add_argument("--fine-bins", type=int, default=None, help="fine cells per numeric column (0 = none)")
-    ap.add_argument("--fine-split", type=int, default=None, help="finer cells per fine interval (0 = none)")
     ap.add_argument("--fine-threshold", type=float, default=None, help="default: the product's")
     ap.add_argument("--out", default=None, help="synthetic CSV (omit to skip writing)")
     ap.add_argument("--stats", required=True)
@@ -70,7 +69,7 @@ def main() -> None:
     schema = load_schema(args.schema)
     measurement_settings = MeasurementSettings(**given(
         n_directions=args.n_directions, k=args.k, marginal_share=args.marginal_share, pair_share=args.pair_share,
-        fine_bins=args.fine_bins, fine_split=args.fine_split,
+        fine_bins=args.fine_bins,
     ))
     model_settings = ModelSettings(**given(components=args.K))
     post = PostProcessingSettings(**given(tilt_chi2=args.tilt_chi2, link_lambda=args.link_lambda,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,6 +177,18 @@ class Synthesizer:
         s = settings
         return cls(schema, s.epsilon, s.delta, s.relation, s.seed, s.measurement, s.model, s.postprocessing,
                    s.bounds_share, s.max_unparseable_share)
+
+    @classmethod
+    def from_parts(cls, schema: TableSchema, settings: SynthesizerSettings, *, bounds: BoundsEstimate | None = None,
+                   measurement: Measurement | None = None, model: SyntheticModel | None = None,
+                   reservation: Mapping[str, str] | None = None) -> Synthesizer:
+        """A new synthesizer at the stage these values reach: the (resolved) schema, the DP estimate's record, the
+        reservation's entry ids, the measurement and the model, as earlier stages returned them. The thin layers
+        pass these values between their steps and build the synthesizer each step needs, never sharing one."""
+        synth = cls.from_settings(schema, settings)
+        synth.bounds, synth.measurement, synth.model = bounds, measurement, model
+        synth.reservation = dict(reservation or {})
+        return synth
 
     # -- the stages ----------------------------------------------------------------------------------------------
 

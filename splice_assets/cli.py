@@ -20,6 +20,7 @@ import shutil
 import sys
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -150,7 +151,9 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--schema", "schema_path", required=True, type=click.Path(dir_okay=False), help="Public schema YAML.")
+@click.option("--schema", "schema_path", default=None, type=click.Path(dir_okay=False),
+              help="Public schema YAML (instead of --dataset).")
+@click.option("--dataset", default=None, help="Dataset name: schemas/<dataset>.yaml (or $SPLICE_SCHEMA_DIR).")
 @click.option("--n", "n", default=None, type=int,
               help="Rows of the input table: public under replace-one; under add-remove only used to show the noise "
               "on frequencies (n is private there and does not shape the noise) [default: the schema's n_min].")
@@ -176,7 +179,8 @@ def main() -> None:
               "discrete columns].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(
-    schema_path: str,
+    schema_path: str | None,
+    dataset: str | None,
     n: int | None,
     input_path: str | None,
     holdout_fraction: float,
@@ -205,8 +209,17 @@ def plan(
     from splice_assets.private.mechanism import PrivacyParameterError, epsilon_of
     from splice_assets.schema import SchemaError, load_schema
 
+    if (schema_path is None) == (dataset is None):
+        raise fail("give --dataset NAME or --schema FILE")
     try:
+        if schema_path is None:
+            from splice_assets.datasets import schema_path as dataset_schema
+
+            assert dataset is not None  # one of the two is given (checked above)
+            schema_path = str(dataset_schema(dataset))
         schema = load_schema(schema_path)
+        if dataset is not None and dataset != schema.name:
+            raise ValueError(f"--dataset {dataset!r} differs from the schema's name {schema.name!r}")
         # The one settings model and the one planner, as the release: the same limits, the same messages.
         planner = ReleasePlanner.of(schema, SynthesizerSettings(
             epsilon=epsilon, delta=delta, relation=Relation.parse(relation), measurement=MeasurementSettings(
@@ -219,7 +232,7 @@ def plan(
         # DP bounds of `bounds: auto` columns take their share of the privacy, as in the release.
         bounds_multiplier = planner.privacy_split()[1]
         measurement_plan, cal = planner.plan(n)
-    except (SchemaError, PrivacyParameterError, ValueError) as exc:
+    except (SchemaError, PrivacyParameterError, ValueError, FileNotFoundError) as exc:
         raise fail(exc) from None
     url = ledger_url or default_ledger_url()
     try:
@@ -627,13 +640,14 @@ def release_command(
     for name in ("epsilon", "delta"):
         if name not in chosen:
             raise click.UsageError(f"Missing option '--{name}'.", ctx=click.get_current_context())
+    schema_folder = None  # the deployment's (``datasets.schema_dir()``)
     if schema_file is not None:
         schema = load_schema(schema_file)
         if dataset is not None and dataset != schema.name:
             raise fail(f"--dataset {dataset!r} differs from the schema's name {schema.name!r}")
         if Path(schema_file).stem != schema.name:
             raise fail(f"schema file {schema_file!r} must be named {schema.name}.yaml (the dataset name)")
-        os.environ["SPLICE_SCHEMA_DIR"] = str(Path(schema_file).resolve().parent)
+        schema_folder = Path(schema_file).resolve().parent  # the definitions this command builds read it
         dataset = schema.name
     elif dataset is None:
         raise fail("give --dataset NAME or --schema FILE")
@@ -663,10 +677,8 @@ def release_command(
         except StructuralError as exc:
             raise fail(f"input refused before the release started (nothing charged): {exc}") from None
     settings.synthesizer(schema)  # every limit that needs the schema
-    if engine is not None:
-        os.environ["SPLICE_ENGINE"] = engine  # the Dagster engine resource reads it (dagster_layer.resources)
     where = input_path if streamed or not input_path else str(Path(input_path).resolve())
-    record = _run_release_job(dataset, where or "", chosen, verbose)
+    record = _run_release_job(dataset, where or "", chosen, verbose, ReleaseDeployment(schema_folder, engine))
     if as_json:
         _json_out(record)
         return
@@ -705,19 +717,30 @@ def _lifetime_now(dataset: str) -> str:
         return lifetime_of(ledger, dataset)
 
 
-def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], verbose: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReleaseDeployment:
+    """What `splice release`, acting as the deployment, builds its Dagster definitions with (never run config):
+    the folder of ``--schema FILE`` (None: ``datasets.schema_dir()``) and ``--engine`` (None: $SPLICE_ENGINE's)."""
+
+    schema_folder: Path | None = None
+    engine: str | None = None
+
+
+def _run_release_job(dataset: str, input_path: str, options: dict[str, Any], verbose: bool,
+                     deployment: ReleaseDeployment) -> dict[str, Any]:
     """Execute the Dagster release job in-process (like ``make demo``) with a progress display on stderr;
     one-line error on failure or Ctrl-C."""
     from splice_assets import progress
 
     try:
         with progress.showing(progress.display_for()):
-            return _execute_release_job(dataset, input_path, options, verbose)
+            return _execute_release_job(dataset, input_path, options, verbose, deployment)
     except KeyboardInterrupt:  # the run reports its own: this one came before it started
         raise Interrupted("interrupted before the release started: nothing was charged") from None
 
 
-def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any], verbose: bool) -> dict[str, Any]:
+def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any], verbose: bool,
+                         deployment: ReleaseDeployment) -> dict[str, Any]:
     from splice_assets import progress
 
     prepare_dagster_home()
@@ -729,7 +752,7 @@ def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any],
         from pydantic import ValidationError
 
         from splice_assets.dagster_layer.automation import run_config_for
-        from splice_assets.dagster_layer.config import ReleaseConfig, settings_error
+        from splice_assets.dagster_layer.config import release_config_in, settings_error
         from splice_assets.dagster_layer.console import (
             console_level,
             failure_reason,
@@ -738,15 +761,18 @@ def _execute_release_job(dataset: str, input_path: str, options: dict[str, Any],
         )
         from splice_assets.dagster_layer.definitions import build_definitions
         from splice_assets.dagster_layer.inprocess import run_release
+        from splice_assets.dagster_layer.resources import default_resources
         from splice_assets.release.resume import NOTHING_CHARGED
 
-        job = with_splice_console(build_definitions().resolve_job_def("release"))
+        # This command is the deployment: its resources (the engine of --engine) and schema folder (--schema's).
+        defs = build_definitions(default_resources(deployment.engine), deployment.schema_folder)
+        job = with_splice_console(defs.resolve_job_def("release"))
     with warnings.catch_warnings():
         if not verbose:
             warnings.simplefilter("ignore")
 
         try:
-            config = ReleaseConfig(dataset=dataset, input_path=input_path, **options)
+            config = release_config_in(deployment.schema_folder)(dataset=dataset, input_path=input_path, **options)
         except ValidationError as exc:  # checked before Dagster loaded (``release_command``): not reached
             raise fail(settings_error(exc)) from None
         # INFO: what the assets log and the errors; DEBUG (--verbose): every step event as well.

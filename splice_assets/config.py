@@ -24,11 +24,9 @@ from splice_assets import limits
 from splice_assets.defaults import DEFAULT_LEVEL_UNITS, DEFAULT_MAX_UNPARSEABLE_SHARE, default_pair_share
 from splice_assets.fine_cells import (
     DEFAULT_FINE_BINS,
-    DEFAULT_FINE_SPLIT,
     DEFAULT_GRID_WEIGHT,
     DEFAULT_INTERVAL_WEIGHT,
     MAX_FINE_BINS,
-    MAX_FINE_SPLIT,
     MAX_GRID_WEIGHT,
 )
 from splice_assets.layout import DEFAULT_NUMERIC_BINS as COARSE_BINS
@@ -43,9 +41,7 @@ from splice_assets.private.mechanism import (
     DEFAULT_K,
     DEFAULT_MARGINAL_SHARE,
     DEFAULT_N_DIRECTIONS,
-    DEFAULT_PAIR_SHARE,
 )
-from splice_assets.private.pair_selection import DEFAULT_PAIRS_PER_COORDINATE, DEFAULT_SELECTION_SHARE
 
 if TYPE_CHECKING:
     from splice_assets.schema import TableSchema
@@ -53,7 +49,6 @@ if TYPE_CHECKING:
 
 #: The limits of the fine tables' settings (their caps belong to the fine cell layout).
 FINE_BINS = limits.Limit("fine_bins", 0, MAX_FINE_BINS, integer=True)
-FINE_SPLIT = limits.Limit("fine_split", 0, MAX_FINE_SPLIT, integer=True)
 GRID_WEIGHT = limits.Limit("grid_weight", 1, MAX_GRID_WEIGHT, integer=True)
 INTERVAL_WEIGHT = limits.Limit("interval_weight", 1, MAX_GRID_WEIGHT, integer=True)
 
@@ -61,30 +56,25 @@ INTERVAL_WEIGHT = limits.Limit("interval_weight", 1, MAX_GRID_WEIGHT, integer=Tr
 @dataclass(frozen=True)
 class MeasurementSettings:
     """The queries of the one Gaussian measurement. ``marginal_share`` of Delta^2 goes to the 1-way tables (every
-    coordinate's, and a fine table of ``fine_bins`` cells or one per grid value for every numeric column, 0 = none,
-    with a finer table of ``fine_split`` cells per fine interval, 0 = none; see ``resolution``; a per-value fine
+    coordinate's, and a fine table of ``fine_bins`` cells or one per grid value for every numeric column, 0 = none;
+    see ``fine_cells``; a per-value fine
     table counts as ``grid_weight`` tables and one of intervals as ``interval_weight``, their extra units added to
     the share out of the moments', so their cells get 1/sqrt(weight) of a coarse cell's noise and the other tables
     keep theirs), ``pair_share`` to
     the 2-way tables of every pair of coordinates from different columns (None: by the schema, more the more of its
     columns are discrete, ``defaults.default_pair_share``; ``for_schema``), the rest to the sliced Chebyshev moments
-    (L directions, orders 1..k). Where the pairs outnumber ``pairs_per_coordinate`` x d (0 = never), that many are
-    chosen by noisy dependence scores, which take ``selection_share`` out of the pair share (``pair_selection``);
-    otherwise the schema's target gets a 3-way table with every pair of other columns whose table has at most
-    ``layout.MAX_TRIPLE_CELLS`` cells, at the pair weight, when they number at most ``target_triples`` (0 = never;
-    ``layout.triples_with_target``). With ``level_units`` (on: decisions 0064-0066) a coarse 1-way table of many cells
-    counts as ``measurement.level_units`` tables, its extra units paid within the 1-way share (0066)."""
+    (L directions, orders 1..k). The schema's target gets a 3-way table with every pair of other columns whose table
+    has at most ``layout.MAX_TRIPLE_CELLS`` cells, at the pair weight, when they number at most ``target_triples``
+    (0 = never; ``layout.triples_with_target``). With ``level_units`` (on: decisions 0064-0066) a coarse 1-way table
+    of many cells counts as ``measurement.level_units`` tables, its extra units paid within the 1-way share (0066)."""
 
     n_directions: int = DEFAULT_N_DIRECTIONS
     k: int = DEFAULT_K
     marginal_share: float = DEFAULT_MARGINAL_SHARE
     pair_share: float | None = None
     fine_bins: int = DEFAULT_FINE_BINS
-    fine_split: int = DEFAULT_FINE_SPLIT
     grid_weight: int = DEFAULT_GRID_WEIGHT
     interval_weight: int = DEFAULT_INTERVAL_WEIGHT
-    pairs_per_coordinate: float = DEFAULT_PAIRS_PER_COORDINATE
-    selection_share: float = DEFAULT_SELECTION_SHARE
     target_triples: int = DEFAULT_TARGET_TRIPLES
     level_units: bool = DEFAULT_LEVEL_UNITS
 
@@ -96,18 +86,9 @@ class MeasurementSettings:
         if self.pair_share is not None:
             limits.PAIR_SHARE.check(self.pair_share)
         FINE_BINS.check(self.fine_bins)
-        FINE_SPLIT.check(self.fine_split)
         GRID_WEIGHT.check(self.grid_weight)
         INTERVAL_WEIGHT.check(self.interval_weight)
-        limits.PAIRS_PER_COORDINATE.check(self.pairs_per_coordinate)
-        limits.SELECTION_SHARE.check(self.selection_share)
         limits.TARGET_TRIPLES.check(self.target_triples)
-        least_pair_share = DEFAULT_PAIR_SHARE if self.pair_share is None else self.pair_share
-        if least_pair_share > 0 and self.selection_share >= least_pair_share:
-            raise SettingsError(
-                f"selection_share must be below pair_share {least_pair_share!r} (it is taken out of it), "
-                f"got {self.selection_share!r}"
-            )
         if self.fine_bins % COARSE_BINS:
             raise SettingsError(f"fine_bins must be a multiple of {COARSE_BINS} (0 = none), got {self.fine_bins!r}")
 
@@ -201,7 +182,9 @@ class SynthesizerSettings:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SynthesizerSettings:
         """Settings saved by ``to_dict``. Older splices saved an ``expert`` mapping of research switches: an empty
-        one is read as nothing; a non-empty one is refused, naming its keys (the product no longer fits with them)."""
+        one is read as nothing; a non-empty one is refused, naming its keys (the product no longer fits with them).
+        Measurement options removed in issue 66 (``REMOVED_MEASUREMENT_SETTINGS``) are read when off and refused when
+        on, naming them."""
         data = dict(data)
         expert = data.pop("expert", None) or {}
         if expert:
@@ -209,9 +192,17 @@ class SynthesizerSettings:
                 f"these saved settings carry research switches (expert) {sorted(expert)!r}, which the product no "
                 "longer reads; fit such a variant with splice_assets.experimental"
             )
+        measurement = dict(data.get("measurement", {}))
+        for name, off in REMOVED_MEASUREMENT_SETTINGS.items():
+            value = measurement.pop(name, off)
+            if off is not None and value != off:
+                raise SettingsError(
+                    f"these saved settings turn on {name} = {value!r}, a measurement option removed in issue 66 "
+                    "(docs/decisions/alternatives.md); refit with the release that wrote them"
+                )
         return cls(
             **{k: v for k, v in data.items() if k not in ("measurement", "model", "postprocessing")},
-            measurement=MeasurementSettings(**data.get("measurement", {})),
+            measurement=MeasurementSettings(**measurement),
             model=ModelSettings(**data.get("model", {})),
             postprocessing=PostProcessingSettings(**data.get("postprocessing", {})),
         )
@@ -231,6 +222,11 @@ class SynthesizerSettings:
 
 
 _GROUPS = ("measurement", "model", "postprocessing")
+
+#: Measurement settings removed in issue 66, with the value that meant off (None: read only with the others off):
+#: pair selection (docs/decisions/alternatives.md) and the second fine table (docs/decisions/0017).
+REMOVED_MEASUREMENT_SETTINGS: dict[str, float | None] = {"pairs_per_coordinate": 0, "selection_share": None,
+                                                         "fine_split": 0}
 
 
 def flat_setting_names() -> frozenset[str]:

@@ -19,12 +19,14 @@ def schema_dir() -> Path:
     return Path(override) if override else Path(__file__).resolve().parents[1] / "schemas"
 
 
-def schema_path(dataset: str) -> Path:
-    """The schema file of a dataset by name; a clear error if there is none."""
-    path = schema_dir() / f"{dataset}.yaml"
+def schema_path(dataset: str, folder: Path | None = None) -> Path:
+    """The schema file of a dataset by name, in ``folder`` (default: ``schema_dir()``); a clear error if there is
+    none."""
+    folder = schema_dir() if folder is None else folder
+    path = folder / f"{dataset}.yaml"
     if not path.is_file():
-        known = sorted(p.stem for p in schema_dir().glob("*.yaml"))
-        raise FileNotFoundError(f"no schema for dataset {dataset!r} in {str(schema_dir())!r}; known: {known}")
+        known = sorted(p.stem for p in folder.glob("*.yaml"))
+        raise FileNotFoundError(f"no schema for dataset {dataset!r} in {str(folder)!r}; known: {known}")
     return path
 
 

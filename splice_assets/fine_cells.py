@@ -45,10 +45,6 @@ MIN_CANDIDATE_Z = 4.0
 #: (or ``fine_bins``, if larger); beyond it, intervals. 1,024 helped some columns and cost others
 #: (0025, docs/decisions/alternatives.md).
 GRID_LIMIT = 256
-#: Finer cells per fine interval in the second fine table (0 = one fine table only). Off by default: measured in
-#: docs/decisions/0017, it helps columns whose public bounds are far wider than their data and costs the others.
-DEFAULT_FINE_SPLIT = 0
-MAX_FINE_SPLIT = 64
 #: The fine table of a column on a public grid with one cell per value (``FineCells.per_value``) counts as this
 #: many 1-way tables, and the 1-way share of Delta^2 grows by the extra units out of the moments' share: its cells
 #: carry 1/sqrt(grid_weight) of a coarse table's noise std, the other tables keep theirs (docs/decisions/0050).
@@ -63,9 +59,7 @@ MAX_FINE_BINS = 4096
 @dataclass(frozen=True)
 class FineCells:
     """The public fine cells of one numeric column: ``points`` (exact values, data units, sorted), then
-    ``intervals`` equal-width intervals of the (encoded) bounds; ``parents`` is the coarse bin of each cell. With
-    ``split`` > 0 the column has a second, finer table: every interval cut into ``split`` equal sub-intervals. Its
-    table block holds the ``n_cells`` fine cells, then the ``intervals * split`` finer ones."""
+    ``intervals`` equal-width intervals of the (encoded) bounds; ``parents`` is the coarse bin of each cell."""
 
     column: str
     coordinate: int
@@ -77,7 +71,6 @@ class FineCells:
     intervals: int
     parents: tuple[int, ...]
     scale: str = "linear"
-    split: int = 0
     knots: tuple[float, ...] = ()
     #: Index of the column's sentinel coordinate and its ``sentinels``, if it has any: a row at a sentinel keeps it
     #: exactly and is not redrawn.
@@ -102,7 +95,8 @@ class FineCells:
 
     @property
     def size(self) -> int:
-        return self.n_cells + self.intervals * self.split
+        """The cells of the column's table block (its ``n_cells`` fine cells)."""
+        return self.n_cells
 
     def bin_widths(self, numeric_bins: int) -> np.ndarray:
         """The width of each coarse bin on the column's scale (all equal without ``knots``), which the bin shapes
@@ -117,17 +111,6 @@ class FineCells:
         mask = np.zeros(self.n_cells, dtype=bool)
         mask[[self.points.index(v) for v in self.tentative]] = True
         return mask
-
-    @property
-    def tables(self) -> int:
-        """How many 1-way tables the column's block holds (each row adds 1 to at most one cell of each)."""
-        return 1 + int(self.intervals * self.split > 0)
-
-    def finer_of(self, z: np.ndarray) -> np.ndarray:
-        """Finer cell (in [0, intervals * split)) of every cube value ``z``, read only for values in an interval."""
-        finer = self.intervals * self.split
-        z = in_cube(z)
-        return np.minimum(np.floor((z + 1.0) * finer / 2.0), finer - 1).astype(np.int64)
 
     def values(self, z: np.ndarray) -> np.ndarray:
         return value_of(z, self.lo, self.hi, self.scale, self.knots)
@@ -239,13 +222,12 @@ def _grid(spec: ColumnSpec, limit: int) -> np.ndarray | None:
 
 def column_fine_cells(
     spec: ColumnSpec, coordinate: int, missing: int | None, fine_bins: int, numeric_bins: int = DEFAULT_NUMERIC_BINS,
-    split: int = 0,
 ) -> FineCells:
     """The fine cells of one numeric column (see the module docstring). Before its ``auto`` bounds are resolved, a
     column has ``fine_bins`` placeholder intervals (the plan's weights depend only on the number of tables)."""
     if spec.bounds is None:
         return FineCells(spec.name, coordinate, missing, -1.0, 1.0, kind_of(spec.kind).integral, (), fine_bins,
-                         tuple(int(p) for p in np.arange(fine_bins) * numeric_bins // fine_bins), split=split)
+                         tuple(int(p) for p in np.arange(fine_bins) * numeric_bins // fine_bins))
     lo, hi = spec.bounds
     declared = [v for v in spec.exact_values if lo <= v <= hi]
     grid = _grid(spec, max(fine_bins, GRID_LIMIT))
@@ -260,14 +242,13 @@ def column_fine_cells(
     parents = np.concatenate([point_parents, interval_parents]).astype(np.int64)
     return FineCells(spec.name, coordinate, missing, float(lo), float(hi), kind_of(spec.kind).integral,
                      tuple(float(p) for p in points), intervals, tuple(int(p) for p in parents), spec.scale,
-                     split if intervals else 0, knots=spec.knots, tentative=tuple(tentative))
+                     knots=spec.knots, tentative=tuple(tentative))
 
 
 def fine_cells(
-    schema: TableSchema, fine_bins: int, numeric_bins: int = DEFAULT_NUMERIC_BINS, split: int = 0
+    schema: TableSchema, fine_bins: int, numeric_bins: int = DEFAULT_NUMERIC_BINS
 ) -> tuple[FineCells, ...]:
-    """The fine cells of every numeric column of a (resolved) schema, intervals cut into ``split`` finer cells
-    (0 = no finer tables); none when ``fine_bins`` is 0."""
+    """The fine cells of every numeric column of a (resolved) schema; none when ``fine_bins`` is 0."""
     if isinstance(fine_bins, bool) or not isinstance(fine_bins, int) or fine_bins < 0:
         raise ValueError(f"fine_bins must be an integer >= 0 (0 = no fine tables), got {fine_bins!r}")
     if fine_bins == 0:
@@ -279,7 +260,7 @@ def fine_cells(
     return tuple(
         dataclasses.replace(
             column_fine_cells(spec, position[(spec.name, "value")], position.get((spec.name, "missing")), fine_bins,
-                              numeric_bins, split),
+                              numeric_bins),
             exact=position.get((spec.name, "exact")), declared=spec.sentinels,
         )
         for spec in schema.columns

@@ -23,6 +23,10 @@ from splice_assets.layout import ScalingMode, direction_scales, draw_directions
 from splice_assets.limits import Relation
 
 FORMAT_VERSION = 1
+#: Fields of measurements stored before issue 66 removed their options (pair selection, docs/decisions/
+#: alternatives.md; the second fine table, 0017): 0 (off) is read as absent, any other value is refused.
+REMOVED_FIELDS = {"pair_candidates": "pair selection (pairs_per_coordinate)",
+                  "fine_split": "the second fine table (fine_split)"}
 
 
 def level_units(sizes: tuple[int, ...], numeric_bins: int) -> tuple[int, ...]:
@@ -102,14 +106,11 @@ class Measurement:
     pairs: tuple[tuple[int, int], ...] = ()
     pair_sizes: tuple[int, ...] = ()
     pair_weight: float = 0.0
-    #: With pair selection, how many candidate pairs the measured ``pairs`` were chosen from (0 = all measured).
-    pair_candidates: int = 0
     noise_multiplier: float = 0.0
     #: Noisy fine 1-way frequencies of the numeric columns (``fine_cells``), at ``fine_noise_std``.
     noisy_fine: np.ndarray = field(default_factory=lambda: np.zeros(0))
     fine_sizes: tuple[int, ...] = ()
     fine_bins: int = 0
-    fine_split: int = 0
     #: A per-value fine table counted as this many 1-way tables in Delta^2, a fine table of intervals as
     #: ``interval_weight`` (1 before the settings existed).
     grid_weight: int = 1
@@ -218,6 +219,13 @@ class Measurement:
         meta = json.loads(stem.with_suffix(".json").read_text())
         if meta.pop("format_version", None) != FORMAT_VERSION:
             raise ValueError(f"measurement {str(stem)!r} has an unsupported format version")
+        for name, option in REMOVED_FIELDS.items():
+            value = meta.pop(name, 0)
+            if value:
+                raise ValueError(
+                    f"measurement {str(stem)!r} was taken with {option} on ({name} = {value!r}), an option "
+                    "removed in issue 66; refit it with the release that wrote it"
+                )
         with np.load(stem.with_suffix(".npz")) as data:
             moments = data["noisy_moments"].astype(np.float64)
             marginals = data["noisy_marginals"].astype(np.float64) if "noisy_marginals" in data else np.zeros(0)

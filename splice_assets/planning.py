@@ -52,9 +52,8 @@ class ReleasePlanner:
             self.schema, n_measured, self.privacy_split()[0], s.delta, m.n_directions, m.k, s.seed,
             # the plan hashes, and the measurement stores, the relation's value (a plain string)
             marginal_share=m.marginal_share, pair_share=m.pair_share, relation=s.relation, fine_bins=m.fine_bins,
-            fine_split=m.fine_split, grid_weight=m.grid_weight, interval_weight=m.interval_weight,
-            pairs_per_coordinate=m.pairs_per_coordinate,
-            selection_share=m.selection_share, target_triples=m.target_triples, level_units=m.level_units,
+            grid_weight=m.grid_weight, interval_weight=m.interval_weight, target_triples=m.target_triples,
+            level_units=m.level_units,
         )
 
     def release_parts(self, n_measured: int) -> list[Part]:

@@ -90,7 +90,7 @@ def _refined_table(model: SyntheticModel, schema: TableSchema, x: np.ndarray, se
     """``sample_table``'s rows ``x`` (cube, overwritten) refined inside their bins and decoded."""
     if model.fine is not None:
         rng = np.random.default_rng(np.random.SeedSequence([int(seed), _TAG_FINE]))
-        cells = fine_cells(schema, model.fine.fine_bins, split=model.fine.split)
+        cells = fine_cells(schema, model.fine.fine_bins)
         coarse = None
         if model.marginal_targets is not None:  # the bins' masses the fine tables are made consistent with
             targets = model.marginal_targets.per_coordinate(model.layout)

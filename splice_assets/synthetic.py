@@ -76,7 +76,7 @@ def save_model(model: SyntheticModel, stem: str | Path) -> tuple[Path, Path]:
         "links": [[link.source, link.target, link.strength] for link in model.links],
         "fine": None if model.fine is None else {
             "noise_std": model.fine.noise_std, "fine_bins": model.fine.fine_bins, "threshold": model.fine.threshold,
-            "split": model.fine.split, "couplings": [list(c) for c in model.fine.couplings],
+            "couplings": [list(c) for c in model.fine.couplings],
             "shrink": model.fine.shrink, "level_first": model.fine.level_first,
             "exponential_tails": model.fine.exponential_tails, "knot_shapes": model.fine.knot_shapes,
             "stratified": model.fine.stratified,
@@ -153,7 +153,7 @@ def load_model(stem: str | Path) -> SyntheticModel:
             _refuse_removed_fine_options(stem, fine_meta)
         fine = None if fine_meta is None else FineTables(
             data["fine_frequencies"], float(fine_meta["noise_std"]), int(fine_meta["fine_bins"]),
-            float(fine_meta["threshold"]), int(fine_meta["split"]),
+            float(fine_meta["threshold"]),
             tuple((int(f), int(l), float(r)) for f, l, r in fine_meta["couplings"]),
             shrink=bool(fine_meta.get("shrink", False)),  # models written before the shrinkage sample without it
             level_first=bool(fine_meta.get("level_first", False)),  # models written before it sample as they did
@@ -204,8 +204,9 @@ def load_model(stem: str | Path) -> SyntheticModel:
     )
 
 
-#: FineTables options removed in issue 66 (docs/decisions/0037, 0057): models written before then carry them, false.
-_REMOVED_FINE_OPTIONS = ("smooth", "tail_runs")
+#: FineTables options removed in issue 66 (docs/decisions/0037, 0057; ``split``, the second fine table: 0017): models
+#: written before then carry them, false or 0.
+_REMOVED_FINE_OPTIONS = ("smooth", "tail_runs", "split")
 
 
 def _refuse_removed_fine_options(stem: Path, fine_meta: dict[str, Any]) -> None:

@@ -87,7 +87,7 @@ def test_adding_or_removing_a_row_moves_the_released_vector_by_at_most_delta(sha
 
 def test_shares_split_delta_squared_as_declared():
     C, P = 7, 21
-    w, w2, wn, _ = query_weights(0.2, 0.5, L, K, C, P, AR, 0.01)
+    w, w2, wn = query_weights(0.2, 0.5, L, K, C, P, AR, 0.01)
     total = sensitivity(None, L, K, C, w, P, w2, AR, wn) ** 2
     assert w**2 * C / total == pytest.approx(0.2)
     assert w2**2 * P / total == pytest.approx(0.5)

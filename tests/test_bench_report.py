@@ -62,3 +62,9 @@ def test_the_report_command_regenerates_the_tables_and_their_copy_from_the_csv(t
     assert "## Off-grid targets" in generated and "| toy | 0.0100 (0.0300 / 0.0060) |" in generated
     assert " cores (" not in generated  # regenerated elsewhere: no claim about the machine that measured
     assert "#### Off-grid targets" in doc.read_text() and "old" not in doc.read_text()
+    # the page gets the summary (ε = 1, one table per relation); results.md keeps every table
+    summary = doc.read_text()
+    assert "## toy" in generated and "## toy" not in summary and "| splice_add_remove | 3 |" in generated
+    assert "##### Add-remove (n private)" in summary and "| toy | splice_add_remove | 1 |" in summary
+    assert "| aim | 1 |" in summary and summary.count("| toy | splice_add_remove |") == 1  # ε = 1 only
+    assert "[bench/results/results.md](../bench/results/results.md)" in summary

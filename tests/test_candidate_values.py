@@ -65,12 +65,12 @@ def test_a_candidate_below_the_threshold_is_no_cell_and_its_rows_stay_in_the_bin
     table[column.points.index(0.51)] = 2 * noise_std
     coarse = np.zeros(16)
     coarse[bin_] = 0.06 + 22 * noise_std
-    weights, _ = FineTables(table, noise_std, 256).consistent(column, table, coarse)
+    weights = FineTables(table, noise_std, 256).consistent(column, table, coarse)
     assert weights[column.points.index(0.51)] == 0.0
     assert weights[column.points.index(0.5)] == pytest.approx(20 * noise_std, rel=0.05)
     assert weights.sum() == pytest.approx(coarse[bin_])
     # Unshrunk, the weak candidate's count is back in the interval that holds 0.51.
-    weights, _ = FineTables(table, noise_std, 256, shrink=False).consistent(column, table, coarse)
+    weights = FineTables(table, noise_std, 256, shrink=False).consistent(column, table, coarse)
     holder = column.interval_cells(column.cube(np.array([0.51])))[0]
     others = np.setdiff1d(intervals, holder)
     assert weights[holder] - weights[others].mean() == pytest.approx(2 * noise_std)

@@ -354,3 +354,17 @@ def test_plan_says_what_a_delta_far_below_one_over_n_costs(schema_file, ledger_u
     assert near.exit_code == 0 and "costs sigma" not in near.output
     assert plan_json(schema_file, ledger_url, *at, "1e-6")["delta_sigma_factor"] is None
     assert delta_cost(1.0, 1e-3 / 6000, 6000) is None and delta_cost(1.0, 0.99e-3 / 6000, 6000) > 1.0
+
+
+def test_plan_by_dataset_name_works_from_any_directory(tmp_path, ledger_url, monkeypatch):
+    """The README's quickstart line, run outside the repository: --dataset finds schemas/<dataset>.yaml."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SPLICE_SCHEMA_DIR", raising=False)
+    args = ["--n", "6366", "--epsilon", "1", "--delta", "1e-9", "--ledger-url", ledger_url]
+    result = run("plan", "--dataset", "fair_affairs", *args, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["dataset"] == "fair_affairs"
+    for bad, needle in ((["--dataset", "nosuch"], "no schema for dataset"), ([], "--dataset NAME or --schema FILE"),
+                        (["--dataset", "fair_affairs", "--schema", "x.yaml"], "--dataset NAME or --schema FILE")):
+        result = run("plan", *bad, *args)
+        assert result.exit_code != 0 and needle in result.output and len(result.output.strip().splitlines()) == 1

@@ -307,7 +307,7 @@ def test_sensitivity_with_pairs_random_and_adversarial(shares):
     rng = np.random.default_rng(int(shares[1] * 100))
     L, k = 12, 5
     directions = draw_directions(4, L, LAYOUT.d)
-    w, w2, _, _ = query_weights(*shares, L, k, LAYOUT.d, len(PAIRS))
+    w, w2, _ = query_weights(*shares, L, k, LAYOUT.d, len(PAIRS))
     cells1, cells2 = sum(marginal_sizes(LAYOUT, BINS)), sum(pair_sizes(LAYOUT, PAIRS, BINS))
     worst = 0.0
     for _trial in range(40):
@@ -329,7 +329,7 @@ def test_sensitivity_with_pairs_random_and_adversarial(shares):
 
 def test_query_weights_split_delta_squared_as_declared_and_reject_bad_shares():
     L, k, C, P = 64, 8, 7, 21
-    w, w2, _, _ = query_weights(0.2, 0.5, L, k, C, P)
+    w, w2, _ = query_weights(0.2, 0.5, L, k, C, P)
     total = sensitivity(1, L, k, C, w, P, w2) ** 2
     assert 2 * w**2 * C / total == pytest.approx(0.2) and 2 * w2**2 * P / total == pytest.approx(0.5)
     assert query_weights(0.3, 0.0, L, k, C, P)[0] == pytest.approx(marginal_weight(0.3, L, k, C))

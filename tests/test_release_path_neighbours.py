@@ -149,8 +149,8 @@ def check_shift(diff: np.ndarray, relation: str, n_measured: int, one_row_measur
     # A per-value fine table counts grid_weight times, one of intervals interval_weight times, and the 1-way share
     # grows with them (the moments pay); the region's table counts twice with ``level_units``, within that share.
     assert plan.coarse_units == len(plan.marginal_sizes) + level_units
-    units = len(plan.marginal_sizes) + sum((weights[0] if c.per_value else weights[1]) * c.tables for c in plan.fine)
-    plain = len(plan.marginal_sizes) + sum(c.tables for c in plan.fine)
+    units = len(plan.marginal_sizes) + sum(weights[0] if c.per_value else weights[1] for c in plan.fine)
+    plain = len(plan.marginal_sizes) + len(plan.fine)
     shares = {"1-way": DEFAULT_MARGINAL_SHARE * units / plain, "2-way": plan.pair_share}  # the schema's pair share
     shares["count"] = DEFAULT_COUNT_SHARE if relation == AR else 0.0
     shares["moments"] = 1 - sum(shares.values())

@@ -359,37 +359,6 @@ def test_the_projection_is_non_negative_sums_to_the_bin_and_keeps_the_order():
         assert np.allclose(row[kept], row[kept][0])
 
 
-def test_a_finer_table_is_one_more_table_in_the_plan_and_resolves_inside_the_intervals():
-    plain, _ = make_plan(SCHEMA, 5000, 1.0, 1e-6, fine_split=0, grid_weight=1, interval_weight=1)
-    split, _ = make_plan(SCHEMA, 5000, 1.0, 1e-6, fine_split=16, grid_weight=1, interval_weight=1)
-    with_intervals = sum(c.intervals > 0 for c in split.fine)  # amount and ratio
-    assert with_intervals == 2 and sum(c.tables for c in split.fine) == len(split.fine) + with_intervals
-    # the 1-way share spread over two more tables: w^2 falls by their ratio
-    tables = len(plain.marginal_sizes) + len(plain.fine)
-    assert split.marginal_weight**2 * (tables + 2) == pytest.approx(plain.marginal_weight**2 * tables)
-    table = rows(np.random.default_rng(11), 4000)
-    x = encode(table, SCHEMA)
-    cells = split.fine
-    counts = fine_counts(x, cells).counts
-    one_more = fine_counts(np.vstack([x, x[:1]]), cells).counts - counts
-    ratio = cells[3]  # a value in an interval adds to its fine and its finer cell
-    block = slice(sum(c.size for c in cells[:3]), sum(c.size for c in cells[:4]))
-    assert sorted(one_more[block]) [-2:] == [1, 1] and one_more[block].sum() == 2 == ratio.tables
-    # Ratios on three values inside their intervals: the finer table puts them back in their finer cells.
-    table["ratio"] = np.random.default_rng(12).choice([0.1003, 0.5001, 0.7502], len(table))
-    x = encode(table, SCHEMA)
-    truth = fine_counts(x, cells).counts / len(x)
-    centre = -1 + (2 * np.minimum(np.floor((x + 1) * 8), 15) + 1) / 16
-    finer = slice(block.start + ratio.n_cells, block.stop)
-    for depth in (16, 0):
-        own = fine_cells(SCHEMA, 256, split=depth)
-        tables = FineTables(fine_counts(x, own).counts / len(x), 1e-12, 256, split=depth)
-        refined = tables.refine(centre, own, np.random.default_rng(13))
-        again = fine_counts(refined, cells).counts[finer] / len(x)
-        hits = again[truth[finer] > 0].sum()  # the share of values in the three true finer cells
-        assert hits == 1.0 if depth else hits < 0.3, (depth, hits)
-
-
 def test_the_release_lists_what_the_noise_hides_from_the_noisy_statistics():
     """``below_noise`` reads only the measurement: given the exact frequencies in place of the noisy ones (so the
     test is deterministic) and the plan's noise std (0.016 at eps = 1 on 3,000 rows, floor 0.033), it lists a
@@ -496,7 +465,7 @@ def test_a_bins_cells_move_to_its_mass_before_the_shrinkage_reads_their_shape():
         noisy = truth + rng.normal(0.0, 0.018, truth.size)
         for level_first in (True, False):
             tables = FineTables(noisy, 0.018, 256, level_first=level_first)
-            weights, _ = tables.consistent(column, noisy, masses)
+            weights = tables.consistent(column, noisy, masses)
             empty[level_first] += np.mean(weights[inside] == 0) / 100
             error[level_first] += np.sum((weights - truth) ** 2) / 100
     assert empty[True] < 0.3 * empty[False] and empty[False] > 0.01, empty
@@ -529,7 +498,7 @@ def test_bin_shapes_give_an_integer_interval_its_share_by_the_integers_it_holds(
     for _ in range(100):
         noisy = truth + rng.normal(0.0, 0.013, truth.size)
         for by_capacity in (True, False):
-            weights, _ = FineTables(noisy, 0.013, 256, capacity_shapes=by_capacity).consistent(column, noisy, masses)
+            weights = FineTables(noisy, 0.013, 256, capacity_shapes=by_capacity).consistent(column, noisy, masses)
             drawn = weights[cell_of] / np.bincount(cell_of, minlength=column.n_cells)[cell_of]  # shared evenly
             tvd[by_capacity] += 0.5 * np.abs(drawn - per_integer).sum() / 100
     assert tvd[True] < 0.67 * tvd[False], tvd
@@ -561,7 +530,7 @@ def test_a_cell_is_a_spike_only_above_the_threshold_of_its_columns_cell_count():
     for _ in range(400):
         noisy = truth + rng.normal(0.0, 0.009, truth.size)
         for corrected in (True, False):
-            weights, _ = FineTables(noisy, 0.009, 256, corrected_spikes=corrected).consistent(column, noisy, masses)
+            weights = FineTables(noisy, 0.009, 256, corrected_spikes=corrected).consistent(column, noisy, masses)
             spikes[corrected] += int(np.sum(weights - truth > 2.5 * 0.009))
             tvd[corrected] += 0.5 * float(np.abs(weights - truth).sum())
             mass_off[corrected] += int(abs(weights[100] - truth[100]) > 3 * 0.009)
@@ -593,7 +562,7 @@ def test_a_tail_bin_whose_rows_sit_near_its_inner_edge_keeps_them_there():
         noisy = truth + rng.normal(0.0, 0.0043, truth.size)
         weights = {}
         for exponential in (True, False):
-            weights[exponential], _ = FineTables(noisy, 0.0043, 256, exponential_tails=exponential).consistent(
+            weights[exponential] = FineTables(noisy, 0.0043, 256, exponential_tails=exponential).consistent(
                 column, noisy, masses)
             error[exponential] += abs(weights[exponential][tail].sum() - truth[tail].sum()) / 100
         inner = slice(16, 13 * 16)
@@ -731,10 +700,10 @@ def test_bin_shapes_read_densities_across_knotted_bins_of_unequal_widths():
     for _ in range(50):
         noisy = truth + rng.normal(0.0, 0.004, truth.size)
         for knot_shapes in (True, False):
-            weights, _ = FineTables(noisy, 0.004, 256, knot_shapes=knot_shapes).consistent(column, noisy, masses)
+            weights = FineTables(noisy, 0.004, 256, knot_shapes=knot_shapes).consistent(column, noisy, masses)
             error[knot_shapes] += float(np.sum((weights - truth) ** 2))
     assert error[True] < 0.6 * error[False], error
     plain = column_fine_cells(dataclasses.replace(spec, knots=()), 0, None, 256)
     noisy = truth + rng.normal(0.0, 0.004, truth.size)
-    np.testing.assert_array_equal(FineTables(noisy, 0.004, 256, knot_shapes=True).consistent(plain, noisy, masses)[0],
-                                  FineTables(noisy, 0.004, 256).consistent(plain, noisy, masses)[0])
+    np.testing.assert_array_equal(FineTables(noisy, 0.004, 256, knot_shapes=True).consistent(plain, noisy, masses),
+                                  FineTables(noisy, 0.004, 256).consistent(plain, noisy, masses))

@@ -22,7 +22,7 @@ import numpy as np
 
 from bench.common import seeded_noise
 from bench.experiments.field_on_off import release_scores
-from bench.experiments.pair_selection import print_means
+from bench.experiments.helpers import print_means
 from bench.experiments.refit_variants import KEYS
 from bench.offgrid import column_tvd
 from bench.run import prepared_datasets

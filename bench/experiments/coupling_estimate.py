@@ -23,7 +23,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 
-from bench.experiments.pair_selection import print_means, scores
+from bench.experiments.helpers import print_means, scores
 from bench.experiments.within_bin_copula import spearman_errors
 from bench.run import prepared_datasets
 from splice_assets import Synthesizer
@@ -100,8 +100,7 @@ def main() -> None:
                 break
             layout = layout_for(synth.schema)
             sizes = marginal_sizes(layout, measurement.numeric_bins)
-            columns = fine_tables.fine_cells(synth.schema, measurement.fine_bins, measurement.numeric_bins,
-                                            measurement.fine_split)
+            columns = fine_tables.fine_cells(synth.schema, measurement.fine_bins, measurement.numeric_bins)
             every_column = tuple(replace(column, intervals=max(column.intervals, 1)) for column in columns)
             with mock.patch.object(fine_tables, "latent_correlation", clipped_sum_correlation):
                 before = fine_tables.choose_couplings(measurement.noisy_pairs, measurement.pairs, sizes, every_column,

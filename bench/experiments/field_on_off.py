@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.experiments.pair_selection import scores
+from bench.experiments.helpers import scores
 from bench.experiments.schema_variants import gap_share, rule_share, spike_share, tail_error, tail_share
 from bench.experiments.within_bin_copula import spearman_errors
 from bench.run import prepared_datasets
@@ -27,7 +27,7 @@ KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd2", "tvd3", "tstr", "chi2")
 
 
 def release_scores(prepared, synth: Synthesizer, seed: int, rows=None) -> dict[str, float]:
-    """``pair_selection.scores`` of the release's rows, ``schema_variants.tail_share``, ``gap_share``, ``spike_share``,
+    """``helpers.scores`` of the release's rows, ``schema_variants.tail_share``, ``gap_share``, ``spike_share``,
     ``tail_error`` and ``rule_share``, ``strong``
     (the mean |Spearman error| over the numeric pairs with real |Spearman| >= 0.8; NaN: none) and TSTR (the best
     learner's primary metric). ``rows``: the release's rows if the caller sampled them (as this would)."""

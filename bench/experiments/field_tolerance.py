@@ -18,7 +18,7 @@ from unittest import mock
 import numpy as np
 
 from bench.experiments.field_on_off import KEYS, release_scores
-from bench.experiments.pair_selection import print_means
+from bench.experiments.helpers import print_means
 from bench.run import prepared_datasets
 from splice_assets import Synthesizer
 from splice_assets.postprocess import chain

@@ -55,7 +55,7 @@ def main() -> None:
             assert model is not None
             if model.fine is None:
                 continue
-            cells = fine_cells(synth.schema, model.fine.fine_bins, split=model.fine.split)
+            cells = fine_cells(synth.schema, model.fine.fine_bins)
             names = [model.layout.coordinates[c.coordinate].column for c in cells]
             for follower, leader, r in model.fine.couplings:
                 state = "follows" if follower in model.fine.followers else "inside bins only"

@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 
 from bench.common import dataset_file, split_train_test
-from bench.experiments.pair_selection import fitted_sample, print_means, scores
+from bench.experiments.helpers import fitted_sample, print_means, scores
 from bench.run import dp_estimate
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path

@@ -15,7 +15,7 @@ import argparse
 
 import numpy as np
 
-from bench.experiments.pair_selection import fitted_sample
+from bench.experiments.helpers import fitted_sample
 from bench.offgrid import offgrid_metrics
 from bench.run import prepare
 

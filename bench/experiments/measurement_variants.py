@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from bench.common import seeded_noise
 from bench.experiments.field_on_off import release_scores
-from bench.experiments.pair_selection import print_means
+from bench.experiments.helpers import print_means
 from bench.experiments.refit_variants import KEYS, overrides
 from bench.run import prepared_datasets
 from splice_assets import MeasurementSettings, Synthesizer

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from bench.experiments.pair_selection import fitted_sample, print_means, scores
+from bench.experiments.helpers import fitted_sample, print_means, scores
 from bench.run import prepare
 from splice_assets import load_schema
 from splice_assets.datasets import schema_path

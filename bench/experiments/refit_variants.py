@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from bench.experiments.field_on_off import release_scores
-from bench.experiments.pair_selection import print_means
+from bench.experiments.helpers import print_means
 from bench.run import prepared_datasets
 from splice_assets import Synthesizer, load_schema
 from splice_assets.experimental import fit_variant

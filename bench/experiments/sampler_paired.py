@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=["shuttle", "california_housing"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     args = parser.parse_args()
-    from bench.experiments.pair_selection import fitted_sample, print_means, scores
+    from bench.experiments.helpers import fitted_sample, print_means, scores
     from bench.run import prepare
     from splice_assets.private import mechanism
 

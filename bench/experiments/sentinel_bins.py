@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from unittest import mock
 
-from bench.experiments.pair_selection import scores
+from bench.experiments.helpers import scores
 from bench.run import prepare
 from splice_assets import Synthesizer
 from splice_assets.postprocess import fine_tables

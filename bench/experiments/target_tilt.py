@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.experiments.pair_selection import best_tstr, print_means, scores
+from bench.experiments.helpers import best_tstr, print_means, scores
 from bench.run import prepared_datasets
 from splice_assets import MeasurementSettings, Synthesizer
 from splice_assets.experimental import fit_variant

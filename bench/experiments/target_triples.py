@@ -26,7 +26,7 @@ import itertools
 
 import numpy as np
 
-from bench.experiments.pair_selection import best_tstr, measured_seed, print_means, scores
+from bench.experiments.helpers import best_tstr, measured_seed, print_means, scores
 from bench.run import prepared_datasets
 from splice_assets import MeasurementSettings, Synthesizer
 from splice_assets.layout import layout_for, marginal_cells

@@ -25,7 +25,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from bench.experiments.pair_selection import fitted_sample, print_means, scores
+from bench.experiments.helpers import fitted_sample, print_means, scores
 from bench.run import prepared_datasets
 from splice_assets.fine_cells import fine_cells
 from splice_assets.layout import layout_for, marginal_sizes
@@ -95,7 +95,7 @@ def main() -> None:
             synth, _ = fitted_sample(schema, train, seed)
             model, measurement = synth.model, synth.measurement
             assert model is not None and model.fine is not None and measurement is not None
-            cells = fine_cells(synth.schema, model.fine.fine_bins, measurement.numeric_bins, model.fine.split)
+            cells = fine_cells(synth.schema, model.fine.fine_bins, measurement.numeric_bins)
             sizes = marginal_sizes(layout_for(synth.schema), measurement.numeric_bins)
             variants = {"none": (), "rank 0.9": rank_couplings(measurement, synth.schema, cells)}
             for minimum in args.minimums:

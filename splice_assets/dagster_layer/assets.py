@@ -4,12 +4,17 @@ validated_table -> unit_ball_encoding -> private_moments -> mixture_model -> syn
 fidelity_report -> release. Asset metadata (Dagster's event log, outside the internal release folder) holds
 public facts only; what is computed from real rows goes to the release's internal folder, and the step outputs
 themselves to ``ReleaseStepStorage`` in that folder.
+
+The steps pass explicit, immutable values, never a synthesizer: the settings, the resolved schema and the DP
+estimate's record, the reservation's entry ids, then the measurement and the model. Each step builds the
+synthesizer it needs from them (``Synthesizer.from_parts``); no step changes what an earlier one output.
 """
 
 
 import dataclasses
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 import dagster as dg
@@ -17,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from splice_assets.api import MomentsOutOfRange, SourceScan, StreamedInput, Synthesizer
-from splice_assets.dagster_layer.config import ReleaseConfig, ReleaseSettings
+from splice_assets.dagster_layer.config import ReleaseConfig, ReleaseSettings, release_config_in
 from splice_assets.dagster_layer.resources import (
     ArtifactStore,
     EngineResource,
@@ -25,7 +30,6 @@ from splice_assets.dagster_layer.resources import (
     MlflowResource,
     release_id_of_run,
 )
-from splice_assets.datasets import schema_path
 from splice_assets.evaluation.report import ReportResult, build_report
 from splice_assets.layout import layout_for
 from splice_assets.limits import Relation
@@ -39,7 +43,7 @@ from splice_assets.private.validation import (
 from splice_assets.release import bundle as release_lib
 from splice_assets.release import resume
 from splice_assets.release.locations import ReleaseLocation
-from splice_assets.schema import load_schema
+from splice_assets.schema import TableSchema, load_schema
 from splice_assets.synthetic import SyntheticModel
 
 GROUP = "splice_release"
@@ -65,13 +69,25 @@ def release_id_of(context: dg.AssetExecutionContext) -> str:
     return release_id_of_run(context.run)
 
 
+def synthesizer_of(settings: ReleaseSettings, schema: TableSchema, bounds: BoundsEstimate | None, *,
+                   reservation: tuple[tuple[str, str], ...] = (), measurement: Measurement | None = None,
+                   model: SyntheticModel | None = None) -> Synthesizer:
+    """A new synthesizer for one step, from the values earlier steps output (``Synthesizer.from_parts``)."""
+    return Synthesizer.from_parts(schema, settings.synthesizer_settings(), bounds=bounds, measurement=measurement,
+                                  model=model, reservation=dict(reservation))
+
+
 @dataclass(frozen=True)
 class ValidatedInput:
     """A whole table (``train``, ``holdout``, ``report``) or, streamed, a scanned source whose rows are read again
-    where they are measured (``scan``; the report's rows then come from ``MeasuredMoments.streamed``)."""
+    where they are measured (``scan``; the report's rows then come from ``MeasuredMoments.streamed``). ``schema``
+    is the schema resolved by any DP estimate (``bounds``, its public record); ``reservation`` the release's ledger
+    entry id of each part, by name."""
 
     settings: ReleaseSettings
-    synth: Synthesizer
+    schema: TableSchema
+    bounds: BoundsEstimate | None
+    reservation: tuple[tuple[str, str], ...]
     train: pd.DataFrame | None
     holdout: pd.DataFrame | None
     report: ValidationReport | None
@@ -82,17 +98,29 @@ class ValidatedInput:
 @dataclass(frozen=True)
 class EncodedInput:
     settings: ReleaseSettings
-    synth: Synthesizer
+    schema: TableSchema
+    bounds: BoundsEstimate | None
+    reservation: tuple[tuple[str, str], ...]
     x: np.ndarray | None
     scan: SourceScan | None = None
+
+    def synthesizer(self) -> Synthesizer:
+        """A new synthesizer ready to measure: the release's reservation, no measurement yet."""
+        return synthesizer_of(self.settings, self.schema, self.bounds, reservation=self.reservation)
 
 
 @dataclass(frozen=True)
 class MeasuredMoments:
     settings: ReleaseSettings
-    synth: Synthesizer
+    schema: TableSchema
+    bounds: BoundsEstimate | None
+    measurement: Measurement
     reused: bool
     streamed: StreamedInput | None = None
+
+    def synthesizer(self) -> Synthesizer:
+        """A new synthesizer holding the measurement, ready to fit its model (post-processing)."""
+        return synthesizer_of(self.settings, self.schema, self.bounds, measurement=self.measurement)
 
     def real_rows(self, validated: ValidatedInput) -> tuple[pd.DataFrame, pd.DataFrame, ValidationReport]:
         """(measured rows, held-out rows, repair report) for the internal report: the whole table's, or the
@@ -112,8 +140,16 @@ class MeasuredMoments:
 @dataclass(frozen=True)
 class FittedModel:
     settings: ReleaseSettings
-    synth: Synthesizer
+    schema: TableSchema
+    bounds: BoundsEstimate | None
+    measurement: Measurement
+    model: SyntheticModel
     streamed: bool = False
+
+    def synthesizer(self) -> Synthesizer:
+        """A new fitted synthesizer, ready to sample (post-processing)."""
+        return synthesizer_of(self.settings, self.schema, self.bounds, measurement=self.measurement,
+                              model=self.model)
 
 
 @dataclass(frozen=True)
@@ -121,7 +157,7 @@ class SyntheticTable:
     """The synthetic rows, or for a streamed release the first of the Parquet ``files`` it wrote (for the checks)."""
 
     settings: ReleaseSettings
-    synth: Synthesizer
+    schema: TableSchema
     table: pd.DataFrame
     files: tuple[str, ...] = ()
 
@@ -150,16 +186,27 @@ def row_count_metadata(n: int, relation: Relation) -> dict[str, int]:
     return {"n (public)": n} if relation == Relation.REPLACE_ONE else {}
 
 
-@splice_asset(
-    kinds={"pandas", "pandera"},
-    description="Structural validation and pre-flight (fail fast, before any charge), DP bounds where the schema "
-    "asks, record-level cleaning, and the split into measured and held-out rows.",
-    check_specs=[dg.AssetCheckSpec("structure", asset=dg.AssetKey([PREFIX, "validated_table"]), blocking=True)],
-)
-def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, ledger: LedgerResource,
-                    engine: EngineResource, store: ArtifactStore):
+def validated_table_asset(config_type: type[ReleaseConfig] = ReleaseConfig) -> dg.AssetsDefinition:
+    """The chain's first asset, its run config a ``config_type`` (``config.release_config_in``: the schemas of the
+    deployment's folder)."""
+
+    def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, ledger: LedgerResource,
+                        engine: EngineResource, store: ArtifactStore):
+        yield from _validate(context, config, ledger, engine, store)
+
+    validated_table.__annotations__["config"] = config_type  # what Dagster builds the op's config schema from
+    return splice_asset(
+        kinds={"pandas", "pandera"},
+        description="Structural validation and pre-flight (fail fast, before any charge), DP bounds where the schema "
+        "asks, record-level cleaning, and the split into measured and held-out rows.",
+        check_specs=[dg.AssetCheckSpec("structure", asset=dg.AssetKey([PREFIX, "validated_table"]), blocking=True)],
+    )(validated_table)
+
+
+def _validate(context: dg.AssetExecutionContext, config: ReleaseConfig, ledger: LedgerResource,
+              engine: EngineResource, store: ArtifactStore):
     settings = config.settings()
-    synth = settings.synthesizer(load_schema(schema_path(settings.dataset)))
+    synth = settings.synthesizer(load_schema(config.schema_file()))
     # The release records the pair share the synthesizer resolved for the schema, the one it measures with.
     settings = dataclasses.replace(settings, pair_share=synth.settings.measurement.pair_share)
     source = settings.resolved_input()
@@ -177,13 +224,15 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
         with ledger.open() as book, engine.open() as workers:
             scan = synth.scan_source(source, book, release_id, settings.holdout_fraction, workers,
                                      settings.schema_version, on_estimate)
-        validated, n_measured = ValidatedInput(settings, synth, None, None, None, source, scan), scan.n_measured
+        train, holdout, report, n_measured = None, None, None, scan.n_measured
     else:
         with ledger.open() as book:
             split = synth.prepare_split(read_table(source), book, release_id, settings.holdout_fraction,
                                         settings.schema_version, on_estimate)
-        validated = ValidatedInput(settings, synth, split.train, split.holdout, split.report, source)
-        n_measured = len(split.train)
+        scan, train, holdout, report, n_measured = None, split.train, split.holdout, split.report, len(split.train)
+    # What the later steps build their synthesizers from: the synthesizer of this step stays here.
+    validated = ValidatedInput(settings, synth.schema, synth.bounds, tuple(synth.reservation.items()), train, holdout,
+                               report, source, scan)
     if synth.bounds is not None and synth.bounds.spent:
         context.log.info(f"auto bounds, values, decimals, steps and knots (public DP estimates, noise multiplier "
                          f"{synth.bounds.noise_multiplier:.4g}): {synth.bounds.columns} {synth.bounds.found_values} "
@@ -227,12 +276,12 @@ def validated_table(context: dg.AssetExecutionContext, config: ReleaseConfig, le
 def unit_ball_encoding(validated_table: ValidatedInput) -> dg.Output[EncodedInput]:
     v = validated_table
     if v.scan is not None:  # streamed: each partition is encoded where it is measured
-        d = layout_for(v.synth.schema).d
-        return dg.Output(EncodedInput(v.settings, v.synth, None, v.scan),
+        d = layout_for(v.schema).d
+        return dg.Output(EncodedInput(v.settings, v.schema, v.bounds, v.reservation, None, v.scan),
                          metadata={"d": d, "scaling": "ball (1/sqrt(d))", "encoded": "per partition, at measurement"})
-    x = v.synth.encode(cast(pd.DataFrame, v.train))
+    x = synthesizer_of(v.settings, v.schema, v.bounds).encode(cast(pd.DataFrame, v.train))
     return dg.Output(
-        EncodedInput(v.settings, v.synth, x),
+        EncodedInput(v.settings, v.schema, v.bounds, v.reservation, x),
         metadata={"d": x.shape[1], **row_count_metadata(x.shape[0], v.settings.relation),
                   "scaling": "ball (1/sqrt(d))"},
     )
@@ -253,7 +302,7 @@ def private_moments(
     engine: EngineResource,
 ):
     e = unit_ball_encoding
-    synth, s = e.synth, e.settings
+    synth, s = e.synthesizer(), e.settings  # this step's own, to measure with
     stem = store.public_dir(s.dataset, release_id_of(context)) / "measurement"
     streamed = None
 
@@ -262,12 +311,12 @@ def private_moments(
         # what marks the release as charged.
         release_id = release_id_of(context)
         location = ReleaseLocation(release_id, s.dataset, store.release_dir(s.dataset, release_id))
-        resume.record_charge(location, s, synth.schema, synth.bounds, e.scan is not None, context.run.run_id)
+        resume.record_charge(location, s, e.schema, e.bounds, e.scan is not None, context.run.run_id)
         measurement.save(stem)
 
     if stem.with_suffix(".json").exists():
         # A retry of this step: reuse the stored noisy moments, never draw (and pay for) fresh noise.
-        synth.measurement, reused = Measurement.load(stem), True
+        measurement, reused = Measurement.load(stem), True
         if e.scan is not None:  # the report's rows again, without a measurement
             with engine.open() as workers:
                 streamed = synth.stream(e.scan, workers)
@@ -280,17 +329,18 @@ def private_moments(
                     with engine.open() as workers:
                         streamed = synth.measure_source(e.scan, book, release_id_of(context), workers,
                                                         on_noisy=keep)
+                    measurement = cast(Measurement, synth.measurement)
                 else:
-                    synth.measure(cast(np.ndarray, e.x), book, release_id_of(context), on_noisy=keep)
+                    measurement = synth.measure(cast(np.ndarray, e.x), book, release_id_of(context), on_noisy=keep)
             except MomentsOutOfRange:
                 yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=False)
                 raise dg.Failure("exact statistics not finite or out of range; nothing was charged") from None
         yield dg.AssetCheckResult(check_name="moments_in_range_before_noise", passed=True)
         reused = False
-    measurement = cast(Measurement, synth.measurement)  # measured or loaded above
-    privacy = synth.privacy
+    measured = MeasuredMoments(s, e.schema, e.bounds, measurement, reused, streamed)
+    privacy = measured.synthesizer().privacy
     yield dg.Output(
-        MeasuredMoments(s, synth, reused, streamed),
+        measured,
         metadata={
             # One headline: the whole release's guarantee, what it charged; its parts beside it.
             "epsilon": privacy.epsilon,
@@ -316,10 +366,10 @@ def private_moments(
 )
 def mixture_model(private_moments: MeasuredMoments) -> dg.Output[FittedModel]:
     p = private_moments
-    model = p.synth.fit_model()
+    model = p.synthesizer().fit_model()
     curve = [float(v) for v in model.loss_curve]
     return dg.Output(
-        FittedModel(p.settings, p.synth, p.streamed is not None),
+        FittedModel(p.settings, p.schema, p.bounds, p.measurement, model, p.streamed is not None),
         metadata={
             "K": model.params.K,
             "steps": model.steps,
@@ -353,17 +403,18 @@ def synthetic_table(context: dg.AssetExecutionContext, mixture_model: FittedMode
                     engine: EngineResource) -> dg.Output[SyntheticTable]:
     m = mixture_model
     s = m.settings
-    n = s.n_synthetic or cast(Measurement, m.synth.measurement).n  # the public n, or the noisy one (add-remove)
+    n = s.n_synthetic or m.measurement.n  # the public n, or the noisy one (add-remove)
+    synth = m.synthesizer()
     files: tuple[str, ...] = ()
     if m.streamed:  # a partitioned input gets partitioned output, written in parallel on the engine
         folder = store.public_dir(s.dataset, release_id_of(context)) / "synthetic"
         with engine.open() as workers:
-            files = tuple(m.synth.write_partitions(str(folder), n, s.seed, engine=workers))
+            files = tuple(synth.write_partitions(str(folder), n, s.seed, engine=workers))
         table = pd.read_parquet(files[0])
     else:
-        table = m.synth.sample(n, s.seed)
+        table = synth.sample(n, s.seed)
     return dg.Output(
-        SyntheticTable(s, m.synth, table, files),
+        SyntheticTable(s, m.schema, table, files),
         metadata={
             "rows": n,
             "sampling_seed": s.seed,
@@ -390,18 +441,18 @@ def fidelity_report(
     v = validated_table
     s = v.settings
     release_id = release_id_of(context)
-    synth = private_moments.synth
+    p = private_moments
     with ledger.open() as book:
         facts = release_lib.public_facts(
-            cast(Measurement, synth.measurement), book, release_id,
-            bounds_noise_multiplier=synth.privacy.bounds_noise_multiplier,
+            p.measurement, book, release_id,
+            bounds_noise_multiplier=p.synthesizer().privacy.bounds_noise_multiplier,
         )
-    train, holdout, repairs = private_moments.real_rows(v)
+    train, holdout, repairs = p.real_rows(v)
     result = build_report(
         train,
         holdout,
         synthetic_table.table,
-        synth.schema,
+        p.schema,
         facts,
         s.seed,
         store.internal_dir(s.dataset, release_id),
@@ -430,15 +481,15 @@ def release(
     store: ArtifactStore,
 ) -> dg.Output[dict]:
     s = validated_table.settings
-    synth = mixture_model.synth
+    m = mixture_model
     release_id = release_id_of(context)
     with ledger.open() as book:
         record = release_lib.write_release(
             release_id=release_id,
             settings=s.__dict__,
-            schema=synth.schema,
-            measurement=cast(Measurement, synth.measurement),
-            model=cast(SyntheticModel, synth.model),
+            schema=m.schema,
+            measurement=m.measurement,
+            model=m.model,
             synthetic=synthetic_table.table,
             report=fidelity_report.result,
             validation=private_moments.real_rows(validated_table)[2],
@@ -449,7 +500,7 @@ def release(
             tracking_uri=mlflow.uri(),
             artifact_location=mlflow.artifact_location(),
             dagster_run_id=context.run.run_id,
-            bounds_estimate=synth.bounds,
+            bounds_estimate=m.bounds,
             synthetic_files=synthetic_table.files,
             measured_rows=private_moments.measured_rows(validated_table),
         )
@@ -468,12 +519,22 @@ def release(
     )
 
 
-ALL_ASSETS = [
-    validated_table,
-    unit_ball_encoding,
-    private_moments,
-    mixture_model,
-    synthetic_table,
-    fidelity_report,
-    release,
-]
+validated_table = validated_table_asset()
+
+
+def release_assets(schema_folder: Path | None = None) -> list[dg.AssetsDefinition]:
+    """The chain's assets; the first reads the schemas of ``schema_folder`` (None: ``datasets.schema_dir()``), a
+    deployment setting (``definitions.build_definitions``), never run config."""
+    first = validated_table if schema_folder is None else validated_table_asset(release_config_in(schema_folder))
+    return [
+        first,
+        unit_ball_encoding,
+        private_moments,
+        mixture_model,
+        synthetic_table,
+        fidelity_report,
+        release,
+    ]
+
+
+ALL_ASSETS = release_assets()

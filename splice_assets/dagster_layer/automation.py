@@ -25,7 +25,7 @@ import dagster as dg
 from pydantic import ValidationError
 
 from splice_assets.dagster_layer.assets import ALL_ASSETS, CONFIG_OP
-from splice_assets.dagster_layer.config import ReleaseConfig, settings_error
+from splice_assets.dagster_layer.config import ReleaseConfig, release_config_in, settings_error
 from splice_assets.dagster_layer.resources import LedgerResource, ReleaseStepStorage, release_id_of_run
 from splice_assets.datasets import DEMO_DATASET, schema_dir, schema_path
 from splice_assets.private.ledger import BUDGET_TOLERANCE
@@ -48,11 +48,11 @@ class ReleaseSettingsRefused(dg.DagsterError):
     a "config mapping function has thrown an unexpected error" wrapper."""
 
 
-def _op_config(outer: dict[str, Any]) -> dict[str, Any]:
+def _op_config(outer: dict[str, Any], config_type: type[ReleaseConfig] = ReleaseConfig) -> dict[str, Any]:
     """The job-level run config -> the op config of the chain's first asset, refusing invalid settings."""
     settings = outer.get(SETTINGS) or {}
     try:
-        ReleaseConfig(**settings)  # every validator of the release, as the first step would run them
+        config_type(**settings)  # every validator of the release, as the first step would run them
     except ValidationError as exc:
         raise ReleaseSettingsRefused(f"{settings_error(exc)} (launch refused; no run was started)") from None
     mapped: dict[str, Any] = {"ops": {CONFIG_OP: {"config": settings}}}
@@ -65,18 +65,19 @@ def _op_config(outer: dict[str, Any]) -> dict[str, Any]:
 DATASET_ENUM = "dataset_with_a_schema_file"
 
 
-def known_datasets() -> list[str]:
-    """The datasets with a public schema file (``schema_dir()``), as the definitions load."""
-    return sorted(path.stem for path in schema_dir().glob("*.yaml"))
+def known_datasets(schema_folder: Path | None = None) -> list[str]:
+    """The datasets with a public schema file in ``schema_folder`` (default ``schema_dir()``), as the definitions
+    load."""
+    return sorted(path.stem for path in (schema_folder or schema_dir()).glob("*.yaml"))
 
 
-def _settings_type(datasets: list[str]) -> dg.Shape:
+def _settings_type(datasets: list[str], schema_folder: Path | None = None) -> dg.Shape:
     """``ReleaseConfig``'s config schema with ``dataset`` as an Enum of ``datasets`` (a string if there are none)."""
     shape = ReleaseConfig.to_config_schema().as_field().config_type
     assert isinstance(shape, dg.Shape)  # a pydantic Config's schema is a Shape of its fields
     fields = dict(shape.fields)
     if datasets:
-        folder = str(schema_dir())
+        folder = str(schema_folder or schema_dir())
         enum = dg.Enum(DATASET_ENUM, [dg.EnumValue(name, description=f"{folder}/{name}.yaml") for name in datasets])
         description = (f"Schema name: one of {folder}/*.yaml (a schema added later shows after the code location "
                        "is reloaded).")
@@ -85,14 +86,20 @@ def _settings_type(datasets: list[str]) -> dg.Shape:
     return dg.Shape(fields)
 
 
-def release_run_config(datasets: list[str] | None = None) -> dg.ConfigMapping:
+def release_run_config(datasets: list[str] | None = None, schema_folder: Path | None = None) -> dg.ConfigMapping:
     """The job-level run config: the settings block (``dataset`` an Enum of ``datasets``, default: the schema
-    folder's now) and the loggers, mapped to the first asset's op config by ``_op_config``."""
+    folder's now) and the loggers, mapped to the first asset's op config by ``_op_config``. ``schema_folder``: the
+    deployment's schema folder (default ``schema_dir()``)."""
+    config_type = release_config_in(schema_folder)
+
+    def op_config(outer: dict[str, Any]) -> dict[str, Any]:
+        return _op_config(outer, config_type)
+
     return dg.ConfigMapping(
-        config_fn=_op_config,
+        config_fn=op_config,
         config_schema={
             SETTINGS: dg.Field(
-                _settings_type(known_datasets() if datasets is None else datasets),
+                _settings_type(known_datasets(schema_folder) if datasets is None else datasets, schema_folder),
                 is_required=False,
                 description="Release settings (validated at launch; an invalid value refuses the launch).",
             ),
@@ -124,13 +131,15 @@ def remove_steps_on_failure(context: dg.HookContext) -> None:
 RELEASE_JOB = "release"
 
 
-def build_release_job(datasets: list[str] | None = None) -> "UnresolvedAssetJobDefinition":
-    """The release job, its ``dataset`` an Enum of the schema folder's datasets as the definitions load."""
+def build_release_job(datasets: list[str] | None = None,
+                      schema_folder: Path | None = None) -> "UnresolvedAssetJobDefinition":
+    """The release job, its ``dataset`` an Enum of the schema folder's datasets as the definitions load
+    (``schema_folder``: the deployment's, default ``schema_dir()``; the assets read it, ``assets.release_assets``)."""
     return dg.define_asset_job(
         RELEASE_JOB,
         selection=dg.AssetSelection.assets(*ALL_ASSETS),
         description="Validate -> encode -> measure (charged) -> fit -> sample -> report -> release.",
-        config=release_run_config(datasets),
+        config=release_run_config(datasets, schema_folder),
         # The chain is linear, so one process loses no parallelism and keeps torch's thread setting in force.
         executor_def=dg.in_process_executor,
         hooks={remove_steps_on_failure},

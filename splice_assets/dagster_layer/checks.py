@@ -19,14 +19,14 @@ from splice_assets.private.preflight import ReleaseCost, ledger_projection
     "reservation lost since, and a lowered budget).",
 )
 def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -> dg.AssetCheckResult:
-    s, synth = unit_ball_encoding.settings, unit_ball_encoding.synth
     e = unit_ball_encoding
+    s, synth = e.settings, e.synthesizer()
     _, calibration = synth.plan(e.scan.n_measured if e.scan is not None else len(e.x) if e.x is not None else 0)
     with ledger.open() as book:
         budget = book.budget(s.dataset)
         if budget is None:
             return dg.AssetCheckResult(passed=False, description=f"no lifetime budget is set for {s.dataset!r}")
-        held = synth.reservation.get(MEASUREMENT)
+        held = dict(e.reservation).get(MEASUREMENT)
         reserved = held is not None and (entry := book.entry(held)).status == STATUS_RESERVED and not entry.claimed
         # A measurement already reserved with its release counts in the spend: adding it again would count it twice.
         cost = ReleaseCost(() if reserved else (calibration.noise_multiplier,))
@@ -54,7 +54,7 @@ def budget_available(unit_ball_encoding: EncodedInput, ledger: LedgerResource) -
     description="Great-expectations suite from the schema on the SYNTHETIC rows only (BOOLEAN_ONLY results).",
 )
 def synthetic_expectations(synthetic_table: SyntheticTable) -> dg.AssetCheckResult:
-    summary = check_synthetic(synthetic_table.table, synthetic_table.synth.schema)
+    summary = check_synthetic(synthetic_table.table, synthetic_table.schema)
     return dg.AssetCheckResult(
         passed=bool(summary.success),
         severity=dg.AssetCheckSeverity.WARN,

@@ -9,6 +9,7 @@ dataset's schema is found, the limits that need it (delta < 1/n_min) are checked
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import dagster as dg
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -27,6 +28,10 @@ _DEFAULT = ReleaseSettings
 
 class ReleaseConfig(dg.Config):
     """Everything a release needs. Only ``dataset`` matters for the bundled demo; the rest has defaults."""
+
+    #: The deployment's folder of schema files (``release_config_in``), None: ``datasets.schema_dir()``. A class
+    #: setting, not a field: no run config can point a release at another folder.
+    schema_folder: ClassVar[Path | None] = None
 
     dataset: str = Field(default=_DEFAULT.dataset, description="Schema name: schemas/<dataset>.yaml.")
     schema_version: int | None = Field(default=None, description="Expected schema version (drift check).")
@@ -110,7 +115,7 @@ class ReleaseConfig(dg.Config):
         # file that is not there (a glob or URL is left to the first step).
         settings = self.settings()
         try:
-            schema = load_schema(schema_path(settings.dataset))
+            schema = load_schema(self.schema_file())
         except OSError as exc:  # no schema file: pydantic reports a ValueError with its message
             raise ValueError(str(exc)) from None
         settings.synthesizer(schema)
@@ -121,6 +126,23 @@ class ReleaseConfig(dg.Config):
 
     def settings(self) -> ReleaseSettings:
         return ReleaseSettings(**self.model_dump())
+
+    def schema_file(self) -> Path:
+        """The dataset's schema file in the deployment's schema folder."""
+        return schema_path(self.dataset, type(self).schema_folder)
+
+
+def release_config_in(schema_folder: Path | None) -> type[ReleaseConfig]:
+    """``ReleaseConfig`` reading its schemas from ``schema_folder``, a deployment setting given where the definitions
+    are built (``definitions.build_definitions``); None: ``ReleaseConfig`` itself (``datasets.schema_dir()``)."""
+    if schema_folder is None:
+        return ReleaseConfig
+
+    class ReleaseConfigIn(ReleaseConfig):
+        __doc__ = ReleaseConfig.__doc__
+
+    ReleaseConfigIn.schema_folder = Path(schema_folder)
+    return ReleaseConfigIn
 
 
 def missing_input(input_path: str) -> str | None:

@@ -151,15 +151,17 @@ class ReleaseStepStorage(dg.ConfigurableIOManager):
             return pickle.load(handle)
 
 
-def default_resources() -> dict[str, object]:
-    """The deployment's resources, from the environment as the definitions load."""
+def default_resources(engine: str | None = None) -> dict[str, object]:
+    """The deployment's resources, from the environment as the definitions load; ``engine``: the deployment's own
+    choice of engine instead of SPLICE_ENGINE's (`splice release --engine`, which builds its definitions)."""
     artifacts = os.environ.get("SPLICE_ARTIFACT_DIR", "")
     return {
         "ledger": LedgerResource(url=os.environ.get("SPLICE_LEDGER_URL", "")),
         "mlflow": MlflowResource(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI", "")),
         "store": ArtifactStore(base_dir=artifacts),
         "engine": EngineResource(
-            engine=os.environ.get("SPLICE_ENGINE", "local"), scheduler=os.environ.get("SPLICE_DASK_SCHEDULER", ""),
+            engine=engine or os.environ.get("SPLICE_ENGINE", "local"),
+            scheduler=os.environ.get("SPLICE_DASK_SCHEDULER", ""),
             workers=int(os.environ.get("SPLICE_DASK_WORKERS", "2")),
         ),
         "io_manager": ReleaseStepStorage(base_dir=artifacts),

@@ -78,7 +78,7 @@ def fit(measurement: Measurement, schema: TableSchema, config: FitConfig) -> Syn
         margins=targets.per_coordinate(layout) if targets is not None else None,
     )
     fine = FineTables(measurement.noisy_fine, measurement.marginal_noise_std(), measurement.fine_bins,
-                      config.fine_threshold, measurement.fine_split, couplings,
+                      config.fine_threshold, couplings,
                       level_first=config.fine_level_first, exponential_tails=config.fine_exponential_tails,
                       knot_shapes=config.fine_knot_shapes, stratified=config.fine_stratified,
                       grid_weight=measurement.grid_weight,
@@ -153,7 +153,7 @@ def fine_columns(measurement: Measurement, schema: TableSchema) -> tuple[FineCel
     """The public fine cells of the measurement's fine tables (none if it has none)."""
     if not measurement.fine_sizes:
         return ()
-    return fine_cells(schema, measurement.fine_bins, measurement.numeric_bins, measurement.fine_split)
+    return fine_cells(schema, measurement.fine_bins, measurement.numeric_bins)
 
 
 def fit_tables(measurement: Measurement, schema: TableSchema, config: FitConfig) -> SyntheticModel:

@@ -49,7 +49,6 @@ class FineTables:
     noise_std: float
     fine_bins: int
     threshold: float = DEFAULT_FINE_THRESHOLD
-    split: int = 0
     #: (follower, leader, correlation) positions in ``fine_cells`` order, leaders first: the follower's draw inside
     #: its bin is conditioned on its leader's through a Gaussian copula; see ``choose_couplings``.
     couplings: tuple[tuple[int, int, float], ...] = ()
@@ -93,15 +92,14 @@ class FineTables:
     def consistent(
         self, column: FineCells, table: np.ndarray, coarse: np.ndarray | None = None,
         numeric_bins: int = DEFAULT_NUMERIC_BINS,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """A column's fine and finer tables made consistent (post-processing): the cells of each coarse bin
-        (thresholded, ``kept``) projected onto the non-negative tables summing to the bin's mass in ``coarse`` (the
-        noisy coarse 1-way table; default: the fine cells' own sum), then each interval's finer cells onto that
-        interval's mass. The Euclidean projection is a soft threshold whose level the sum sets, so it removes
-        the noise of many empty cells in a sparse bin and little of a smooth one. Before it, the cells are shrunk
-        toward the bin's straight shape, or in a tail bin of intervals toward an exponential one where that fits
-        them better (``exponential_tails``). A sentinel's cell is left out
-        (its rows sit on it through the sentinel coordinate), and so is its mass from the bin's; so is a candidate's
+    ) -> np.ndarray:
+        """A column's fine table made consistent (post-processing): the cells of each coarse bin (thresholded,
+        ``kept``) projected onto the non-negative tables summing to the bin's mass in ``coarse`` (the noisy coarse
+        1-way table; default: the fine cells' own sum). The Euclidean projection is a soft threshold whose level the
+        sum sets, so it removes the noise of many empty cells in a sparse bin and little of a smooth one. Before it,
+        the cells are shrunk toward the bin's straight shape, or in a tail bin of intervals toward an exponential one
+        where that fits them better (``exponential_tails``). A sentinel's cell is left out (its rows sit on it through
+        the sentinel coordinate), and so is its mass from the bin's; so is a candidate's
         cell whose noisy count is below ``candidate_z``, its count added to the interval that holds its value."""
         noise_std = self.noise_std_of(column)
         counts = table[: column.n_cells].copy()
@@ -136,11 +134,7 @@ class FineTables:
                         shape = _steeper_tail(cells, shape, steep, noise_std)
                     cells = shrunk_toward(cells, shape, noise_std, spike)
                 weights[inside] = _project(cells[None, :], np.array([masses[bin_]]))[0]
-        finer = self.kept(table[column.n_cells :], noise_std)
-        if finer.size:
-            children = _project(finer.reshape(column.intervals, column.split), weights[len(column.points) :])
-            finer = children.ravel()
-        return weights, finer
+        return weights
 
     def refine(
         self, x: np.ndarray, cells: tuple[FineCells, ...], rng: np.random.Generator,
@@ -162,7 +156,7 @@ class FineTables:
         latent: dict[int, np.ndarray] = {}  # a leader's normal score of each row's drawn quantile (NaN: not drawn)
         for c in order:
             column = cells[c]
-            weights, finer = self.consistent(column, tables[c], None if coarse is None else coarse[c], numeric_bins)
+            weights = self.consistent(column, tables[c], None if coarse is None else coarse[c], numeric_bins)
             order_c = column.ordered()
             parents = np.asarray(column.parents)[order_c]
             z = np.clip(out[:, column.coordinate], -1.0, 1.0)
@@ -204,8 +198,6 @@ class FineTables:
                 k = np.minimum(np.searchsorted(cdf, u, side="right"), len(inside) - 1)  # skips empty cells
                 below_k = np.where(k > 0, cdf[np.maximum(k - 1, 0)], 0.0)
                 position = np.clip((u - below_k) / np.maximum(cdf[k] - below_k, 1e-300), 0.0, 1.0 - 1e-12)
-                if finer.size:
-                    position = _inside_interval(inside[k] - len(column.points), position, finer, column.split)
                 out[rows, column.coordinate] = column.at(inside[k], position)
                 if c in leaders:
                     latent[c][rows] = _normal_score(below[bin_] + u * (below[bin_ + 1] - below[bin_]))
@@ -471,25 +463,6 @@ def _project(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
     return out
 
 
-def _inside_interval(interval: np.ndarray, position: np.ndarray, finer: np.ndarray, split: int) -> np.ndarray:
-    """Positions in [0, 1) inside the chosen intervals (``interval`` < 0: a point, unchanged) re-drawn through the
-    interval's kept finer table (inverse distribution function, ``position`` the uniform draw); an interval whose
-    finer cells are all empty keeps its uniform position."""
-    out = position.copy()
-    rows = np.flatnonzero(interval >= 0)
-    children = finer.reshape(-1, split)[interval[rows]]
-    total = children.sum(axis=1)
-    rows, children, total = rows[total > 0], children[total > 0], total[total > 0]
-    cdf = np.cumsum(children, axis=1) / total[:, None]
-    p = position[rows]
-    k = np.minimum((cdf <= p[:, None]).sum(axis=1), split - 1)  # skips empty children
-    taken = np.arange(len(rows))
-    below = np.where(k > 0, cdf[taken, np.maximum(k - 1, 0)], 0.0)
-    within = np.clip((p - below) / np.maximum(cdf[taken, k] - below, 1e-300), 0.0, 1.0 - 1e-12)
-    out[rows] = np.minimum((k + within) / split, 1.0 - 1e-12)
-    return out
-
-
 def below_noise(
     measurement: Measurement, schema: TableSchema, sigmas: float = 2.0, limit: int = 20
 ) -> dict[str, list[Any]]:
@@ -504,7 +477,7 @@ def below_noise(
             labels = [*spec.categories, *(["<missing>"] if spec.nullable else [])]
             out[spec.name] = [labels[i] for i in np.argsort(table) if table[i] < floor][:limit]
     if measurement.fine_sizes:
-        cells = fine_cells(schema, measurement.fine_bins, measurement.numeric_bins, measurement.fine_split)
+        cells = fine_cells(schema, measurement.fine_bins, measurement.numeric_bins)
         for column, table in zip(cells, per_column(measurement.noisy_fine, cells)):
             points = table[: len(column.points)]
             fine_floor = sigmas * measurement.fine_noise_std(column.per_value)

@@ -16,7 +16,6 @@ import numpy as np
 from splice_assets.defaults import DEFAULT_LEVEL_UNITS, default_pair_share
 from splice_assets.fine_cells import (
     DEFAULT_FINE_BINS,
-    DEFAULT_FINE_SPLIT,
     DEFAULT_GRID_WEIGHT,
     DEFAULT_INTERVAL_WEIGHT,
     FineCells,
@@ -32,7 +31,6 @@ from splice_assets.layout import (
     layout_for,
     marginal_sizes,
     pair_sizes,
-    pair_tables,
     triple_sizes,
     triples_with_target,
 )
@@ -51,13 +49,6 @@ from splice_assets.private.mechanism import (
     DEFAULT_MARGINAL_SHARE,
     DEFAULT_N_DIRECTIONS,
     DEFAULT_PAIR_SHARE,
-)
-from splice_assets.private.pair_selection import (
-    DEFAULT_PAIRS_PER_COORDINATE,
-    DEFAULT_SELECTION_SHARE,
-    chosen_pairs,
-    dependence_scores,
-    selected_count,
 )
 from splice_assets.schema import TableSchema
 
@@ -93,16 +84,10 @@ class MeasurementPlan:
     count_weight: float = 0.0
     fine_bins: int = 0
     fine: tuple[FineCells, ...] = ()
-    fine_split: int = 0
     #: A per-value fine table counts as this many 1-way tables in Delta^2, a fine table of intervals as
     #: ``interval_weight`` (``FineCells.weight_units``).
     grid_weight: int = 1
     interval_weight: int = 1
-    # Pair selection (``pair_selection``): K tables chosen from the candidate ``pairs`` by noisy dependence scores at
-    # weight ``score_weight``, which take ``selection_share`` of Delta^2 out of ``pair_share``; 0 = every pair measured.
-    selected_pairs: int = 0
-    selection_share: float = 0.0
-    score_weight: float = 0.0
     # The target's 3-way tables (``layout.triples_with_target``), measured at the pair weight beside the pairs.
     triples: tuple[tuple[int, int, int], ...] = ()
     triple_sizes: tuple[int, ...] = ()
@@ -133,8 +118,7 @@ class MeasurementPlan:
 
     @property
     def mechanism(self) -> str:
-        pairs = "selected-pairs" if self.selected_pairs else "pairs"
-        families = ["sliced-chebyshev"] + ["marginals"] * bool(self.marginal_sizes) + [pairs] * bool(self.pairs)
+        families = ["sliced-chebyshev"] + ["marginals"] * bool(self.marginal_sizes) + ["pairs"] * bool(self.pairs)
         families += ["target-triples"] * bool(self.triples)
         return "gaussian/" + "+".join(families + ["fine"] * bool(self.fine))
 
@@ -153,14 +137,14 @@ class MeasurementPlan:
             "marginal_share": self.marginal_share,
             "numeric_bins": self.numeric_bins,
             "pair_share": self.pair_share,
-            **({"fine_bins": self.fine_bins, "fine_split": self.fine_split} if self.fine else {}),
+            # "fine_split" (the second fine table, removed in issue 66) stays 0 in the hashed parameters, so a
+            # plan's hash is the one it had before.
+            **({"fine_bins": self.fine_bins, "fine_split": 0} if self.fine else {}),
             **({"grid_weight": self.grid_weight, "interval_weight": self.interval_weight,
                 "one_way_share": self.one_way_share}
                if self.fine and (self.grid_weight, self.interval_weight) != (1, 1) else {}),
             **({"marginal_units": list(self.marginal_units), "one_way_share": self.one_way_share}
                if self.coarse_units != len(self.marginal_sizes) else {}),
-            **({"pair_selection": {"candidates": len(self.pairs), "selected": self.selected_pairs,
-                                   "share": self.selection_share}} if self.selected_pairs else {}),
             **({"target_triples": len(self.triples)} if self.triples else {}),
         }
 
@@ -169,7 +153,7 @@ def one_way_units(coarse_units: int, fine: tuple[FineCells, ...], grid_weight: i
     """How many 1-way tables the coarse tables (``coarse_units``, ``level_units``) and the fine tables count as in
     Delta^2 (a per-value fine table as ``grid_weight``, one of intervals as ``interval_weight``,
     ``FineCells.weight_units``)."""
-    return coarse_units + sum(c.weight_units(grid_weight, interval_weight) * c.tables for c in fine)
+    return coarse_units + sum(c.weight_units(grid_weight, interval_weight) for c in fine)
 
 
 def one_way_share(marginal_share: float, coarse_tables: int, fine: tuple[FineCells, ...], grid_weight: int,
@@ -197,27 +181,22 @@ def make_plan(
     pair_share: float | None = None,
     relation: Relation = Relation.REPLACE_ONE,
     fine_bins: int = DEFAULT_FINE_BINS,
-    fine_split: int = DEFAULT_FINE_SPLIT,
     grid_weight: int = DEFAULT_GRID_WEIGHT,
     interval_weight: int = DEFAULT_INTERVAL_WEIGHT,
-    pairs_per_coordinate: float = DEFAULT_PAIRS_PER_COORDINATE,
-    selection_share: float = DEFAULT_SELECTION_SHARE,
     target_triples: int = DEFAULT_TARGET_TRIPLES,
     level_units: bool = DEFAULT_LEVEL_UNITS,
 ) -> tuple[MeasurementPlan, privacy.Calibration]:
     """Validate the parameters against the schema's public n_min and calibrate the one Gaussian mechanism.
 
     ``marginal_share`` of Delta^2 goes to the 1-way histograms: every coordinate's, on its levels or the
-    ``numeric_bins`` coarse bins, and with ``fine_bins`` > 0 every numeric column's fine table and, with
-    ``fine_split`` > 0, the finer table of a column with intervals (``fine_cells``); the fine table of a column
+    ``numeric_bins`` coarse bins, and with ``fine_bins`` > 0 every numeric column's fine table (``fine_cells``); the
+    fine table of a column
     with one cell per grid value counts as ``grid_weight`` tables (its cells weighted sqrt(grid_weight) times a
     coarse table's), that of a column with intervals as ``interval_weight``, and with ``level_units`` a coarse table
     of many cells as ``measurement.level_units`` of them (every other table as one).
     ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns (None: by the
-    schema, ``defaults.default_pair_share``; both 0 = the paper's moments only); when they number more than
-    ``pairs_per_coordinate`` x d, ``selection_share`` of it buys noisy dependence scores and the rest the tables of
-    the pairs they choose (``pair_selection``). Without that choice, the schema's target and every pair of other
-    columns with a small table get a 3-way table when they number at most ``target_triples``
+    schema, ``defaults.default_pair_share``; both 0 = the paper's moments only). The schema's target and every pair
+    of other columns with a small table get a 3-way table when they number at most ``target_triples``
     (``layout.triples_with_target``), one more table at the pair weight each. The row count ``n`` enters the plan
     under replace-one only; under add-remove it is private, so it is not read, and ``DEFAULT_COUNT_SHARE`` of
     Delta^2 buys a noisy count instead.
@@ -232,19 +211,12 @@ def make_plan(
     layout = layout_for(schema)
     sizes = marginal_sizes(layout, numeric_bins) if marginal_share > 0 else ()
     units = measured_level_units(sizes, numeric_bins) if level_units else (1,) * len(sizes)
-    fine = fine_cells(schema, fine_bins, numeric_bins, fine_split) if marginal_share > 0 else ()
+    fine = fine_cells(schema, fine_bins, numeric_bins) if marginal_share > 0 else ()
     pairs = coordinate_pairs(layout) if pair_share > 0 else ()
     cells = pair_sizes(layout, pairs, numeric_bins)
-    measured = selected_count(len(pairs), layout.d, pairs_per_coordinate)
-    selecting = measured < len(pairs)
-    if selecting and not 0 < selection_share < pair_share:
-        raise ValueError(f"selection_share must lie in (0, pair_share = {pair_share!r}), got {selection_share!r}")
-    score_share = selection_share if selecting else 0.0
-    triples = () if selecting or not pairs else triples_with_target(
-        layout, schema.target, target_triples, numeric_bins
-    )
+    triples = () if not pairs else triples_with_target(layout, schema.target, target_triples, numeric_bins)
     three_way = triple_sizes(layout, triples, numeric_bins)
-    # A coarse, fine or finer table weighted sqrt(u) w (u its units) moves by as much as u tables at w: it counts u
+    # A coarse or fine table weighted sqrt(u) w (u its units) moves by as much as u tables at w: it counts u
     # times; a 3-way table is one more table at the pair weight (each row adds 1 to one of its cells, as to a pair's).
     tables = one_way_units(sum(units), fine, grid_weight, interval_weight)
     table_cells = int(np.dot(units, sizes)) + sum(c.weight_units(grid_weight, interval_weight) * c.size for c in fine)
@@ -257,26 +229,21 @@ def make_plan(
             "pair_share, grid_weight or interval_weight"
         )
     weights = privacy.query_weights(
-        share1, pair_share - score_share, n_directions, k, tables, measured + len(triples), relation,
-        count_share, score_share, len(pairs) if selecting else 0,
+        share1, pair_share, n_directions, k, tables, len(pairs) + len(triples), relation, count_share,
     )
     plan = MeasurementPlan(
         schema.name, schema.version, public_n, epsilon, delta, n_directions, k, seed, scaling,
         # () where every table has one unit: the plan, its public parameters and the measurement read as before
         marginal_share, numeric_bins, sizes, weights.marginal, units if sum(units) != len(units) else (), pair_share,
         pairs, cells, weights.pair, relation,
-        weights.row_count, fine_bins if fine else 0, fine, fine_split if fine else 0, grid_weight, interval_weight,
-        measured if selecting else 0, score_share, weights.score, triples, three_way,
+        weights.row_count, fine_bins if fine else 0, fine, grid_weight, interval_weight, triples=triples,
+        triple_sizes=three_way,
     )
-    # Before the choice the measured cells are known only up to the K largest candidates (float slack only).
-    measured_cells = int(sum(sorted(cells, reverse=True)[:measured])) + sum(three_way)
     calibration = privacy.calibrate(
         epsilon, delta, public_n, n_directions, k, relation,
         marginal_coordinates=tables, marginal_cells=table_cells, marginal_weight=weights.marginal,
-        pair_count=measured + len(triples), pair_cells=measured_cells, pair_weight=weights.pair,
+        pair_count=len(pairs) + len(triples), pair_cells=int(sum(cells)) + sum(three_way), pair_weight=weights.pair,
         count_weight=weights.row_count,
-        score_count=len(pairs) if selecting else 0, score_weight=weights.score,
-        score_terms=float(sum((c + 2) ** 2 for c in cells)) if selecting else 0.0,
     )
     return plan, calibration
 
@@ -426,10 +393,8 @@ def measure_exact(
     each target triple's (P tables in all, at one weight w2); replacing one row moves
     [m_j/sqrt(j), w * h1, w2 * h2] by at most sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n. Under add-remove the vector is
     [S_j/sqrt(j), w * c1, w2 * c2, wn * n] of sums and counts, and one row moves it by at most
-    sqrt(L H_k + w^2 C + w2^2 P + wn^2). Either is
-    calibration.sensitivity (float slack included). With pair selection the 2-way part is the K chosen tables plus
-    the S candidates' scores (+ ws^2 S, or 4 ws^2 S / n^2), drawn after the rest (``pair_selection``). A failure
-    before the first noise is drawn aborts the reservation; after it, the spend stays counted.
+    sqrt(L H_k + w^2 C + w2^2 P + wn^2). Either is calibration.sensitivity (float slack included). A failure before
+    the first noise is drawn aborts the reservation; after it, the spend stays counted.
     """
     if not statistics_in_range(stats):
         raise MomentsOutOfRange("exact statistics are not finite or out of range; nothing was charged")
@@ -451,10 +416,8 @@ def measure_exact(
             relation=plan.relation,
             params_hash=params_hash(plan.public_params()),
         )
-    selecting = plan.selected_pairs > 0
-    # With pair selection the 2-way tables are noised in steps 2 and 3 (``pair_selection``), after the rest; the
-    # triples (none with selection) follow the pairs at their weight.
-    first_pairs = np.zeros(0) if selecting else np.concatenate([stats.pairs, stats.triples])
+    # The target's triples follow the pairs at their weight.
+    first_pairs = np.concatenate([stats.pairs, stats.triples])
     counted = [] if stats.count is None else [float(stats.count)]
     try:
         cell_weights = np.concatenate([
@@ -474,53 +437,24 @@ def measure_exact(
     marginals, rest = np.split(noisy_cells, [int(sum(plan.marginal_sizes))])
     pairs, noisy_count, fine = np.split(rest, [first_pairs.size, first_pairs.size + len(counted)])
     pairs, triples = np.split(pairs, [pairs.size - stats.triples.size])
-    chosen = np.arange(len(plan.pairs))
-    if selecting:
-        chosen, pairs = _selected_tables(stats, plan, calibration, marginals, noisy_count)
     if plan.relation == Relation.REPLACE_ONE:
         measurement = measurement_of(plan, calibration, stats.d, noisy_moments, marginals, pairs, entry_id, fine=fine,
-                                     chosen=chosen, triples=triples)
+                                     triples=triples)
     else:
         # Post-processing: pool the noisy count with the histograms' totals, then divide every sum by that n.
         n_hat = pooled_row_count(
             float(noisy_count[0]), calibration.count_noise_std(), marginals, plan.marginal_sizes,
-            calibration.marginal_noise_std(), pairs, tuple(plan.pair_sizes[i] for i in chosen),
-            calibration.pair_noise_std(), plan.marginal_units,
+            calibration.marginal_noise_std(), pairs, plan.pair_sizes, calibration.pair_noise_std(), plan.marginal_units,
         )
         measurement = measurement_of(
             plan, calibration, stats.d, noisy_moments / n_hat, marginals / n_hat, pairs / n_hat, entry_id,
-            n=max(1, round(n_hat)), sigma=calibration.sigma / n_hat, fine=fine / n_hat, chosen=chosen,
-            triples=triples / n_hat,
+            n=max(1, round(n_hat)), sigma=calibration.sigma / n_hat, fine=fine / n_hat, triples=triples / n_hat,
         )
     if on_noisy is not None:
         on_noisy(measurement)
     if ledger is not None and entry_id is not None:
         ledger.commit(entry_id)
     return measurement
-
-
-def _selected_tables(
-    stats: ExactStatistics,
-    plan: MeasurementPlan,
-    calibration: privacy.Calibration,
-    noisy_marginals: np.ndarray,
-    noisy_count: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Steps 2 and 3 of ``pair_selection``: noisy dependence scores of every candidate pair against step 1's noisy
-    1-way tables, then the noisy tables of the K chosen. Returns (chosen candidate indices, their noisy cells)."""
-    total = 1.0
-    if plan.relation == Relation.ADD_REMOVE:
-        total = pooled_row_count(
-            float(noisy_count[0]), calibration.count_noise_std(), noisy_marginals, plan.marginal_sizes,
-            calibration.marginal_noise_std(), np.zeros(0), (), calibration.pair_noise_std(), plan.marginal_units,
-        )
-    scores = dependence_scores(stats.pairs, plan.pairs, plan.marginal_sizes, noisy_marginals, total)
-    noisy_scores = privacy.gaussian_noise(plan.score_weight * scores, calibration.sigma) / plan.score_weight
-    chosen = chosen_pairs(noisy_scores, plan.pair_sizes, calibration.pair_noise_std(), plan.selected_pairs)
-    tables = pair_tables(stats.pairs, plan.pairs, plan.marginal_sizes)
-    cells = np.concatenate([tables[i].ravel() for i in chosen])
-    noisy = privacy.gaussian_noise(plan.pair_weight * cells, calibration.sigma) / plan.pair_weight
-    return chosen, noisy
 
 
 def measurement_of(
@@ -534,15 +468,12 @@ def measurement_of(
     n: int | None = None,
     sigma: float | None = None,
     fine: np.ndarray | None = None,
-    chosen: np.ndarray | None = None,
     triples: np.ndarray | None = None,
 ) -> Measurement:
     """The ``Measurement`` of ``plan`` holding these (already noisy) frequencies and the plan's public facts.
 
     ``n`` and ``sigma`` default to the plan's public n and the mechanism's sigma (replace-one); under add-remove
-    they are the noisy n and sigma over it. ``chosen`` indexes the measured pairs among the plan's candidates
-    (default: all). Without ``triples`` the measurement has no 3-way tables."""
-    chosen = np.arange(len(plan.pairs)) if chosen is None else chosen
+    they are the noisy n and sigma over it. Without ``triples`` the measurement has no 3-way tables."""
     return Measurement(
         dataset=plan.dataset,
         schema_version=plan.schema_version,
@@ -565,16 +496,14 @@ def measurement_of(
         marginal_units=plan.marginal_units,
         numeric_bins=plan.numeric_bins,
         noisy_pairs=pairs,
-        pairs=tuple(plan.pairs[i] for i in chosen),
-        pair_sizes=tuple(plan.pair_sizes[i] for i in chosen),
+        pairs=plan.pairs,
+        pair_sizes=plan.pair_sizes,
         pair_weight=plan.pair_weight,
-        pair_candidates=len(plan.pairs) if plan.selected_pairs else 0,
         noise_multiplier=calibration.noise_multiplier,
         # Without ``fine`` the measurement has no fine tables (tests that build one from bare statistics).
         noisy_fine=np.zeros(0) if fine is None else fine,
         fine_sizes=() if fine is None else plan.fine_sizes,
         fine_bins=0 if fine is None else plan.fine_bins,
-        fine_split=0 if fine is None else plan.fine_split,
         grid_weight=1 if fine is None else plan.grid_weight,
         interval_weight=1 if fine is None else plan.interval_weight,
         noisy_triples=np.zeros(0) if triples is None else triples,

@@ -110,8 +110,6 @@ def sensitivity(
     pair_weight: float = 0.0,
     relation: Relation = Relation.REPLACE_ONE,
     count_weight: float = 0.0,
-    score_count: int = 0,
-    score_weight: float = 0.0,
 ) -> float:
     """l2 sensitivity of the released vector.
 
@@ -124,11 +122,6 @@ def sensitivity(
     Add-remove (n private, sums and counts): Delta = sqrt(L H_k + w^2 C + w2^2 P + wn^2), with n ignored.
     One row adds T_j/sqrt(j) (|T_j| <= 1) to each scaled sum, w to one cell of each 1-way histogram, w2 to one cell
     of each 2-way histogram and wn to the weighted row count.
-
-    With pair selection (``pair_selection``) the vector also holds S weighted dependence scores, each the l1
-    distance of a candidate pair's exact table from a reference fixed by the noisy 1-way tables drawn before it:
-    one row moves one cell of the table by 1 (add-remove: + ws^2 S) or two cells by 1/n (replace-one: + 4 ws^2 S
-    / n^2), and the score by at most that; P is then the number of selected tables.
     """
     _check_relation(relation)
     _check_shape(n, n_directions, k, n_private=relation == Relation.ADD_REMOVE)
@@ -142,11 +135,10 @@ def sensitivity(
             )
     _check_marginals(marginal_coordinates, marginal_weight)
     _check_marginals(pair_count, pair_weight)
-    _check_marginals(score_count, score_weight)
     moment_factor, table_factor = _factors(relation)
     squared = (
         moment_factor * n_directions * harmonic(k) + table_factor * marginal_weight**2 * marginal_coordinates
-        + table_factor * pair_weight**2 * pair_count + count_weight**2 + moment_factor * score_weight**2 * score_count
+        + table_factor * pair_weight**2 * pair_count + count_weight**2
     )
     # Under replace-one, _check_shape has checked that n is an integer >= 1.
     return math.sqrt(squared) if relation == Relation.ADD_REMOVE else math.sqrt(squared) / cast(int, n)
@@ -182,24 +174,22 @@ class QueryWeights(NamedTuple):
     marginal: float
     pair: float
     row_count: float
-    score: float = 0.0
 
 
 def query_weights(
     marginal_share: float, pair_share: float, n_directions: int, k: int, marginal_coordinates: int, pair_count: int,
-    relation: Relation = Relation.REPLACE_ONE, count_share: float = 0.0, score_share: float = 0.0, score_count: int = 0,
+    relation: Relation = Relation.REPLACE_ONE, count_share: float = 0.0,
 ) -> QueryWeights:
-    """Weights (w, w2, wn, ws) giving the 1-way histograms, the 2-way histograms, (add-remove only) the row count
-    and (pair selection only) the dependence scores their shares of Delta^2, the moments the rest: with M = a L H_k
-    the moments' part and s0 = 1 - s1 - s2 - sn - ss, b w^2 C = s1 / s0 M, b w2^2 P = s2 / s0 M, wn^2 = sn / s0 M
-    and a ws^2 S = ss / s0 M (a, b = 4, 2 under replace-one, 1, 1 under add-remove; see ``sensitivity``).
+    """Weights (w, w2, wn) giving the 1-way histograms, the 2-way histograms and (add-remove only) the row count
+    their shares of Delta^2, the moments the rest: with M = a L H_k the moments' part and s0 = 1 - s1 - s2 - sn,
+    b w^2 C = s1 / s0 M, b w2^2 P = s2 / s0 M and wn^2 = sn / s0 M (a, b = 4, 2 under replace-one, 1, 1 under
+    add-remove; see ``sensitivity``).
 
     A public function of public parameters; 1-way cells then carry noise sigma / w, 2-way cells sigma / w2, the
-    count sigma / wn, a score sigma / ws.
+    count sigma / wn.
     """
     _check_relation(relation)
-    for name, share in (("marginal", marginal_share), ("pair", pair_share), ("count", count_share),
-                        ("score", score_share)):
+    for name, share in (("marginal", marginal_share), ("pair", pair_share), ("count", count_share)):
         if not _finite_real(share) or not 0.0 <= share < 1.0:
             raise PrivacyParameterError(f"{name} share must be in [0, 1), got {share!r}")
     if relation == Relation.REPLACE_ONE and count_share != 0:
@@ -208,11 +198,11 @@ def query_weights(
         raise PrivacyParameterError(
             f"n is private under {relation!r}: the count share must be > 0, got {count_share!r}"
         )
-    moment_share = 1.0 - marginal_share - pair_share - count_share - score_share
+    moment_share = 1.0 - marginal_share - pair_share - count_share
     if not moment_share > 0.0:
         raise PrivacyParameterError(
-            f"marginal share {marginal_share!r} + pair share {pair_share!r} + count share {count_share!r} + score "
-            f"share {score_share!r} must leave the moments a share > 0"
+            f"marginal share {marginal_share!r} + pair share {pair_share!r} + count share {count_share!r} must leave "
+            "the moments a share > 0"
         )
     moment_factor, table_factor = _factors(relation)
     moments = moment_factor * n_directions * harmonic(k) / moment_share
@@ -222,7 +212,7 @@ def query_weights(
 
     return QueryWeights(
         weight(marginal_share, marginal_coordinates, table_factor), weight(pair_share, pair_count, table_factor),
-        weight(count_share, 1, 1.0), weight(score_share, score_count, moment_factor),
+        weight(count_share, 1, 1.0),
     )
 
 
@@ -233,8 +223,7 @@ def marginal_weight(share: float, n_directions: int, k: int, marginal_coordinate
 
 def float_slack(n: int | None, k: int, n_directions: int = 1, marginal_cells: int = 0, marginal_weight: float = 0.0,
                 marginal_coordinates: int = 0, pair_cells: int = 0, pair_weight: float = 0.0,
-                pair_count: int = 0, relation: Relation = Relation.REPLACE_ONE, count_weight: float = 0.0,
-                score_count: int = 0, score_weight: float = 0.0, score_terms: float = 0.0) -> float:
+                pair_count: int = 0, relation: Relation = Relation.REPLACE_ONE, count_weight: float = 0.0) -> float:
     """Relative slack on Delta covering floating-point rounding (>= 1e-9).
 
     ``moments.py`` sums in exact fixed point / integers: every row contributes values rounded once (|T| <= 1,
@@ -245,19 +234,15 @@ def float_slack(n: int | None, k: int, n_directions: int = 1, marginal_cells: in
     < 4 * 2^-53 * N * scale. Over L k moment, B weighted 1-way, B2 weighted 2-way cells (and the count):
     < 4 * 2^-53 N sqrt(L k + w^2 B + w2^2 B2 + wn^2); relative to Delta and with a safety factor 2, that is
     8 * 2^-53 N sqrt(L k + w^2 B + w2^2 B2 + wn^2) / (n Delta) under replace-one. Under add-remove n is private, so
-    the public cap ``MAX_ROWS`` on the rows the fixed-point sums hold stands in for it. A dependence score sums the
-    c cells of a table's |count - reference| (each <= N, the total <= 2 N) and rounds within (c + 2) such ulps:
-    ``score_terms`` is the sum over scores of (c + 2)^2, weighted by ws^2 like the cells.
+    the public cap ``MAX_ROWS`` on the rows the fixed-point sums hold stands in for it.
     """
     # Under replace-one, sensitivity() below has checked that n is an integer >= 1.
     rows = MAX_ROWS if relation == Relation.ADD_REMOVE else cast(int, n)
     delta = sensitivity(
         n, n_directions, k, marginal_coordinates, marginal_weight, pair_count, pair_weight, relation, count_weight,
-        score_count, score_weight,
     )
     rounding = math.sqrt(
         n_directions * k + marginal_weight**2 * marginal_cells + pair_weight**2 * pair_cells + count_weight**2
-        + score_weight**2 * score_terms
     )
     scale = delta if relation == Relation.ADD_REMOVE else delta * cast(int, n)
     return max(MIN_FLOAT_SLACK, 8.0 * _UNIT_ROUNDOFF * rows * rounding / scale)
@@ -286,8 +271,6 @@ class Calibration:
     pair_cells: int = 0
     pair_weight: float = 0.0
     count_weight: float = 0.0
-    score_count: int = 0
-    score_weight: float = 0.0
 
     def marginal_noise_std(self) -> float:
         """Noise std of one 1-way histogram cell (a frequency): sigma / w (inf without marginals)."""
@@ -300,10 +283,6 @@ class Calibration:
     def count_noise_std(self) -> float:
         """Noise std of the row count (add-remove): sigma / wn (inf under replace-one, where n is public)."""
         return self.sigma / self.count_weight if self.count_weight > 0 else math.inf
-
-    def score_noise_std(self) -> float:
-        """Noise std of one pair's dependence score (pair selection): sigma / ws (inf without selection)."""
-        return self.sigma / self.score_weight if self.score_weight > 0 else math.inf
 
     def noise_std_per_order(self) -> np.ndarray:
         """Noise standard deviation of each raw moment order j = 1..k."""
@@ -340,9 +319,6 @@ def calibrate(
     pair_cells: int = 0,
     pair_weight: float = 0.0,
     count_weight: float = 0.0,
-    score_count: int = 0,
-    score_weight: float = 0.0,
-    score_terms: float = 0.0,
 ) -> Calibration:
     """Smallest safe sigma for (epsilon, delta)-DP of the released vector under ``relation``: scaled moments
     [+ weighted histograms] as frequencies (replace-one, n public), or as sums plus the weighted count (add-remove,
@@ -366,11 +342,10 @@ def calibrate(
     epsilon, delta = float(epsilon), float(delta)
     slack = float_slack(
         n, k, n_directions, marginal_cells, marginal_weight, marginal_coordinates, pair_cells, pair_weight, pair_count,
-        relation, count_weight, score_count, score_weight, score_terms,
+        relation, count_weight,
     )
     delta_used = sensitivity(
         n, n_directions, k, marginal_coordinates, marginal_weight, pair_count, pair_weight, relation, count_weight,
-        score_count, score_weight,
     ) * (1.0 + slack)
     multiplier = sigma_for(epsilon, delta) * (1.0 + SIGMA_MARGIN)
     # Defensive: never hand out a sigma whose exact delta misses the target.
@@ -399,8 +374,6 @@ def calibrate(
         pair_cells=int(pair_cells),
         pair_weight=float(pair_weight),
         count_weight=float(count_weight),
-        score_count=int(score_count),
-        score_weight=float(score_weight),
     )
 
 

@@ -216,8 +216,7 @@ def table_counts(
 
 def fine_counts(x: np.ndarray, cells: Sequence[FineCells], chunk_rows: int = 65536) -> MarginalCounts:
     """Counts of cube-encoded rows per fine cell of each numeric column (``fine_cells``), concatenated in ``cells``
-    order. Each row adds 1 to one cell of every column's fine table and, for a value in an interval, to one cell of
-    its finer table; a missing value adds to none."""
+    order. Each row adds 1 to one cell of every column's fine table; a missing value adds to none."""
     offsets = np.concatenate([[0], np.cumsum([c.size for c in cells])]).astype(np.int64)
     total = np.zeros(int(offsets[-1]), dtype=np.int64)
     for start in range(0, len(x), chunk_rows):
@@ -227,10 +226,4 @@ def fine_counts(x: np.ndarray, cells: Sequence[FineCells], chunk_rows: int = 655
             z = block[present, column.coordinate]
             index = column.cells_of(z)
             total[offset : offset + column.n_cells] += np.bincount(index, minlength=column.n_cells)
-            finer = column.size - column.n_cells
-            if finer:  # the second table: values in an interval (not at a point) add 1 to their finer cell
-                in_interval = index >= len(column.points)
-                total[offset + column.n_cells : offset + column.size] += np.bincount(
-                    column.finer_of(z[in_interval]), minlength=finer
-                )
     return MarginalCounts(total, len(x))

@@ -168,12 +168,6 @@ def accuracy_statement(measurement: Measurement) -> str:
         + (
             f" Each cell of the {len(measurement.pairs)} noisy 2-way marginals (frequencies) carries noise of "
             f"standard deviation {measurement.pair_noise_std():.3g}."
-            + (
-                f" These {len(measurement.pairs)} pairs were chosen from {measurement.pair_candidates} by noisy "
-                "dependence scores, part of the same Gaussian measurement."
-                if getattr(measurement, "pair_candidates", 0)
-                else ""
-            )
             if getattr(measurement, "pairs", ())
             else ""
         )
