@@ -683,17 +683,24 @@ def release_command(
         _json_out(record)
         return
     click.echo(f"release {record['release_id']} ({dataset})")
-    click.echo(f"public bundle  {record['public_dir']}")
-    click.echo(f"internal audit {record['internal_dir']}  (internal: reads real rows; never release)")
-    model = record.get("registered_model_name")
-    click.echo(f"MLflow run     {record['mlflow_run_id']}" + (
-        f"; model models:/{model}/{record['registered_model_version']}" if model else ""))
+    _echo_where(record)
     click.echo(f"this release   {release_text(record['epsilon_cost'], chosen['delta'])} charged to the ledger")
     if parts_text(record):
         click.echo(f"               {parts_text(record)} (composed into the release's epsilon, not added)")
     if _delta_cost_line(record, schema.n_min):
         click.echo(f"               {_delta_cost_line(record, schema.n_min)}")
     click.echo(f"lifetime       {_lifetime_now(dataset)}")
+
+
+def _echo_where(record: dict[str, Any], report: str | None = None) -> None:
+    """Where a written release lives: its public bundle, its internal folder (and ``report`` in it), its MLflow run."""
+    click.echo(f"public bundle  {record['public_dir']}")
+    click.echo(f"internal audit {record['internal_dir']}  (internal: reads real rows; never release)")
+    if report:
+        click.echo(f"               {report}")
+    model = record.get("registered_model_name")
+    click.echo(f"MLflow run     {record['mlflow_run_id']}" + (
+        f"; model models:/{model}/{record['registered_model_version']}" if model else ""))
 
 
 def _delta_cost_line(record: dict[str, Any], n_min: int) -> str | None:
@@ -805,11 +812,7 @@ def _resume(release_id: str, as_json: bool) -> None:
         _json_out(record)
         return
     click.echo(f"release {record['release_id']} ({record['dataset']}), finished from its stored measurement")
-    click.echo(f"public bundle  {record['public_dir']}")
-    click.echo(f"internal audit {record['internal_dir']}  (internal: reads real rows; never release)")
-    if record["fidelity_report"]:
-        click.echo(f"               {record['fidelity_report']}")
-    click.echo(f"MLflow run     {record['mlflow_run_id']}")
+    _echo_where(record, record["fidelity_report"] or None)
     click.echo(f"this release   {release_text(record['epsilon_cost'], record['delta'])} charged to the ledger when it "
                "was measured; nothing more now")
     click.echo(f"lifetime       {_lifetime_now(record['dataset'])}")

@@ -5,28 +5,13 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-import pandas as pd
 import pytest
+from test_api import FAST, SCHEMA, table  # the same toy table and fast settings
 
-from splice_assets import MeasurementSettings, ModelSettings, PostProcessingSettings, Synthesizer, parse_schema
+from splice_assets import Synthesizer
 from splice_assets.api import SETTINGS_FILE, NotFitted
 from splice_assets.config import SettingsError, SynthesizerSettings
 from splice_assets.experimental import ExperimentalSynthesizer, fit_variant
-
-SCHEMA = parse_schema({
-    "name": "toy_experimental", "version": 1, "n_min": 200,
-    "columns": [{"name": "x", "kind": "continuous", "bounds": [0, 10]},
-                {"name": "c", "kind": "categorical", "categories": ["a", "b", "c"]}],
-})
-FAST = dict(measurement=MeasurementSettings(n_directions=32, k=6), model=ModelSettings(components=3, max_steps=40),
-            postprocessing=PostProcessingSettings(field_iterations=0))
-
-
-def table(n: int = 600) -> pd.DataFrame:
-    rng = np.random.default_rng(0)
-    c = rng.choice(["a", "b", "c"], n, p=[0.6, 0.3, 0.1])
-    return pd.DataFrame({"x": np.where(c == "a", rng.normal(2, 0.5, n), rng.normal(7, 1, n)).clip(0, 10), "c": c})
 
 
 def test_the_product_has_no_expert_settings():
