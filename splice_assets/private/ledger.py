@@ -33,7 +33,6 @@ import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
@@ -47,6 +46,80 @@ from sqlalchemy.pool import StaticPool
 from splice_assets.limits import Relation, SettingsError, check_delta_for
 from splice_assets.private.errors import PrivacyParameterError
 
+# The tables and records live in ``ledger_records``; every name stays importable from here.
+from splice_assets.private.ledger_records import (
+    COUNTED_STATUSES as COUNTED_STATUSES,
+)
+from splice_assets.private.ledger_records import (
+    STATUS_ABORTED as STATUS_ABORTED,
+)
+from splice_assets.private.ledger_records import (
+    STATUS_COMMITTED as STATUS_COMMITTED,
+)
+from splice_assets.private.ledger_records import (
+    STATUS_EXPIRED as STATUS_EXPIRED,
+)
+from splice_assets.private.ledger_records import (
+    STATUS_RESERVED as STATUS_RESERVED,
+)
+from splice_assets.private.ledger_records import (
+    Budget as Budget,
+)
+from splice_assets.private.ledger_records import (
+    BudgetChange as BudgetChange,
+)
+from splice_assets.private.ledger_records import (
+    BudgetExceeded as BudgetExceeded,
+)
+from splice_assets.private.ledger_records import (
+    LedgerEntry as LedgerEntry,
+)
+from splice_assets.private.ledger_records import (
+    LedgerError as LedgerError,
+)
+from splice_assets.private.ledger_records import (
+    NoBudget as NoBudget,
+)
+from splice_assets.private.ledger_records import (
+    Part as Part,
+)
+from splice_assets.private.ledger_records import (
+    RelationMismatch as RelationMismatch,
+)
+from splice_assets.private.ledger_records import (
+    Resolution as Resolution,
+)
+from splice_assets.private.ledger_records import (
+    _as_utc as _as_utc,
+)
+from splice_assets.private.ledger_records import (
+    _change as _change,
+)
+from splice_assets.private.ledger_records import (
+    _entry as _entry,
+)
+from splice_assets.private.ledger_records import (
+    _metadata as _metadata,
+)
+from splice_assets.private.ledger_records import (
+    _resolution as _resolution,
+)
+from splice_assets.private.ledger_records import (
+    budget_changes_table as budget_changes_table,
+)
+from splice_assets.private.ledger_records import (
+    budgets_table as budgets_table,
+)
+from splice_assets.private.ledger_records import (
+    compositions_table as compositions_table,
+)
+from splice_assets.private.ledger_records import (
+    entries_table as entries_table,
+)
+from splice_assets.private.ledger_records import (
+    resolutions_table as resolutions_table,
+)
+
 #: A composed epsilon (already rounded up to 1e-6) may exceed epsilon_total by at most this much.
 BUDGET_TOLERANCE = 1e-9
 #: Seconds a SQLite writer waits for the lock before giving up.
@@ -55,185 +128,6 @@ SQLITE_BUSY_TIMEOUT_S = 120.0
 #: delta_total must lie strictly below this (and below 1/n_min when the dataset's public n_min is known):
 #: a lifetime delta of 1% or more is not a meaningful guarantee.
 DELTA_TOTAL_BOUND = 0.01
-
-STATUS_RESERVED = "reserved"
-STATUS_COMMITTED = "committed"
-STATUS_ABORTED = "aborted"
-#: A dead run's reservation resolved without a stored measurement: its noise may have been drawn, so it counts.
-STATUS_EXPIRED = "expired"
-COUNTED_STATUSES = (STATUS_RESERVED, STATUS_COMMITTED, STATUS_EXPIRED)
-
-_metadata = sa.MetaData()
-
-budgets_table = sa.Table(
-    "splice_budgets",
-    _metadata,
-    sa.Column("dataset", sa.String(255), primary_key=True),
-    sa.Column("epsilon_total", sa.Double, nullable=False),
-    sa.Column("delta_total", sa.Double, nullable=False),
-    sa.Column("relation", sa.String(32), nullable=False),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-)
-
-entries_table = sa.Table(
-    "splice_ledger_entries",
-    _metadata,
-    sa.Column("id", sa.String(32), primary_key=True),
-    sa.Column("dataset", sa.String(255), sa.ForeignKey("splice_budgets.dataset"), nullable=False, index=True),
-    sa.Column("release_id", sa.String(255), nullable=False),
-    sa.Column("parent_release_id", sa.String(255), nullable=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("mechanism", sa.String(64), nullable=False),
-    sa.Column("noise_multiplier", sa.Double, nullable=True),  # NULL = zero cost
-    sa.Column("sigma", sa.Double, nullable=True),
-    sa.Column("sensitivity", sa.Double, nullable=True),
-    sa.Column("epsilon", sa.Double, nullable=False),
-    sa.Column("delta", sa.Double, nullable=False),
-    sa.Column("relation", sa.String(32), nullable=False),
-    sa.Column("params_hash", sa.String(64), nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),
-)
-
-# Append-only audit of every set_budget call (creation included); old_* are NULL when the budget was created.
-budget_changes_table = sa.Table(
-    "splice_budget_changes",
-    _metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("dataset", sa.String(255), sa.ForeignKey("splice_budgets.dataset"), nullable=False, index=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("actor", sa.String(255), nullable=False),
-    sa.Column("old_epsilon_total", sa.Double, nullable=True),
-    sa.Column("old_delta_total", sa.Double, nullable=True),
-    sa.Column("old_relation", sa.String(32), nullable=True),
-    sa.Column("epsilon_total", sa.Double, nullable=False),
-    sa.Column("delta_total", sa.Double, nullable=False),
-    sa.Column("relation", sa.String(32), nullable=False),
-    sa.Column("reason", sa.Text, nullable=False),
-)
-
-# Append-only audit of administrators' resolutions of reservations (resolve, and abort with an actor).
-resolutions_table = sa.Table(
-    "splice_ledger_resolutions",
-    _metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("entry_id", sa.String(32), sa.ForeignKey("splice_ledger_entries.id"), nullable=False, index=True),
-    sa.Column("dataset", sa.String(255), nullable=False, index=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("actor", sa.String(255), nullable=False),
-    sa.Column("old_status", sa.String(16), nullable=False),
-    sa.Column("new_status", sa.String(16), nullable=False),
-    sa.Column("noise_released", sa.Boolean, nullable=False),
-)
-
-
-# Compositions of ledger entries, keyed by what was composed: a pure function of public parameters, kept so that
-# reading the lifetime spend (`splice budget`) loads neither numpy nor, for pure epsilon-DP entries, dp-accounting.
-# The key names the composition rule and dp-accounting's version.
-compositions_table = sa.Table(
-    "splice_compositions",
-    _metadata,
-    sa.Column("key", sa.String(64), primary_key=True),
-    sa.Column("epsilon", sa.Double, nullable=False),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-)
-
-
-class LedgerError(RuntimeError):
-    """A ledger operation was refused (unknown dataset or entry, wrong state, relation mismatch)."""
-
-
-class BudgetExceeded(LedgerError):
-    """A reservation would push the composed epsilon over the dataset's budget. Nothing was reserved."""
-
-
-class NoBudget(LedgerError):
-    """No budget has been set for the dataset."""
-
-
-class RelationMismatch(LedgerError):
-    """A release's neighbouring relation differs from the one the dataset's ledger uses."""
-
-
-@dataclass(frozen=True)
-class Budget:
-    dataset: str
-    epsilon_total: float
-    delta_total: float
-    relation: str
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    id: str
-    dataset: str
-    release_id: str
-    parent_release_id: str | None
-    created_at: datetime
-    mechanism: str
-    noise_multiplier: float | None
-    sigma: float | None
-    sensitivity: float | None
-    epsilon: float
-    delta: float
-    relation: str
-    params_hash: str
-    status: str
-
-    @property
-    def counted(self) -> bool:
-        return self.status in COUNTED_STATUSES
-
-    @property
-    def claimed(self) -> bool:
-        """Whether a draw has claimed this entry, so its noise may have been drawn: every entry but a Gaussian part
-        that ``reserve_release`` reserved ahead and no draw has claimed yet (it has no sigma until then)."""
-        return self.noise_multiplier is None or self.sigma is not None
-
-
-@dataclass(frozen=True)
-class Part:
-    """One noisy draw a release will make, priced before any of its noise is drawn (``reserve_release``): its name
-    (``estimate``, ``measurement``), mechanism, Gaussian noise multiplier sigma / Delta (what it costs) and, for
-    the record, its own (epsilon, delta)."""
-
-    name: str
-    mechanism: str
-    noise_multiplier: float
-    epsilon: float
-    delta: float
-
-
-@dataclass(frozen=True)
-class BudgetChange:
-    """One recorded set_budget call; old_* are None when it created the budget."""
-
-    id: int
-    dataset: str
-    created_at: datetime
-    actor: str
-    old_epsilon_total: float | None
-    old_delta_total: float | None
-    old_relation: str | None
-    epsilon_total: float
-    delta_total: float
-    relation: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """One administrator's resolution of a reserved entry (to committed, expired or aborted)."""
-
-    id: int
-    entry_id: str
-    dataset: str
-    created_at: datetime
-    actor: str
-    old_status: str
-    new_status: str
-    noise_released: bool
-
 
 def default_actor() -> str:
     """The OS user name recorded as the actor of an administrative change, or "unknown"."""
@@ -316,10 +210,6 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _as_utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
@@ -349,25 +239,6 @@ def _make_engine(url: str) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
-
-
-def _entry(row: Any) -> LedgerEntry:
-    data = dict(row._mapping)
-    data["created_at"] = _as_utc(data["created_at"])
-    return LedgerEntry(**data)
-
-
-def _change(row: Any) -> BudgetChange:
-    data = dict(row._mapping)
-    data["created_at"] = _as_utc(data["created_at"])
-    return BudgetChange(**data)
-
-
-def _resolution(row: Any) -> Resolution:
-    data = dict(row._mapping)
-    data["created_at"] = _as_utc(data["created_at"])
-    data["noise_released"] = bool(data["noise_released"])
-    return Resolution(**data)
 
 
 def _check_multiplier(noise_multiplier: float) -> float:
