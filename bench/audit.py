@@ -21,6 +21,16 @@ beside 40 codes held at 2.5 sigma; the threshold lowered to 1 sigma, which the g
 that the telling event is common), and the event "the code is kept" gives epsilon >= log((p - delta) / p') with
 Clopper-Pearson bounds at 1e-3 a side. The rule that ranked the empty candidates last (``--plant empty-last``, the
 defect of issue 65) audits far above its claim.
+
+The ``categories: auto`` threshold (``select_categories``) gets one too, on the partition only one neighbour holds:
+a key held by one row on one side and by none on the other (under replace-one the other side's row holds another
+key). Its kept probability must stay below the delta ``category_threshold`` charges for it, so the threshold is
+set by the product's own function at the estimate's sigma for a measurable column delta (``CATEGORY_DELTA``; the
+product's delta is far too small to observe, and the threshold depends on it only through that function). The
+real ``select_categories`` runs once on a column whose many keys are held by one row each (the keys are
+independent trials: each its own noise, the cap above their number); "the key is kept" gives epsilon >= log((p -
+delta) / p') with Clopper-Pearson bounds as above. A selection with no threshold (``--plant no-threshold``: the
+cap alone, largest noisy counts) keeps such keys and audits far above its claim.
 """
 
 from __future__ import annotations
@@ -55,6 +65,8 @@ ALPHA, ALPHA_SD = 1e-3, 1e-6
 #: Draws of the real sampler per step to bound its standard deviation; selection draws per table.
 SAMPLER_DRAWS, SELECTION_DRAWS = {"quick": 20_000, "full": 200_000}, {"quick": 1_500, "full": 6_000}
 SELECTION_Z, SELECTION_HELD, SELECTION_LEVEL = 1.0, 40, 2.5
+#: ``categories: auto``: the column delta the audited threshold is set for (observable at SELECTION_DRAWS trials).
+CATEGORY_DELTA = 0.02
 
 REGIONS = ", ".join(f"r{i:02d}" for i in range(40))
 SCHEMA_YAML = f"""
@@ -69,9 +81,12 @@ columns:
   - {{name: colour, kind: categorical, categories: [red, green, blue, grey]}}
   - {{name: grade, kind: ordinal, categories: [1, 2, 3]}}
   - {{name: region, kind: categorical, categories: [{REGIONS}]}}
+  - {{name: when, kind: datetime, bounds: auto, resolution: auto}}
 """
-#: A row at the far end of every column: other decades, other decimals, other step cells, the top knot cell.
-EXTREME_ROW = {"amount": 987654.321, "age": 99999, "score": 50.0, "colour": "grey", "grade": 3, "region": "r39"}
+#: A row at the far end of every column: other decades, other decimals, other step cells, the top knot cell, the
+#: last month of the grid on a second.
+EXTREME_ROW = {"amount": 987654.321, "age": 99999, "score": 50.0, "colour": "grey", "grade": 3, "region": "r39",
+               "when": "2099-12-31 23:59:59"}
 
 
 def audit_schema() -> TableSchema:
@@ -86,6 +101,8 @@ def audit_table(rng: np.random.Generator, n: int) -> pd.DataFrame:
         "amount": amount, "age": 2 * rng.integers(9, 45, n), "score": rng.exponential(5.0, n).clip(0, 50).round(3),
         "colour": rng.choice(["red", "green", "blue"], n), "grade": rng.integers(1, 4, n),
         "region": rng.choice([f"r{i:02d}" for i in range(30)], n),
+        "when": (pd.Timestamp("2019-03-01") + pd.to_timedelta(60 * rng.integers(0, 31 * 24 * 60, n), unit="s")
+                 ).astype(str),
     })
 
 
@@ -93,7 +110,7 @@ def neighbours(rng: np.random.Generator, table: pd.DataFrame, relation: str) -> 
     """Named neighbours of ``table`` under ``relation``: the rows the sensitivity arguments call worst."""
     row = int(rng.integers(len(table)))
     extreme = pd.DataFrame([EXTREME_ROW])
-    missing = pd.DataFrame([{**EXTREME_ROW, "amount": None, "score": None, "colour": "purple"}])
+    missing = pd.DataFrame([{**EXTREME_ROW, "amount": None, "score": None, "colour": "purple", "when": None}])
     shuffled = lambda t: t.sample(frac=1.0, random_state=int(rng.integers(1 << 30))).reset_index(drop=True)  # noqa: E731
     if relation == RELATION_ADD_REMOVE:
         return {
@@ -112,7 +129,8 @@ def neighbours(rng: np.random.Generator, table: pd.DataFrame, relation: str) -> 
 
 # -- tracing the Gaussian steps -------------------------------------------------------------------------------------
 
-STEP_OF_CALLER = {"estimate_bounds_from_counts": "estimate: bounds, decimals, step histograms",
+FIRST_STEP = "estimate: bounds, decimals, step, month, unit histograms"
+STEP_OF_CALLER = {"estimate_bounds_from_counts": FIRST_STEP,
                   "select_knots": "estimate: knot histograms", "add_noise_joint": "measurement"}
 VALUES_STEP = "estimate: values counts"
 
@@ -253,6 +271,7 @@ def audit_relation(relation: str, size: str, sampler: Callable[[np.ndarray, floa
     for step, indices in groups.items():
         part = "estimate" if step.startswith("estimate") else "measurement"
         rows.append(row(step, indices, base.multipliers[part], mechanism.epsilon_of(base.multipliers[part], DELTA)))
+    rows.append(temporal_row(relation, base, others, groups[FIRST_STEP][0], sd_upper))
     rows.append(row("estimate (composed)", groups_of["estimate"], base.multipliers["estimate"],
                     mechanism.epsilon_of(base.multipliers["estimate"], DELTA)))
     release = {name: math.hypot(mu(groups_of["estimate"], o), mu(groups_of["measurement"], o))
@@ -261,7 +280,29 @@ def audit_relation(relation: str, size: str, sampler: Callable[[np.ndarray, floa
     rows.append(Row(relation, "release (composed)", EPSILON, gaussian_epsilon(release[worst]), worst, math.nan))
     estimate_sigma = base.sigmas[groups[VALUES_STEP][0]]
     rows.append(selection_row(relation, estimate_sigma, SELECTION_DRAWS[size]))
+    rows.append(category_row(relation, estimate_sigma, SELECTION_DRAWS[size]))
     return rows
+
+
+def temporal_row(relation: str, base: Trace, others: dict[str, Trace], index: int, sd_upper: dict[float, float]
+                 ) -> Row:
+    """The datetime's month and unit histograms alone: the tail of the first step's vector, audited against their
+    own share of the sensitivity (one cell each per row: Delta^2 = f (M + U), ``bounds.estimate_sensitivity``), so
+    that a miscounted datetime histogram shows even beside the others' larger sensitivity. Claimed: the Gaussian
+    epsilon of the step's sigma over that share."""
+    from splice_assets.kinds.temporal import MONTH_CELLS, UNIT_CELLS
+
+    schema = audit_schema()
+    months, units = len(bounds.period_auto_columns(schema)), len(bounds.resolution_auto_columns(schema))
+    cells = months * MONTH_CELLS + units * len(UNIT_CELLS)
+    share = bounds.estimate_sensitivity(0, 0, relation, period_columns=months, resolution_columns=units)
+    sigma = base.sigmas[index]
+    shifts = {name: float(np.linalg.norm(o.vectors[index][-cells:] - base.vectors[index][-cells:]))
+              for name, o in others.items()}
+    worst = max(shifts, key=lambda name: shifts[name])
+    return Row(relation, "estimate: month, unit histograms (datetime, of the first step)",
+               gaussian_epsilon(share / sigma), gaussian_epsilon(shifts[worst] / sd_upper[sigma]), worst,
+               shifts[worst] / share)
 
 
 # -- the values: auto selection ---------------------------------------------------------------------------------------
@@ -299,6 +340,36 @@ def selection_row(relation: str, sigma: float, draws: int) -> Row:
                f"a code held by one row or none ({hits[1]} / {hits[0]} of {draws} kept)", math.nan)
 
 
+# -- the categories: auto threshold -----------------------------------------------------------------------------------
+
+CATEGORY_STEP = f"estimate: categories threshold (distinguisher, δ = {CATEGORY_DELTA:g})"
+
+
+def category_row(relation: str, sigma: float, draws: int) -> Row:
+    """The distinguishing test of ``select_categories`` on the one-sided partition (module docstring): ``draws``
+    keys held by one row each on one side, none (add-remove) or other keys (replace-one) on the other, thresholded
+    at ``category_threshold(sigma, CATEGORY_DELTA, relation)``. Each key's being kept is one trial; a kept share
+    whose lower bound exceeds CATEGORY_DELTA (plus e^epsilon times the other side's upper bound) audits above the
+    claim, the Gaussian epsilon at 1 / sigma (that of a shared key's count, as for the values selection)."""
+    spec = parse_schema({"name": "keys", "version": 1, "n_min": 10, "columns": [
+        {"name": "key", "kind": "categorical", "categories": "auto", "other": "rest",
+         "max_categories": draws}]}).columns[0]
+    threshold = bounds.category_threshold(sigma, CATEGORY_DELTA, relation)
+    held = {f"t{i:05d}": 1 for i in range(draws)}
+    other = {f"u{i:05d}": 1 for i in range(draws)} if relation == RELATION_REPLACE_ONE else {}
+    hits = {}
+    for side, counts in (("one", held), ("none", other)):
+        kept = bounds.select_categories([counts], [spec], sigma, threshold)["key"]
+        hits[side] = sum(key in held for key in kept)
+    (low_one, high_one), (low_none, high_none) = clopper_pearson(hits["one"], draws), clopper_pearson(hits["none"],
+                                                                                                       draws)
+    ratios = [(low_one - CATEGORY_DELTA) / high_none, (low_none - CATEGORY_DELTA) / high_one]
+    audited = max([0.0, *(math.log(r) for r in ratios if r > 0)])
+    return Row(relation, CATEGORY_STEP, gaussian_epsilon(1.0 / sigma), audited,
+               f"a key held by one row or none ({hits['one']} / {hits['none']} of {draws} kept, threshold "
+               f"{threshold:.4g} = 1 + {(threshold - 1) / sigma:.3f} sigma)", math.nan)
+
+
 # -- planted defects --------------------------------------------------------------------------------------------------
 
 
@@ -319,10 +390,18 @@ def _rank_empty_last(counts, columns, sigma, entropy):  # noqa: ANN001 (the libr
     return found
 
 
+def _no_threshold(select: Callable[..., dict[str, tuple[str, ...]]]) -> Callable[..., dict[str, tuple[str, ...]]]:
+    """``select_categories`` with no threshold: every held key's noisy count competes for the cap alone."""
+    def selection(counts, columns, sigma, threshold):  # noqa: ANN001, ARG001 (the library's signature)
+        return select(counts, columns, sigma, -math.inf)
+
+    return selection
+
+
 @contextmanager
 def planted(defect: str | None) -> Iterator[None]:
     """``half-delta``: every step's noise calibrated to half its declared sensitivity; ``empty-last``: the old
-    selection. None: the product as it is."""
+    selection; ``no-threshold``: open categories kept by the cap alone. None: the product as it is."""
     if defect is None:
         yield
     elif defect == "half-delta":
@@ -333,8 +412,15 @@ def planted(defect: str | None) -> Iterator[None]:
     elif defect == "empty-last":
         with _patched(bounds, "select_values", _rank_empty_last):
             yield
+    elif defect == "no-threshold":
+        with _patched(bounds, "select_categories", _no_threshold(bounds.select_categories)):
+            yield
     else:
-        raise ValueError(f"unknown defect {defect!r}: half-delta or empty-last")
+        raise ValueError(f"unknown defect {defect!r}: {', '.join(DEFECTS)}")
+
+
+#: The planted defects ``--plant`` names, each caught by the audit.
+DEFECTS = ("half-delta", "empty-last", "no-threshold")
 
 
 def run(size: str = "full", defect: str | None = None, seed: int = 0,
@@ -376,7 +462,7 @@ def write(text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the CI size (fewer sampler and selection draws)")
-    parser.add_argument("--plant", choices=["half-delta", "empty-last"], default=None,
+    parser.add_argument("--plant", choices=list(DEFECTS), default=None,
                         help="plant a known defect; the audit must then fail")
     parser.add_argument("--write", action="store_true",
                         help="also audit each planted defect (add-remove) and write all the tables to "
@@ -389,8 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     holds = all(r.holds for r in rows)
     if args.write:
         if args.plant:
-            raise SystemExit("--write records the product's audit and both planted defects: give no --plant")
-        for defect in ("half-delta", "empty-last"):
+            raise SystemExit("--write records the product's audit and every planted defect: give no --plant")
+        for defect in DEFECTS:
             planted_rows = run(size, defect, relations=(RELATION_ADD_REMOVE,))
             caught = not all(r.holds for r in planted_rows)
             text += "\n" + markdown(planted_rows, size, defect) + (

@@ -28,6 +28,7 @@ import pandas as pd
 import yaml
 
 from splice_assets import progress
+from splice_assets.conditions import Conditions, parse_where
 from splice_assets.config import (
     MeasurementSettings,
     ModelSettings,
@@ -39,6 +40,7 @@ from splice_assets.config import (
 from splice_assets.engine import Engine
 from splice_assets.layout import layout_for
 from splice_assets.limits import HOLDOUT_FRACTION
+from splice_assets.lowering import lower_input
 from splice_assets.measurement import Measurement
 from splice_assets.model.settings import FitConfig
 from splice_assets.planning import ESTIMATE, MEASUREMENT, ReleasePlanner
@@ -216,6 +218,7 @@ class Synthesizer:
         ``preflight.check_release``. ``n_measured`` defaults to every row of ``raw``."""
         s = self.settings
         n_measured = len(raw) if n_measured is None else n_measured
+        raw = lower_input(raw, self.schema)
         check_structure(raw, self.schema, expected_version, require_bounds=False,
                         max_unparseable_share=s.max_unparseable_share, relation=s.relation)
         check_row_count(n_measured, self.schema, s.relation, "after the holdout (lower it) the measured part has")
@@ -277,6 +280,7 @@ class Synthesizer:
         cleaned table and its INTERNAL repair report."""
         with progress.stage("validate and clean the input"):
             n_measured = len(raw) if n_measured is None else n_measured
+            source, raw = raw, lower_input(raw, self.schema)  # once: each step below reads the parts
             self.check(raw, ledger, n_measured, expected_version)
             if ledger is not None:
                 self.reserve(ledger, release_id, n_measured)
@@ -287,6 +291,8 @@ class Synthesizer:
                         raw, self.schema, bounds_multiplier, self.settings.delta, self._spend(ledger, ESTIMATE),
                         release_id, self.settings.relation, on_estimate,
                     )
+                    if self.bounds.found_resolutions and source is not raw:  # resolution: auto re-laid the parts out
+                        raw = lower_input(source, self.schema)
                 return validate(raw, self.schema, expected_version,
                                 max_unparseable_share=self.settings.max_unparseable_share,
                                 relation=self.settings.relation)
@@ -378,7 +384,7 @@ class Synthesizer:
 
         HOLDOUT_FRACTION.check(holdout_fraction)
         with progress.stage("validate the partitioned input"):
-            check_columns(self.schema.column_names, self.schema, expected_version, require_bounds=False)
+            check_columns(self.schema.input_names, self.schema, expected_version, require_bounds=False)
             partitions = tuple(list_partitions(source))
             scan = scan_source(partitions, self.schema, engine)
             relation = self.settings.relation
@@ -400,6 +406,9 @@ class Synthesizer:
                         lambda resolved, columns: value_counts_source(partitions, resolved, columns, engine,
                                                                       counter=exact_knot_counts),
                         on_estimate,
+                        # categories: auto: the key counts the scan added up over the partitions
+                        categories=list(scan.category_counts),
+                        months=scan.months_counts, units=scan.units_counts,
                     )
         return SourceScan(source, partitions, scan.rows, n_measured, holdout_fraction)
 
@@ -446,30 +455,46 @@ class Synthesizer:
         self.fit_model(threads)
         return self
 
-    def sample(self, n_rows: int | None = None, seed: int | None = None) -> pd.DataFrame:
-        """Synthetic rows (default: as many as measured, the noisy n under add-remove; the settings' seed)."""
+    def sample(self, n_rows: int | None = None, seed: int | None = None,
+               where: Mapping[str, Any] | str | None = None) -> pd.DataFrame:
+        """Synthetic rows (default: as many as measured, the noisy n under add-remove; the settings' seed).
+
+        ``where`` draws them from the model's conditional law instead: ``{"status": "paid", "amount": (10, 100)}``
+        (a category or a list of them, a closed range with ``None`` for an open end) or its text form
+        ``"status == 'paid' and amount between 10 and 100"`` (``conditions.parse_where``, which refuses a bad one
+        naming the column and quoting the value). A condition the model gives (near) zero probability raises
+        ``conditions.ConditionProbabilityError``. The frame's ``attrs["condition"]`` reports the condition's
+        probability under the model and the share of drawn rows its final check rejected."""
         from splice_assets.sampling import sample_table
 
         if self.model is None or self.measurement is None:
             raise NotFitted("fit (or load) a synthesizer before sampling")
         n = self.measurement.n if n_rows is None else int(n_rows)
-        with progress.stage(f"sample {n:,} rows"):
+        conditions = self._conditions(where)
+        with progress.stage(f"sample {n:,} rows" + (f" where {conditions.describe()}" if conditions else "")):
             return sample_table(self.model, self.schema, n, self.settings.seed if seed is None else int(seed),
-                                match_marginals=self.settings.postprocessing.match_marginals)
+                                match_marginals=self.settings.postprocessing.match_marginals, where=conditions)
+
+    def _conditions(self, where: Mapping[str, Any] | str | None) -> Conditions:
+        """A user's ``where`` checked against the schema (``conditions.parse_where``)."""
+        return parse_where(where, self.schema)
 
     def write_partitions(self, folder: str, n_rows: int | None = None, seed: int | None = None,
-                         rows_per_partition: int | None = None, engine: Engine | None = None) -> list[str]:
+                         rows_per_partition: int | None = None, engine: Engine | None = None,
+                         where: Mapping[str, Any] | str | None = None) -> list[str]:
         """Synthetic rows as Parquet partitions in ``folder`` (any fsspec URL), written in parallel on the
-        ``engine``, each from its own stream of the public seed (``sampling.write_partitions``)."""
+        ``engine``, each from its own stream of the public seed (``sampling.write_partitions``); ``where`` as in
+        ``sample``."""
         from splice_assets.sampling import DEFAULT_PARTITION_ROWS, write_partitions
 
         if self.model is None or self.measurement is None:
             raise NotFitted("fit (or load) a synthesizer before sampling")
         n = self.measurement.n if n_rows is None else int(n_rows)
+        conditions = self._conditions(where)
         with progress.stage(f"sample {n:,} rows into Parquet partitions"):
             return write_partitions(self.model, self.schema, n, self.settings.seed if seed is None else int(seed),
                                     folder, rows_per_partition or DEFAULT_PARTITION_ROWS, engine,
-                                    self.settings.postprocessing.match_marginals)
+                                    self.settings.postprocessing.match_marginals, where=conditions)
 
     def refit(self, model: ModelSettings | None = None, postprocessing: PostProcessingSettings | None = None,
               seed: int | None = None, threads: int | None = 1) -> Synthesizer:

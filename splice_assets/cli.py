@@ -193,7 +193,8 @@ def plan(
     url = ledger_url or default_ledger_url()
     try:
         multipliers = [cal.noise_multiplier] + ([bounds_multiplier] if bounds_multiplier else [])
-        budget = budget_status(url, schema.name, multipliers)
+        held = sum(part.selection_delta for part in planner.parts(measurement_plan, cal))  # categories: auto
+        budget = budget_status(url, schema.name, multipliers, held)
     except (LedgerError, SQLAlchemyError, ValueError) as exc:
         raise fail(f"cannot read the budget ledger: {_one_line(exc)}") from None
     # Under add-remove sigma is on sums and counts; divided by n it is the noise on frequencies, as replace-one's.
@@ -214,6 +215,7 @@ def plan(
         "epsilon_measurement": cal.epsilon,
         "bounds_noise_multiplier": bounds_multiplier,
         "delta": cal.delta,
+        "selection_delta": held,  # of delta, spent by the estimate's category thresholds (categories: auto)
         "sensitivity": cal.sensitivity,
         "float_slack": cal.slack,
         "sigma": cal.sigma,
@@ -354,9 +356,11 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
     else:
         fits = "fits" if budget["release_fits"] else "does NOT fit"
         total, delta_total, composed = budget["epsilon_total"], budget["delta_total"], budget["releases_composed"]
+        held = budget["selection_delta_spent"]
         click.echo("lifetime now       " + lifetime_text(budget["epsilon_spent"], total, delta_total, composed,
-                                                         budget["epsilon_remaining"]))
-        after = lifetime_text(budget["epsilon_after_release"], total, delta_total, composed + 1)
+                                                         budget["epsilon_remaining"], held))
+        after = lifetime_text(budget["epsilon_after_release"], total, delta_total, composed + 1,
+                              selection_delta=held + result.get("selection_delta", 0.0))
         click.echo(f"lifetime after it  {after} ({fits})")
 
 
@@ -741,9 +745,14 @@ def refit_command(release_id: str, components: int | None, steps: int | None, ro
 @click.option("--out", default=None, type=click.Path(dir_okay=False),
               help="Write .csv (formula-escaped) or .parquet; without it the first rows are printed.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --out file.")
+@click.option("--where", default=None, metavar="CONDITION",
+              help="Sample from the model's conditional law: clauses joined by 'and', such as \"status == 'paid'\", "
+                   "\"state in ('CA', 'NY')\", 'amount >= 10', 'amount <= 100', 'age between 30 and 40'.")
 @guarded
-def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | None, force: bool) -> None:
-    """Sample rows from a release's fitted model (post-processing: no privacy cost)."""
+def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | None, force: bool,
+                   where: str | None) -> None:
+    """Sample rows from a release's fitted model (post-processing: no privacy cost); --where conditions them."""
+    from splice_assets.conditions import parse_where
     from splice_assets.release.bundle import write_csv_escaped
     from splice_assets.sampling import load_model, sample_table
     from splice_assets.schema import load_schema
@@ -759,7 +768,16 @@ def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | No
     schema = load_schema(location.public_dir / "schema.yaml")
     if seed is None:
         seed = int((manifest.get("parameters") or {}).get("seed", 0))
-    table = sample_table(model, schema, n_rows, seed)
+    try:
+        conditions = parse_where(where, schema) if where is not None else None
+        table = sample_table(model, schema, n_rows, seed, where=conditions)
+    except ValueError as error:  # a bad --where (quoted), or a condition the model gives (near) zero probability
+        raise fail(str(error)) from None
+    report = table.attrs.get("condition")
+    if report:
+        click.echo(f"where {report['where']}: probability {report['probability']:.3g} under the model; "
+                   f"{report['rejected_share']:.1%} of {report['drawn']:,} drawn rows rejected by the final check",
+                   err=True)
     if out is None:
         click.echo(table.head(20).to_string(index=False))
         if n_rows > 20:

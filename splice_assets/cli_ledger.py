@@ -113,7 +113,8 @@ def budget_command(dataset: str, as_json: bool) -> None:
     if not changes:  # budgets set before changes were recorded
         click.echo("  changed (no recorded change)")
     click.echo("lifetime  " + lifetime_text(status["epsilon_spent"], status["epsilon_total"], status["delta_total"],
-                                            status["releases_composed"], status["epsilon_remaining"]))
+                                            status["releases_composed"], status["epsilon_remaining"],
+                                            status["selection_delta_spent"]))
     if history:
         click.echo("releases  each at its own (epsilon, delta); the lifetime line composes them")
     for e in history:

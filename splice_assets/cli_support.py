@@ -47,8 +47,10 @@ def _sqlite_file_missing(url: str) -> bool:
     return not Path(database).expanduser().exists()
 
 
-def budget_status(url: str, dataset: str, noise_multipliers: list[float] | None = None) -> dict[str, Any] | None:
-    """The dataset's budget and spend from the ledger (None if no ledger or no budget). Never creates a file."""
+def budget_status(url: str, dataset: str, noise_multipliers: list[float] | None = None,
+                  selection_delta: float = 0.0) -> dict[str, Any] | None:
+    """The dataset's budget and spend from the ledger (None if no ledger or no budget). Never creates a file.
+    ``selection_delta``: what the planned release's category thresholds spend beside ``noise_multipliers``."""
     from splice_assets.private.ledger import BudgetLedger
     from splice_assets.release.budget_text import composed_releases
 
@@ -68,9 +70,11 @@ def budget_status(url: str, dataset: str, noise_multipliers: list[float] | None 
             "epsilon_spent": spent,
             "epsilon_remaining": ledger.remaining(dataset),
             "releases_composed": composed_releases(ledger, dataset),
+            # the delta category thresholds spent: the Gaussian entries compose at delta_total less it
+            "selection_delta_spent": ledger.selection_spent(dataset),
         }
         if noise_multipliers is not None:
-            after = ledger.projected(dataset, noise_multipliers)
+            after = ledger.projected(dataset, noise_multipliers, selection_delta)
             status["epsilon_after_release"] = after
             status["release_fits"] = after <= budget.epsilon_total + 1e-9
         return status
@@ -156,6 +160,7 @@ def _entry_dict(entry: Any) -> dict[str, Any]:
         "sigma": entry.sigma,
         "sensitivity": entry.sensitivity,
         "noise_multiplier": entry.noise_multiplier,
+        "selection_delta": entry.selection_delta,  # of delta, spent by its category thresholds
         "relation": entry.relation,
         "status": entry.status,
     }

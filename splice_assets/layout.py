@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from splice_assets.derived import DerivedColumn
 from splice_assets.kinds import kind_of
 from splice_assets.kinds.scales import FLOAT32_TOLERANCE as FLOAT32_TOLERANCE
 from splice_assets.kinds.scales import LOGIT_OFFSET as LOGIT_OFFSET
@@ -29,6 +28,7 @@ from splice_assets.kinds.scales import bin_widths_on_scale as bin_widths_on_scal
 from splice_assets.kinds.scales import cube_of as cube_of
 from splice_assets.kinds.scales import step_range as step_range
 from splice_assets.kinds.scales import value_of as value_of
+from splice_assets.lowering import assemble_output
 from splice_assets.schema import ColumnSpec, TableSchema
 
 if TYPE_CHECKING:  # pandas (0.3 s) is imported to decode rows, not to plan a release
@@ -127,12 +127,13 @@ def unit_ball_scale(d: int) -> float:
     return math.sqrt(max(d, 1))
 
 
-def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
-    """Cube coordinates (n, d) -> a table in the schema's columns, order, dtypes and categories.
+def decode(x: np.ndarray, schema: TableSchema, seed: int = 0, first_row: int = 0) -> pd.DataFrame:
+    """Cube coordinates (n, d) -> a table in the schema's output columns, order, dtypes and categories.
 
     Coordinates are clipped to [-1, 1]; discrete coordinates snap to the nearest grid point; integers are
     rounded; a sentinel level decodes to that sentinel; a missing level or a positive missing indicator
-    decodes to NA. The schema's derived columns are then computed from the decoded row.
+    decodes to NA. The lowered columns are then assembled from their parts and the derived ones computed
+    (``lowering.assemble_output``: keys for rows ``first_row`` on, from the public ``seed``).
     """
     import pandas as pd
 
@@ -147,21 +148,7 @@ def decode(x: np.ndarray, schema: TableSchema) -> pd.DataFrame:
         width = len(kind.coordinates(spec))
         out[spec.name] = kind.decode(x[:, j:j + width], spec)
         j += width
-    for derived in schema.derived:
-        inputs = {name: out[name].to_numpy(dtype=np.float64, na_value=np.nan) for name in derived.inputs}
-        out[derived.name] = _derived_series(derived.values(inputs), derived)
-    return pd.DataFrame(out, columns=list(schema.output_names))
-
-
-def _derived_series(values: np.ndarray, derived: DerivedColumn) -> pd.Series:
-    """A derived column's values (NaN: missing) in the dtype a modelled column of its kind and nullability has."""
-    import pandas as pd
-
-    if not kind_of(derived.kind).integral:
-        return pd.Series(values, dtype=np.float64)
-    missing = np.isnan(values)
-    series = pd.Series(pd.array(np.where(missing, 0, values).astype(np.int64), dtype="Int64"))
-    return series.mask(missing) if derived.nullable else series.astype(np.int64)
+    return assemble_output(pd.DataFrame(out, columns=list(schema.column_names)), schema, seed, first_row)
 
 
 def in_cube(z: np.ndarray) -> np.ndarray:

@@ -7,14 +7,17 @@ pre-flight and ``Synthesizer`` all plan through ``ReleasePlanner``, so they agre
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from splice_assets.config import SynthesizerSettings
 from splice_assets.defaults import ESTIMATE_MECHANISM
-from splice_assets.private.bounds import needs_estimate
+from splice_assets.private.bounds import needs_estimate, selection_delta
+from splice_assets.private.errors import PrivacyParameterError
+from splice_assets.private.gaussian_dp import sigma_for
 from splice_assets.private.ledger import Part
 from splice_assets.private.measuring import MeasurementPlan, make_plan
-from splice_assets.private.mechanism import Calibration, epsilon_of, split_privacy
+from splice_assets.private.mechanism import SIGMA_MARGIN, Calibration, delta_for, epsilon_of, split_privacy
 from splice_assets.schema import TableSchema
 
 #: The names of a release's parts in its reservation (``BudgetLedger.reserve_release``).
@@ -43,6 +46,9 @@ class ReleasePlanner:
         s = self.settings
         if not needs_estimate(self.schema) and not self.estimate_spent:
             return s.epsilon, None
+        held = selection_delta(self.schema, s.delta)
+        if held > 0:  # categories: auto: the estimate's noise pays for the threshold's delta
+            return selection_split(s.epsilon, s.delta, s.bounds_share, held)
         return split_privacy(s.epsilon, s.delta, s.bounds_share)
 
     def plan(self, n_measured: int) -> tuple[MeasurementPlan, Calibration]:
@@ -67,8 +73,36 @@ class ReleasePlanner:
         parts = [Part(MEASUREMENT, plan.mechanism, calibration.noise_multiplier, plan.epsilon, s.delta)]
         estimate = self.privacy_split()[1]
         if estimate is not None and needs_estimate(self.schema):
-            parts.insert(0, Part(ESTIMATE, ESTIMATE_MECHANISM, estimate, epsilon_of(estimate, s.delta), s.delta))
+            # the estimate's thresholds (categories: auto) spend selection_delta beside its Gaussian: the ledger
+            # composes the Gaussian entries at delta_total less it
+            parts.insert(0, Part(ESTIMATE, ESTIMATE_MECHANISM, estimate, epsilon_of(estimate, s.delta), s.delta,
+                                 selection_delta(self.schema, s.delta)))
         return parts
+
+
+def _multiplier(epsilon: float, delta: float) -> float:
+    """The noise multiplier that alone is (epsilon, delta)-DP, as ``split_privacy`` computes it."""
+    z = sigma_for(float(epsilon), float(delta)) * (1.0 + SIGMA_MARGIN)
+    while delta_for(z, epsilon) > delta:
+        z *= 1.0 + SIGMA_MARGIN
+    return z
+
+
+def selection_split(epsilon: float, delta: float, share: float, held: float) -> tuple[float, float]:
+    """``split_privacy`` for a schema with ``categories: auto``: the main measurement is planned exactly as without
+    them (z / sqrt(1 - share) at (epsilon, delta): the resolved schema, which no longer says it had an open list,
+    plans it the same way), and the estimate's multiplier is raised so that the two compose to one Gaussian that is
+    (epsilon, delta - ``held``)-DP: z_e^-2 = z_g^-2 - z_m^-2 (Dong, Roth & Su 2022, Cor. 3.3). The thresholds spend
+    ``held`` (``bounds.category_threshold``), so the release is (epsilon, delta)-DP. Refused when the estimate's
+    share leaves no room."""
+    main_epsilon, _ = split_privacy(epsilon, delta, share)
+    main = _multiplier(epsilon, delta) / math.sqrt(1.0 - share)
+    room = _multiplier(epsilon, delta - held) ** -2 - main**-2
+    if room <= 0.0:
+        raise PrivacyParameterError(
+            f"categories: auto spends {held:g} of delta on its threshold, which the DP estimate's share "
+            f"{share:g} cannot pay for at epsilon={epsilon:g}, delta={delta:g}: raise bounds_share")
+    return main_epsilon, room**-0.5
 
 
 def _for_schema(settings: SynthesizerSettings, schema: TableSchema) -> SynthesizerSettings:

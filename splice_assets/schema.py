@@ -8,6 +8,8 @@ It is parsed into small frozen dataclasses; any malformed entry raises ``SchemaE
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ from splice_assets.kinds.fields import Category as Category
 from splice_assets.kinds.fields import SchemaError as SchemaError
 from splice_assets.kinds.fields import _fail
 from splice_assets.kinds.fields import category_key as category_key
+from splice_assets.kinds.lowered import LoweredColumn, lowered_kind_names, lowered_kind_of
 
 TASKS: frozenset[str] = frozenset({"classification", "regression"})
 
@@ -110,6 +113,10 @@ class TableSchema:
     description: str = ""
     #: Columns computed from the others in every synthetic row (``derived``): neither measured nor modelled.
     derived: tuple[DerivedColumn, ...] = ()
+    #: Columns held by modelled parts or generated (``kinds.lowered``: datetimes, ids, a rule's later column).
+    lowered: tuple[LoweredColumn, ...] = ()
+    #: The rules every synthetic row satisfies, as written (``parse_rule``); each lowers its later column.
+    rules: tuple[Rule, ...] = ()
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -118,11 +125,26 @@ class TableSchema:
 
     @property
     def output_names(self) -> tuple[str, ...]:
-        """Every column of a synthetic table, derived ones included, in the declared order."""
-        names = list(self.column_names)
-        for column in sorted(self.derived, key=lambda d: d.position):
+        """Every column of a synthetic table, derived and lowered ones included (their parts not), in the declared
+        order."""
+        parts = {p for column in self.lowered for p in column.parts}
+        names = [n for n in self.column_names if n not in parts]
+        placed: list[DerivedColumn | LoweredColumn] = [*self.derived, *self.lowered]
+        for column in sorted(placed, key=lambda d: d.position):
             names.insert(column.position, column.name)
         return tuple(names)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The columns an input must hold: the modelled ones that are not parts, and the lowered ones that have
+        parts (an ``id`` column is never read)."""
+        parts = {p for column in self.lowered for p in column.parts}
+        read = [c.name for c in self.lowered if c.parts or c.base is not None]
+        return tuple(n for n in self.column_names if n not in parts) + tuple(read)
+
+    def owner(self, name: str) -> LoweredColumn | None:
+        """The lowered column that modelled column ``name`` is a part of, if any."""
+        return next((c for c in self.lowered if name in c.parts), None)
 
     def column(self, name: str) -> ColumnSpec:
         for spec in self.columns:
@@ -133,7 +155,7 @@ class TableSchema:
 
 _COLUMN_KEYS = {
     "name", "kind", "nullable", "bounds", "categories", "other", "decimals", "values", "sentinels", "step", "scale",
-    "knots", "description", "from_data", "candidates", "float32",
+    "knots", "description", "from_data", "candidates", "float32", "max_categories",
 }
 def _column_entry(raw: Any, position: int, keys: set[str], hint: str = "") -> tuple[str, str]:
     """(name, where) of a column entry: a mapping of known ``keys`` with a non-empty name."""
@@ -166,7 +188,7 @@ def parse_column(raw: Any, position: int) -> ColumnSpec:
     return ColumnSpec(name=name, kind=kind, nullable=nullable, **kind_of(kind).parse_fields(where, raw))
 
 
-_SCHEMA_KEYS = {"name", "version", "description", "columns", "n_min", "target", "task", "source", "license"}
+_SCHEMA_KEYS = {"name", "version", "description", "columns", "n_min", "target", "task", "source", "license", "rules"}
 
 
 def parse_schema(raw: Any) -> TableSchema:
@@ -189,10 +211,25 @@ def parse_schema(raw: Any) -> TableSchema:
     if not isinstance(columns_raw, list) or not columns_raw:
         raise _fail("schema", columns_raw, "columns must be a non-empty list")
     is_derived = [isinstance(c, dict) and "derived" in c for c in columns_raw]
-    columns = tuple(parse_column(c, i) for i, c in enumerate(columns_raw) if not is_derived[i])
+    modelled: list[ColumnSpec] = []
+    lowered: list[LoweredColumn] = []
+    for i, c in enumerate(columns_raw):
+        if is_derived[i]:
+            continue
+        if isinstance(c, dict) and c.get("kind") in lowered_kind_names():
+            column, parts = parse_lowered(c, i)
+            lowered.append(column)
+            modelled.extend(parts)
+        else:
+            modelled.append(parse_column(c, i))
+    parsed_rules = [parse_rule(r, i) for i, r in enumerate(_rule_entries(raw.get("rules")))]
+    order = [c.get("name") if isinstance(c, dict) else None for c in columns_raw]
+    columns, lowered = _apply_rules(parsed_rules, tuple(modelled), tuple(lowered), order)
+    rules = tuple(rule for rule, _ in parsed_rules)
     derived_names = {c.get("name") for c, flag in zip(columns_raw, is_derived) if flag}
-    derived = tuple(parse_derived(c, i, columns, derived_names) for i, c in enumerate(columns_raw) if is_derived[i])
-    names = [c.name for c in columns] + [d.name for d in derived]
+    derived = tuple(parse_derived(c, i, columns, derived_names, tuple(lowered))
+                    for i, c in enumerate(columns_raw) if is_derived[i])
+    names = [c.name for c in columns] + [d.name for d in derived] + [c.name for c in lowered]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise _fail("schema", repeated, "column names repeat")
@@ -201,6 +238,8 @@ def parse_schema(raw: Any) -> TableSchema:
         raise _fail("schema", target, "target is not one of the columns")
     if target is not None and any(d.name == target for d in derived):
         raise _fail("schema", target, "the target must be a modelled column, not a derived one")
+    if target is not None and any(c.name == target for c in lowered):
+        raise _fail("schema", target, "the target must be a modelled numeric or categorical column")
     if task is not None and task not in TASKS:
         raise _fail("schema", task, f"task must be one of {sorted(TASKS)}")
     return TableSchema(
@@ -212,7 +251,145 @@ def parse_schema(raw: Any) -> TableSchema:
         task=task,
         description=str(raw.get("description", "")),
         derived=derived,
+        lowered=tuple(lowered),
+        rules=rules,
     )
+
+
+def parse_lowered(raw: dict[str, Any], position: int) -> tuple[LoweredColumn, list[ColumnSpec]]:
+    """A column of a lowered kind (``kinds.lowered``) and its modelled parts."""
+    name, where = _column_entry(raw, position, set(raw) | {"name"})
+    if raw.get("from_data", False) is not False:
+        raise _fail(where, {"from_data": raw["from_data"]},
+                    "its kind or bounds were taken from the data (from_data: true); check that they are public "
+                    "knowledge, then delete the from_data mark")
+    nullable = raw.get("nullable", False)
+    if not isinstance(nullable, bool):
+        raise _fail(where, nullable, "nullable must be true or false")
+    entry = {k: v for k, v in raw.items() if k != "from_data"}
+    column, parts = lowered_kind_of(raw["kind"]).parse(where, entry, position)
+    return column, [ColumnSpec(**part) for part in parts]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``later >= earlier`` between two columns of the same type, every synthetic row satisfies it: the later
+    column is modelled as its non-negative offset from the earlier one (``offset``, a modelled part named
+    ``"later - earlier"`` whose public fields the rule entry may set: bounds, knots, scale, decimals)."""
+
+    later: str
+    earlier: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.later} >= {self.earlier}"
+
+    @property
+    def offset(self) -> str:
+        """The modelled part that holds the later column."""
+        return f"{self.later} - {self.earlier}"
+
+
+_RULE = re.compile(r"^\s*(?P<a>.+?)\s*(?P<op>>=|<=|>|<)\s*(?P<b>.+?)\s*$")
+_OFFSET_KEYS = {"rule", "bounds", "knots", "scale", "decimals", "step", "values", "description"}
+
+
+def _rule_entries(raw: Any) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise _fail("schema", raw, "rules must be a list such as ['dropoff >= pickup']")
+    return raw
+
+
+def parse_rule(raw: Any, position: int) -> tuple[Rule, ColumnSpec]:
+    """``"a >= b"`` (or ``<=``, ``>``, ``<``: a strict rule is kept as its closure), or a mapping ``{rule: ...}`` with
+    the offset's public fields (default ``bounds: [0, auto]`` and ``knots: auto``: DP estimates of its range and
+    quantiles)."""
+    where = f"rules[{position}]"
+    entry = {"rule": raw} if isinstance(raw, str) else raw
+    if not isinstance(entry, dict) or not isinstance(entry.get("rule"), str):
+        raise _fail(where, raw, "a rule is text such as 'dropoff >= pickup', or a mapping with such a rule")
+    unknown = set(entry) - _OFFSET_KEYS
+    if unknown:
+        raise _fail(where, raw, f"unknown keys {sorted(unknown)} (a rule takes {sorted(_OFFSET_KEYS)})")
+    match = _RULE.match(entry["rule"])
+    if match is None:
+        raise _fail(where, entry["rule"], "a rule compares two columns: 'later >= earlier'")
+    a, op, b = match["a"], match["op"], match["b"]
+    later, earlier = (a, b) if op in (">=", ">") else (b, a)
+    fields = {"bounds": [0, "auto"], "knots": "auto", **{k: v for k, v in entry.items() if k != "rule"}}
+    rule = Rule(later, earlier)
+    return rule, ColumnSpec(rule.offset, "continuous", False, **kind_of("continuous").parse_fields(where, fields))
+
+
+def _apply_rules(
+    rules: list[tuple[Rule, ColumnSpec]], columns: tuple[ColumnSpec, ...], lowered: tuple[LoweredColumn, ...],
+    order: list[Any],
+) -> tuple[tuple[ColumnSpec, ...], list[LoweredColumn]]:
+    """Each rule's later column lowered to its offset from the earlier one (of the later column's kind: an integer
+    number of resolution units for a datetime or date)."""
+    from splice_assets.kinds.temporal import Temporal
+
+    modelled = {c.name: c for c in columns}
+    out_columns, out_lowered = list(columns), list(lowered)
+    for position, (rule, offset) in enumerate(rules):
+        where = f"rules[{position}]"
+        by_name = {c.name: c for c in out_lowered}
+        later, earlier = by_name.get(rule.later), by_name.get(rule.earlier)
+        if rule.later == rule.earlier:
+            raise _fail(where, rule.text, "a rule compares two different columns")
+        if later is not None and later.base is not None:
+            raise _fail(where, rule.text, f"{rule.later!r} is already the later column of a rule")
+        temporal = [isinstance(lowered_kind_of(c.kind), Temporal) if c is not None and c.spec is None else False
+                    for c in (later, earlier)]
+        numeric = [name in modelled and modelled[name].is_numeric for name in (rule.later, rule.earlier)]
+        if all(temporal):
+            assert later is not None and earlier is not None
+            if "time" in (later.kind, earlier.kind):
+                raise _fail(where, rule.text, "a rule compares datetime or date columns (a time of day has no order "
+                            "across days)")
+            if any(later.bounds_auto) or later.resolution_auto:
+                raise _fail(where, rule.text, f"the later column {rule.later!r} needs the public period it covers as "
+                            "bounds and a declared resolution (it is modelled as its offset from the earlier column, "
+                            "so the DP estimate does not read it): write e.g. [2019-03-01, 2019-05-01]")
+            fields = kind_of("integer").parse_fields(where, {**kind_of("continuous").fields_to_dict(offset)})
+            offset = ColumnSpec(offset.name, "integer", later.nullable or earlier.nullable, **fields)
+            index = next(i for i, c in enumerate(out_columns) if c.name in later.parts)
+            out_columns = [c for c in out_columns if c.name not in later.parts]
+            out_columns.insert(index, offset)
+            out_lowered[out_lowered.index(later)] = dataclasses.replace(later, base=rule.earlier,
+                                                                        parts=(offset.name,))
+        elif all(numeric) and not any(c.name == rule.later for c in out_lowered):
+            spec = modelled[rule.later]
+            nullable = spec.nullable or modelled[rule.earlier].nullable
+            offset = dataclasses.replace(offset, kind=spec.kind, nullable=nullable, decimals=spec.decimals,
+                                         decimals_auto=spec.decimals_auto, float32=spec.float32)
+            index = [c.name for c in out_columns].index(rule.later)
+            out_columns[index] = offset
+            out_lowered.append(LoweredColumn(rule.later, spec.kind, order.index(rule.later), (offset.name,),
+                                             spec.nullable, base=rule.earlier, spec=spec))
+        else:
+            raise _fail(where, rule.text, "a rule compares two numeric, two datetime or two date columns of the "
+                        "schema")
+    return tuple(out_columns), out_lowered
+
+
+def with_resolved_lowered(schema: TableSchema, name: str, bounds: tuple[str, str] | None, resolution: str | None
+                          ) -> TableSchema:
+    """``schema`` with its lowered column ``name`` given the DP estimate's ``bounds`` and ``resolution`` (None: as
+    they are; ``kinds.temporal.Temporal.resolved``): its modelled parts are rebuilt for them, in place of the ones
+    laid out for the ``auto`` placeholders, so the schema is the one its plain entry parses to."""
+    column = next(c for c in schema.lowered if c.name == name)
+    kind = lowered_kind_of(column.kind)
+    resolved, parts = kind.resolved(column, bounds, resolution)  # type: ignore[attr-defined]
+    columns = list(schema.columns)
+    if parts:
+        index = next(i for i, c in enumerate(columns) if c.name in column.parts)
+        columns = [c for c in columns if c.name not in column.parts]
+        columns[index:index] = [ColumnSpec(**part) for part in parts]
+    lowered = tuple(resolved if c.name == name else c for c in schema.lowered)
+    return dataclasses.replace(schema, columns=tuple(columns), lowered=lowered)
 
 
 _DERIVED_KEYS = {"name", "kind", "derived", "decimals"}
@@ -220,9 +397,11 @@ _DERIVED_KEYS = {"name", "kind", "derived", "decimals"}
 
 def parse_derived(
     raw: dict[str, Any], position: int, columns: tuple[ColumnSpec, ...], derived_names: Collection[Any] = (),
+    lowered: tuple[LoweredColumn, ...] = (),
 ) -> DerivedColumn:
-    """A derived column (``{name, kind, derived: expression, decimals}``) whose expression reads only modelled
-    numeric ``columns``."""
+    """A derived column (``{name, kind, derived: expression, decimals}``) whose expression reads only numeric
+    ``columns`` and the ``lowered`` ones that hold a number (a rule's later column) or a point in time (read as
+    seconds since 1970: ``dropoff - pickup`` is a duration in seconds)."""
     name, where = _column_entry(raw, position, _DERIVED_KEYS, f" (a derived column takes {sorted(_DERIVED_KEYS)})")
     kind = raw.get("kind")
     numeric_kinds = frozenset(k for k in kind_names() if kind_of(k).numeric)
@@ -235,7 +414,9 @@ def parse_derived(
         tree, inputs = parse_expression(expression)
     except ExpressionError as exc:
         raise _fail(where, expression, f"derived: {exc}") from None
-    numeric = {c.name for c in columns if c.is_numeric}
+    parts = {p for c in lowered for p in c.parts}
+    numeric = {c.name for c in columns if c.is_numeric and c.name not in parts}
+    numeric |= {c.name for c in lowered if c.kind in ("datetime", "date") or c.spec is not None}
     for column in inputs:
         if column not in numeric:
             problem = ("is derived itself" if column in derived_names else "is not numeric"
@@ -246,7 +427,8 @@ def parse_derived(
     if decimals is not None and (not kind_of(kind).fractional or isinstance(decimals, bool)
                                  or not isinstance(decimals, int) or not 0 <= decimals <= 12):
         raise _fail(where, decimals, "decimals must be an integer in [0, 12], on a continuous column")
-    nullable = divides(tree) or any(c.nullable for c in columns if c.name in inputs)
+    nullable = divides(tree) or any(c.nullable for c in columns if c.name in inputs) or any(
+        c.nullable for c in lowered if c.name in inputs)
     return DerivedColumn(name, kind, expression.strip(), position, decimals, nullable)
 
 
@@ -264,17 +446,32 @@ def load_schema(path: str | Path) -> TableSchema:
 
 def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
     """The schema as a plain mapping (for release manifests); round-trips through ``parse_schema``."""
+    parts = {p for column in schema.lowered for p in column.parts}
     columns = []
     for c in schema.columns:
-        entry: dict[str, Any] = {"name": c.name, "kind": c.kind, "nullable": c.nullable}
-        entry.update(kind_of(c.kind).fields_to_dict(c))
-        columns.append(entry)
-    for d in sorted(schema.derived, key=lambda d: d.position):
-        entry = {"name": d.name, "kind": d.kind, "derived": d.expression}
-        if d.decimals is not None:
-            entry["decimals"] = d.decimals
-        columns.insert(d.position, entry)
+        if c.name not in parts:
+            columns.append(_column_dict(c))
+    placed: list[DerivedColumn | LoweredColumn] = [*schema.derived, *schema.lowered]
+    for item in sorted(placed, key=lambda d: d.position):
+        entry: dict[str, Any]
+        if isinstance(item, DerivedColumn):
+            entry = {"name": item.name, "kind": item.kind, "derived": item.expression}
+            if item.decimals is not None:
+                entry["decimals"] = item.decimals
+        elif item.spec is not None:  # a numeric column a rule lowered: its own entry
+            entry = _column_dict(item.spec)
+        else:
+            entry = {"name": item.name, "kind": item.kind}
+            if item.nullable:
+                entry["nullable"] = True
+            specs = {c.name: c for c in schema.columns}
+            entry.update(lowered_kind_of(item.kind).to_dict(item, specs))
+        columns.insert(item.position, entry)
     out: dict[str, Any] = {"name": schema.name, "version": schema.version, "n_min": schema.n_min, "columns": columns}
+    if schema.rules:
+        offsets = {c.name: c for c in schema.columns}
+        out["rules"] = [{"rule": r.text, **kind_of("continuous").fields_to_dict(offsets[r.offset])}
+                        for r in schema.rules]
     if schema.description:
         out["description"] = schema.description
     if schema.target is not None:
@@ -282,3 +479,9 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
     if schema.task is not None:
         out["task"] = schema.task
     return out
+
+
+def _column_dict(c: ColumnSpec) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": c.name, "kind": c.kind, "nullable": c.nullable}
+    entry.update(kind_of(c.kind).fields_to_dict(c))
+    return entry

@@ -166,7 +166,8 @@ def refresh_skip_reason(config: ReleaseConfig, ledger: LedgerResource) -> str | 
         budget = book.budget(config.dataset)
         if budget is None:
             return f"refresh skipped: no lifetime budget is set for dataset {config.dataset!r} (`splice budget set`)"
-        after = book.projected(config.dataset, [part.noise_multiplier for part in parts])
+        after = book.projected(config.dataset, [part.noise_multiplier for part in parts],
+                               sum(part.selection_delta for part in parts))
     if after > budget.epsilon_total + BUDGET_TOLERANCE:
         return (
             f"refresh skipped: dataset {config.dataset!r} would reach epsilon={after:.4f} "

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from splice_assets.kinds import kind_of
+from splice_assets.kinds.lowered import lowered_kind_of
 from splice_assets.schema import ColumnSpec, TableSchema
 
 # Must be set before great_expectations is imported anywhere in the process.
@@ -102,7 +103,11 @@ def expected_type(spec: ColumnSpec) -> str:
     instance in a type list. The name is that of the kind's output dtype: an extension dtype's class name
     (``BooleanDtype``, ``Int64Dtype``), a NumPy dtype's name (``int64``, ``float64``).
     """
-    dtype = pd.api.types.pandas_dtype(kind_of(spec.kind).output_dtype(spec))
+    return _dtype_name(kind_of(spec.kind).output_dtype(spec))
+
+
+def _dtype_name(name: str) -> str:
+    dtype = pd.api.types.pandas_dtype(name)
     if isinstance(dtype, pd.CategoricalDtype):
         return _CATEGORICAL_TYPE
     return type(dtype).__name__ if isinstance(dtype, pd.api.extensions.ExtensionDtype) else str(dtype)
@@ -133,7 +138,8 @@ def build_suite(
         context = ephemeral_context()
     import great_expectations.expectations as gxe
 
-    null_rate_bounds = dict(null_rate_bounds or {})
+    parts = {p for c in schema.lowered for p in c.parts}
+    null_rate_bounds = {c: b for c, b in (null_rate_bounds or {}).items() if c not in parts}
     unknown = sorted(set(null_rate_bounds) - set(schema.column_names))
     if unknown:
         raise ValueError(f"null_rate_bounds names columns not in schema {schema.name!r}: {unknown}")
@@ -142,8 +148,20 @@ def build_suite(
     for derived in schema.derived:  # the dtype of a modelled column of the same kind and nullability
         dtype = expected_type(ColumnSpec(derived.name, derived.kind, derived.nullable))
         suite.add_expectation(gxe.ExpectColumnValuesToBeInTypeList(column=derived.name, type_list=[dtype]))
+    for lowered in schema.lowered:  # datetimes, keys and a rule's later column: type, nulls, unique keys
+        if lowered.spec is not None:
+            suite.add_expectation(_type_expectation(lowered.spec))
+        else:
+            dtype = _dtype_name(lowered_kind_of(lowered.kind).output_dtype(lowered))
+            suite.add_expectation(gxe.ExpectColumnValuesToBeInTypeList(column=lowered.name, type_list=[dtype]))
+        if not lowered.nullable:
+            suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=lowered.name))
+        if lowered.kind == "id":
+            suite.add_expectation(gxe.ExpectColumnValuesToBeUnique(column=lowered.name))
     for spec in schema.columns:
         column = spec.name
+        if column in parts:
+            continue
         suite.add_expectation(_type_expectation(spec))
         if spec.is_numeric:
             assert spec.bounds is not None, f"column {column!r} has unresolved 'auto' bounds"

@@ -883,6 +883,9 @@ def fidelity_metrics(
     """
     from threadpoolctl import threadpool_limits
 
+    from splice_assets.private.validation import modelled_view
+
+    synthetic = modelled_view(synthetic, schema)  # datetimes as their parts, keys left out, as the real rows are
     with threadpool_limits(limits=N_JOBS):
         return _fidelity_metrics(
             real_train, real_holdout, synthetic, schema, seed, with_tstr, with_trtr, with_detection, with_privacy

@@ -36,6 +36,7 @@ from splice_assets.evaluation.metrics import (
     reference_band,
 )
 from splice_assets.evaluation.verdict import QUANTILES, ColumnStats, Verdict, verdict
+from splice_assets.private.validation import modelled_view
 from splice_assets.schema import ColumnSpec, TableSchema
 
 INTERNAL_BANNER = "INTERNAL — this report reads the real (private) rows. Do not release or share outside the team."
@@ -571,6 +572,7 @@ def build_report(
     with progress.stage("report: Great Expectations suite"):
         expectations = check_synthetic(synthetic, schema, null_rate_bounds)
     ge_seconds = time.perf_counter() - t_ge
+    synthetic = modelled_view(synthetic, schema)  # the suite read the user's form; the rest reads the parts
     with progress.stage("report: verdict, plots, HTML"):
         result = verdict(compared, synthetic, schema, metrics, references, has_holdout, clipped_shares)
         html_text = render_html(compared, synthetic, schema, release_facts, metrics, references, expectations,

@@ -1,5 +1,8 @@
-"""``kind: categorical``: one of a public list of ``categories`` (``other`` takes every unseen value); the drafted
-entry lists the observed values only with ``--from-data``."""
+"""``kind: categorical``: one of a public list of ``categories`` (``other`` takes every unseen value), or an open
+domain (``categories: auto``: a DP selection in the estimate keeps the frequent values, ``private.bounds``); the
+drafted entry lists the observed values only with ``--from-data``, and proposes ``categories: auto`` for a column
+with many distinct values (more than ``OPEN_DISTINCT``, or more than ``OPEN_MIN`` that are ``OPEN_SHARE`` of its
+cells)."""
 
 from __future__ import annotations
 
@@ -11,13 +14,21 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+#: ``schema init`` drafts ``categories: auto`` above this many distinct values, or this share of distinct cells.
+OPEN_DISTINCT, OPEN_SHARE, OPEN_MIN = 50, 0.05, 20
+
+
 class Categorical(DiscreteKind):
     name: ClassVar[str] = "categorical"
     draft_order: ClassVar[int | None] = 3  # what no other kind recognises
+    open_domain: ClassVar[bool] = True
 
     def recognises(self, present: pd.Series) -> bool:
         return True
 
     def draft(self, values: pd.Series, from_data: bool) -> dict[str, Any]:
-        observed = sorted({str(v).strip() for v in values.dropna()})
+        present = values.dropna()
+        observed = sorted({str(v).strip() for v in present})
+        if len(observed) > OPEN_DISTINCT or (len(observed) > OPEN_MIN and len(observed) > OPEN_SHARE * len(present)):
+            return {"categories": "auto", "other": "other"}
         return {"categories": observed if from_data else []}

@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from splice_assets.kinds.base import Kind
-from splice_assets.kinds.fields import _fail, _parse_categories, category_key, value_fields
+from splice_assets.kinds.fields import (
+    OpenCategories,
+    _fail,
+    _parse_categories,
+    _parse_open_categories,
+    category_key,
+    is_open,
+    open_entry,
+    value_fields,
+)
 from splice_assets.kinds.scales import _grid_position, _nearest_level
 
 if TYPE_CHECKING:
@@ -22,12 +31,21 @@ if TYPE_CHECKING:
 
 class DiscreteKind(Kind):
     numeric: ClassVar[bool] = False
+    #: ``categories: auto`` (an open domain, ``private.bounds.select_categories``) is allowed: categorical only.
+    open_domain: ClassVar[bool] = False
 
     def parse_fields(self, where: str, raw: dict[str, Any]) -> dict[str, Any]:
-        """Declared categories (``other`` appended unless it is one of them), then no numeric field."""
+        """Declared categories (``other`` appended unless it is one of them), then no numeric field. An open list
+        (``categories: auto``, categorical only) needs an ``other`` and takes a ``max_categories``."""
         if "bounds" in raw:
             raise _fail(where, raw, "a categorical/ordinal column takes no bounds")
-        categories = _parse_categories(where, raw.get("categories"))
+        if is_open(raw) and not self.open_domain:
+            raise _fail(where, raw.get("categories"),
+                        f"categories: auto belongs to categorical columns, not {self.name}")
+        if "max_categories" in raw and not is_open(raw):
+            raise _fail(where, raw, "max_categories belongs to categories: auto")
+        categories = (_parse_open_categories(where, raw) if is_open(raw)
+                      else _parse_categories(where, raw.get("categories")))
         other = raw.get("other")
         if other is not None:
             if category_key(other) not in {category_key(c) for c in categories}:
@@ -41,11 +59,20 @@ class DiscreteKind(Kind):
         entry: dict[str, Any] = {"categories": list(spec.categories or ())}
         if spec.other is not None:
             entry["other"] = spec.other
+        opened = open_entry(spec.categories)
+        if opened is not None:  # an unresolved open list: ``auto`` where it was written, and its cap if not default
+            from splice_assets.kinds.fields import DEFAULT_MAX_CATEGORIES
+
+            entry["categories"] = ["auto" if c is opened else c for c in entry["categories"]]
+            if opened.max_categories != DEFAULT_MAX_CATEGORIES:
+                entry["max_categories"] = opened.max_categories
         return entry
 
     def categories_of(self, spec: ColumnSpec) -> tuple[Any, ...]:
+        """The column's categories (an unresolved open list's public ones and its ``other``; the estimate resolves
+        it before any cell is encoded)."""
         assert spec.categories is not None
-        return spec.categories
+        return tuple(c for c in spec.categories if not isinstance(c, OpenCategories))
 
     def category_index(self, spec: ColumnSpec) -> dict[str, int]:
         return {category_key(c): i for i, c in enumerate(self.categories_of(spec))}
@@ -130,7 +157,9 @@ class DiscreteKind(Kind):
 
     # -- the cube ------------------------------------------------------------------------------------------------------
     def levels(self, spec: ColumnSpec) -> int:
-        return len(self.categories_of(spec)) + int(spec.nullable)
+        """Grid levels; an unresolved open list counts its cap (what planning and the pre-flight price)."""
+        opened = open_entry(spec.categories)
+        return len(self.categories_of(spec)) + (opened.max_categories if opened else 0) + int(spec.nullable)
 
     def coordinates(self, spec: ColumnSpec) -> list[tuple[str, int, int]]:
         ordered = len(self.categories_of(spec)) if self.ordered else 0

@@ -183,3 +183,70 @@ def value_fields(where: str, raw: dict[str, Any], kind: Kind, bounds: tuple[floa
     return dict(decimals=decimals, decimals_auto=decimals_auto, values=values, values_auto=values_auto,
                 sentinels=sentinels, candidates=candidates, step=step, step_auto=step_auto, float32=float32,
                 scale=scale, knots=knots, knots_auto=knots_auto)
+
+
+#: ``categories: auto``: the public cap on the values a selection may add when ``max_categories`` is not written.
+DEFAULT_MAX_CATEGORIES = 100
+#: The largest ``max_categories`` a schema may write.
+MAX_CATEGORIES_LIMIT = 10_000
+
+
+class OpenCategories(str):
+    """The ``auto`` entry of an open-domain categorical (``categories: auto`` or ``[a, b, auto]``), carrying its
+    public cap ``max_categories``. The DP estimate (``private.bounds.select_categories``) replaces it by the frequent
+    values it selects, so a resolved schema holds a plain list. It reads as the text "auto" but equals only an entry
+    with the same cap (never a declared category), and it is never a category of a validated column."""
+
+    max_categories: int
+
+    def __new__(cls, max_categories: int = DEFAULT_MAX_CATEGORIES) -> OpenCategories:
+        entry = super().__new__(cls, "auto")
+        entry.max_categories = int(max_categories)
+        return entry
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OpenCategories) and other.max_categories == self.max_categories
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(("auto", self.max_categories))
+
+    def __reduce__(self) -> tuple[type[OpenCategories], tuple[int]]:
+        return OpenCategories, (self.max_categories,)
+
+    def __repr__(self) -> str:
+        return f"OpenCategories(max_categories={self.max_categories})"
+
+
+def open_entry(categories: tuple[Any, ...] | None) -> OpenCategories | None:
+    """The ``auto`` entry of a column's categories, or None when the list is closed (or resolved)."""
+    return next((c for c in categories or () if isinstance(c, OpenCategories)), None)
+
+
+def _parse_open_categories(where: str, raw: dict[str, Any]) -> tuple[Category, ...]:
+    """``categories: auto`` or ``[a, b, auto]`` with a required ``other`` and an optional ``max_categories``: the
+    public categories with an ``OpenCategories`` entry where ``auto`` was written."""
+    declared = raw.get("categories")
+    listed = [] if declared == "auto" or not isinstance(declared, list) else [v for v in declared if v != "auto"]
+    if raw.get("other") is None:
+        raise _fail(where, raw, "categories: auto needs an other: the label that every value the selection does "
+                    "not keep becomes")
+    cap = raw.get("max_categories", DEFAULT_MAX_CATEGORIES)
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_CATEGORIES_LIMIT:
+        raise _fail(where, cap, f"max_categories must be an integer in [1, {MAX_CATEGORIES_LIMIT:,}] (the public cap "
+                    "on the values categories: auto may add)")
+    if isinstance(declared, list) and declared.count("auto") > 1:
+        raise _fail(where, declared, "auto may appear once in categories")
+    public = _parse_categories(where, listed) if listed else ()
+    if any(category_key(v) == "auto" for v in public):
+        raise _fail(where, declared, "a declared category cannot be named auto (it opens the list)")
+    at = len(listed) if not isinstance(declared, list) else declared.index("auto")
+    return (*public[:at], OpenCategories(cap), *public[at:])
+
+
+def is_open(raw: dict[str, Any]) -> bool:
+    """Whether a schema entry writes ``categories: auto`` or ``auto`` among its categories."""
+    declared = raw.get("categories")
+    return declared == "auto" or (isinstance(declared, list) and "auto" in declared)

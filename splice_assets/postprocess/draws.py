@@ -33,6 +33,8 @@ from splice_assets.layout import (
     coordinate_cells,
     data_layout,
     layout_for,
+    marginal_cells,
+    marginal_sizes,
 )
 from splice_assets.model.fit import MarginalTargets
 from splice_assets.model.mixture import MixtureParameters
@@ -476,3 +478,230 @@ def _target_tilted_rows(
         log_w = pool_log_weights(tilt.potentials, pool, layout, tilt.numeric_bins, tilt.pairs, tilt.triples)
         out[start : start + rows] = pool[systematic_resample(log_w, rows, rng)]
     return match_to_marginals(out, model.layout, model.marginal_targets, rng, integer_bounds, model.links, out=out)
+
+
+#: Gibbs sweeps each row of a conditioned pairwise field takes (``condition_model``): its chains start from the
+#: unconditional fit's states, so they need more sweeps than the fitted field's own to forget where they started.
+CONDITIONED_SWEEPS = 10
+#: A conditioned field starts its rows from the fitted chains that already meet the condition when at least this
+#: many do (else from all of them: the first sweep moves every clamped coordinate into the condition).
+MIN_CONDITIONED_CHAINS = 256
+#: Weight, in pool rows, of the mixture's closed-form 1-way laws in ``condition_model``'s sampled ones.
+PRIOR_ROWS = 200
+#: Cells of pool rows (rows x coordinates) ``condition_model`` draws at most for each of its two pools.
+POOL_CELLS = 20_000_000
+
+
+@dataclass(frozen=True)
+class ConditionedModel:
+    """``condition_model``'s result: the model conditioned, and the probability of the condition under it."""
+
+    model: SyntheticModel
+    #: P(condition) under the mixture: sum_k pi_k P_k(condition) (exact, closed form).
+    probability: float
+    #: The least share, over the conditioned coordinates, of the 1-way targets' mass inside the condition: matching
+    #: maps every coordinate onto its target, so a condition the targets leave no mass cannot be met.
+    target_probability: float
+
+
+def condition_model(model: SyntheticModel, level_weights: Mapping[int, np.ndarray],
+                    rng: np.random.Generator | None = None, pool_rows: int | None = None,
+                    matched: bool = True) -> ConditionedModel:
+    """The model conditioned on per-coordinate level weights (``conditions.Conditions.level_weights``: coordinate of
+    ``model.layout`` -> a weight in [0, 1] per level, the share of the level inside the condition), for sampling it
+    with the unchanged sampler (``sampling.sample_table``). Each stage:
+
+    - **Mixture** (exact): component k's weight becomes pi_k P_k(C) / P(C), and each conditioned coordinate's (or
+      joint part's) level table in k becomes its law restricted to the condition, P_k(level) w(level) / P_k(C).
+    - **Cell tilt, target tilt** (exact up to the resampling's finite pool): p(x | C) is proportional to
+      q(x | C) exp(-sum lambda), so resampling a pool of the conditioned mixture by the unchanged tilt weights draws
+      the tilted model's conditional law.
+    - **Pairwise field** (exact up to the Gibbs chains' mixing): each conditioned coordinate's 1-way potentials add
+      log w of its cells (a cell outside: -1e6, so a sweep never draws it), so the field's Gibbs sweeps are clamped
+      to the condition; rows start from the fitted chains that meet it and take ``CONDITIONED_SWEEPS`` sweeps.
+      Values inside the cells come from the conditioned mixture given the cells. In a cell the range covers only
+      in part, the cell's weight is the covered share of its width (uniform inside the cell, the mixture's own
+      within-cell law is not): a residual at the range's two end cells only.
+    - **Links**: where the sampler redraws a link's target from its source's cell (``matched``, no field), a
+      condition on the target weights the source's cells by the link's mass inside it instead of weighting the
+      mixture's own target levels, and the link's table is restricted to the condition.
+    - **Matching**: the rank matching onto the noisy 1-way targets is a whole-sample map that moves each coordinate
+      from the model's marginal p_j to the target t_j. Under the condition every coordinate is matched onto the
+      model's conditional marginal instead. On an ordered coordinate (a binned numeric, an ordinal) that is the
+      conditional law p_j(. | C) carried by the same map (``_transported``: the monotone coupling of p_j onto t_j,
+      which the matching applies to each row in the limit). On a categorical coordinate (its order is the
+      schema's and means nothing) and on a link's (matched by fewest moves, not by rank) it is
+      t_j(b) p_j(b | C) / p_j(b), the same per-cell correction t_j / p_j applied to the conditional law: the rows
+      the unconditional matching moves into a short category from its neighbour in the schema's order are left
+      out on purpose. p_j and p_j(. | C) are the tilted model's (or the tilted field's): with ``rng``, from two
+      pools of ``pool_rows`` rows (default 200,000, fewer past ``POOL_CELLS`` cells), the model's and the
+      conditioned model's (mixture draws with their links redrawn, weighted by the tilt; or the tilted field's
+      cells), each pooled with the mixture's closed form as a prior of ``PRIOR_ROWS`` rows; without ``rng`` or a
+      tilt, the mixture's closed form. A conditioned coordinate's target is its target restricted to the
+      condition. The residual: the pools' noise, the pools being unmatched where the tilt was fitted on matched
+      ones, and the target tilt's weights, which the pools leave out.
+    """
+    layout, p = model.layout, model.params
+    if len(layout.continuous_index):
+        raise ValueError("conditional sampling needs a model with histogram numerics (no continuous coordinates)")
+    K = p.K
+    position = {int(i): t for t, i in enumerate(layout.discrete_index)}
+    joint_of = {i: u for u, pair in enumerate(p.joint_pairs) for i in pair}
+    weights = {int(i): np.asarray(w, dtype=np.float64) for i, w in level_weights.items()}
+    for i, w in weights.items():
+        if w.shape != (layout.coordinates[i].levels,):
+            raise ValueError(f"coordinate {i}: {len(w)} level weights for {layout.coordinates[i].levels} levels")
+    bins = model.marginal_targets.numeric_bins if model.marginal_targets is not None else 0
+    mixture_weights = dict(weights)
+    # ``matched``: the sampler matches the rows, and redraws its links' targets unless it draws from a field.
+    redrawn = {link.target: link for link in model.links} if matched and model.field is None and bins else {}
+    for target, link in redrawn.items():  # the sampler redraws the target from the link given its source's cell:
+        if target in weights:  # the condition on it weights the source's cells by the link's mass inside it
+            on_source = link.conditional @ _cell_weights(layout.coordinates[target], weights[target], bins)
+            source = layout.coordinates[link.source]
+            on_levels = np.repeat(on_source, source.levels // len(on_source))
+            mixture_weights[link.source] = mixture_weights.get(link.source, np.ones(source.levels)) * on_levels
+            del mixture_weights[target]
+    ones = lambda i: np.ones(layout.coordinates[i].levels)  # noqa: E731
+    probs = [np.asarray(table, dtype=np.float64) for table in p.probs]
+    joints = [np.asarray(table, dtype=np.float64) for table in p.joint]
+    factor = np.ones(K)
+    for u, (a, b) in enumerate(p.joint_pairs):
+        if a in mixture_weights or b in mixture_weights:
+            w_ab = np.outer(mixture_weights.get(a, ones(a)), mixture_weights.get(b, ones(b)))
+            table = joints[u] * w_ab[None]
+            mass = table.sum(axis=(1, 2))
+            factor *= mass
+            joints[u] = _restricted(table.reshape(K, -1), mass, w_ab.ravel()).reshape(table.shape)
+            probs[position[a]], probs[position[b]] = joints[u].sum(axis=2), joints[u].sum(axis=1)
+    for i, w in mixture_weights.items():
+        if i not in joint_of:
+            table = probs[position[i]] * w[None, :]
+            mass = table.sum(axis=1)
+            factor *= mass
+            probs[position[i]] = _restricted(table, mass, w)
+    probability = float(np.dot(p.weights, factor))
+    component_weights = p.weights * factor / probability if probability > 0 else np.asarray(p.weights)
+    params = replace(p, weights=component_weights, probs=tuple(probs), joint=tuple(joints))
+    conditioned = replace(model, params=params)
+    if model.field is not None:
+        field = model.field
+        values_layout = data_layout(layout)
+        sizes = marginal_sizes(values_layout, field.numeric_bins)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        potentials = np.array(field.potentials, dtype=np.float64)
+        meets = np.ones(len(field.chains), dtype=bool)
+        for i, w in weights.items():
+            cell_w = _cell_weights(layout.coordinates[i], w, field.numeric_bins)
+            potentials[starts[i] : starts[i] + sizes[i]] += np.where(cell_w > 0, np.log(np.maximum(cell_w, 1e-300)),
+                                                                     -1e6)
+            meets &= cell_w[np.asarray(field.chains[:, i], dtype=np.int64)] > 0
+        chains = field.chains[meets] if meets.sum() >= MIN_CONDITIONED_CHAINS else field.chains
+        conditioned = replace(conditioned, field=replace(field, potentials=potentials, chains=chains,
+                                                         sweeps=max(field.sweeps, CONDITIONED_SWEEPS)))
+    if model.links and any(link.target in weights for link in model.links):
+        links = []
+        for link in model.links:
+            if link.target in weights:
+                cell_w = _cell_weights(layout.coordinates[link.target], weights[link.target],
+                                       link.conditional.shape[1])
+                table = link.conditional * cell_w[None, :]
+                link = replace(link, conditional=_restricted(table, table.sum(axis=1), cell_w))
+            links.append(link)
+        conditioned = replace(conditioned, links=tuple(links))
+    target_probability = 1.0
+    if model.marginal_targets is not None:
+        targets = model.marginal_targets
+        before = _mixture_cells(layout, p.weights, p.probs, bins)
+        after = _mixture_cells(layout, component_weights, probs, bins)
+        for target, link in redrawn.items():  # a redrawn target's law: its source's, through the link
+            before[target] = before[link.source] @ link.conditional
+            after[target] = after[link.source] @ next(x for x in conditioned.links if x.target == target).conditional
+        if rng is not None and model.tilt is not None and model.tilt.numeric_bins == bins:
+            # The tilted (or field) model's 1-way laws, from pools: the mixture's, as a prior of PRIOR_ROWS rows.
+            if pool_rows is None:
+                pool_rows = max(20_000, min(200_000, POOL_CELLS // layout.d))
+            prior = PRIOR_ROWS / (PRIOR_ROWS + pool_rows)
+            before = [prior * m + (1 - prior) * s for m, s in zip(before, _tilted_cells(model, pool_rows, rng))]
+            after = [prior * m + (1 - prior) * s for m, s in zip(after, _tilted_cells(conditioned, pool_rows, rng))]
+        frequencies = []
+        linked = {i for link in model.links for i in (link.source, link.target)}  # matched by fewest moves
+        for i, freq in enumerate(targets.per_coordinate(layout)):
+            cell_w = _cell_weights(layout.coordinates[i], weights[i], bins) if i in weights else np.ones(len(freq))
+            projected = simplex_projection(freq)
+            if i in weights:
+                target_probability = min(target_probability, float(projected @ cell_w))
+            coord = layout.coordinates[i]
+            if i not in weights and i not in linked and (coord.is_binned or coord.ordered):  # an ordered coordinate:
+                conditional = _transported(after[i], before[i], projected)  # the matching's monotone map
+            else:
+                supported = before[i] > 1e-12
+                ratio = np.where(supported, after[i] / np.where(supported, before[i], 1.0), cell_w)
+                conditional = projected * ratio
+            if not conditional.sum() > 0:  # the targets leave no mass where the conditioned mixture has some
+                conditional = after[i] if i not in weights else projected * cell_w
+            frequencies.append(conditional / max(conditional.sum(), 1e-300))
+        conditioned = replace(conditioned, marginal_targets=replace(targets, frequencies=np.concatenate(frequencies)))
+    return ConditionedModel(conditioned, probability, target_probability)
+
+
+def _restricted(table: np.ndarray, mass: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """Rows of ``table`` (already weighted) normalised by their ``mass``; a row with none takes ``fallback``
+    normalised (its component then has weight 0, so it is never drawn)."""
+    spare = fallback / max(float(fallback.sum()), 1e-300)
+    return np.where(mass[:, None] > 0, table / np.where(mass > 0, mass, 1.0)[:, None], spare[None, :])
+
+
+def _cell_weights(coord: Coordinate, level_weights: np.ndarray, numeric_bins: int) -> np.ndarray:
+    """A coordinate's level weights on its measured cells: a binned coordinate's levels refine its ``numeric_bins``
+    equal-width cells, so a cell's weight is the mean of its levels' (equal widths)."""
+    if coord.is_binned:
+        return level_weights.reshape(numeric_bins, -1).mean(axis=1)
+    return level_weights
+
+
+def _mixture_cells(layout: EncodingLayout, weights: np.ndarray, probs: Sequence[np.ndarray],
+                   numeric_bins: int) -> list[np.ndarray]:
+    """Each coordinate's 1-way law under the mixture on its measured cells (a binned coordinate's levels summed per
+    cell)."""
+    out = []
+    for t, i in enumerate(layout.discrete_index):
+        marginal = np.asarray(weights, dtype=np.float64) @ np.asarray(probs[t], dtype=np.float64)
+        coord = layout.coordinates[int(i)]
+        out.append(marginal.reshape(numeric_bins, -1).sum(axis=1) if coord.is_binned else marginal)
+    return out
+
+
+def _tilted_cells(model: SyntheticModel, n_rows: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Each coordinate's 1-way law on its measured cells under the tilted model, from ``n_rows`` rows: the tilted
+    field's cells, or mixture draws weighted by the tilt (``condition_model``)."""
+    tilt, layout = model.tilt, data_layout(model.layout)
+    assert tilt is not None
+    if model.field is not None:
+        cells = sample_cells(with_tilt(model.field, layout, tilt.potentials, tilt.pairs), layout, n_rows, rng)
+        weights = None
+    else:
+        rows = unmatched_draws(model, n_rows, rng)
+        if model.links:
+            rows = redraw_linked(rows, layout, tilt.numeric_bins, model.links, rng)
+        cells = marginal_cells(rows, layout, tilt.numeric_bins)
+        log_w = cell_log_weights(tilt.potentials, cells, layout, tilt.numeric_bins, tilt.pairs)
+        weights = np.exp(log_w - log_w.max())
+    sizes = marginal_sizes(layout, tilt.numeric_bins)
+    out = []
+    for i, size in enumerate(sizes):
+        counts = np.bincount(cells[:, i], weights=weights, minlength=size)[:size]
+        out.append(counts / max(float(counts.sum()), 1e-300))
+    return out
+
+
+def _transported(law: np.ndarray, source: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """``law`` (on ordered cells) carried by the monotone coupling of ``source`` onto ``target``: what rank matching
+    does to rows drawn from ``law`` when the whole sample follows ``source``. Cell a sends to cell b the share of its
+    quantile interval [S_(a-1), S_a) that lies in b's, [T_(b-1), T_b)."""
+    s = np.concatenate([[0.0], np.cumsum(source)]) / max(float(np.sum(source)), 1e-300)
+    t = np.concatenate([[0.0], np.cumsum(target)]) / max(float(np.sum(target)), 1e-300)
+    overlap = np.clip(np.minimum(s[1:, None], t[None, 1:]) - np.maximum(s[:-1, None], t[None, :-1]), 0.0, None)
+    width = s[1:] - s[:-1]
+    kernel = np.where(width[:, None] > 0, overlap / np.where(width > 0, width, 1.0)[:, None], np.eye(len(law)))
+    return law @ kernel

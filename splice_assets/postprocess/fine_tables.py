@@ -9,7 +9,7 @@ Reads only the noisy tables of the Measurement and the public schema; costs no p
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +139,7 @@ class FineTables:
     def refine(
         self, x: np.ndarray, cells: tuple[FineCells, ...], rng: np.random.Generator,
         coarse: list[np.ndarray] | None = None, numeric_bins: int = DEFAULT_NUMERIC_BINS, in_place: bool = False,
+        cell_weights: Mapping[int, np.ndarray] | None = None,
     ) -> np.ndarray:
         """Rows ``x`` (cube) with every present numeric value redrawn inside its coarse bin from the column's
         consistent fine tables (``consistent``; ``coarse``: each column's noisy coarse table) restricted to that
@@ -147,7 +148,9 @@ class FineTables:
         its uniform given its leader's (``_conditional_uniforms``, evenly spaced in the copula's order), so
         near-identical columns stay near-identical inside the bins too. A row off a column's sentinels in a bin only
         its sentinels hold moves to another bin first (``_rehome_off_sentinel_rows``); a bin whose fine cells are all
-        empty keeps its values as drawn. ``in_place``: written into ``x``."""
+        empty keeps its values as drawn. ``in_place``: written into ``x``. ``cell_weights`` (index into ``cells`` ->
+        a weight per fine cell, the share of the cell inside a condition: ``sampling``'s conditional draws) multiplies
+        each column's consistent table, so the values are drawn from the fine table restricted to the condition."""
         out = x if in_place else x.copy(order="K")  # (column-major rows stay so: a transposing copy is slow)
         tables = self.per_column(cells)
         leader_of = {follower: (leader, r) for follower, leader, r in self.couplings}
@@ -157,6 +160,8 @@ class FineTables:
         for c in order:
             column = cells[c]
             weights = self.consistent(column, tables[c], None if coarse is None else coarse[c], numeric_bins)
+            if cell_weights is not None and c in cell_weights:
+                weights = weights * cell_weights[c]
             order_c = column.ordered()
             parents = np.asarray(column.parents)[order_c]
             z = np.clip(out[:, column.coordinate], -1.0, 1.0)

@@ -22,6 +22,18 @@ nowhere); its step is the largest of them that divides all but ``CLIP_SHARE`` of
 sd of the cells it does not divide, where that noise is within ``STEP_NOISE_SHARE``: ``step_from_noisy``). An
 even-only sensor gets step 2; a credit limit in tens of thousands gets 10,000.
 
+A ``datetime`` or ``date`` column with ``bounds: auto`` (or one end ``auto``) gets a fifth, in the same draw: one cell
+per calendar month of the public grid 1970-01 to 2099-12 (``MONTH_CELLS``; a present value adds 1 to its month, one
+outside the grid to the outermost month, a missing or unreadable one counts nowhere), read from the week and weekday
+parts. Its period is the first and the last month whose noisy count clears ``MONTH_Z`` noise std (4.87: as many false
+months per column as the log grid's false decades; the largest when none does; only months inside a public end count),
+from the start of the first to the start of the month after the last (``period_from_noisy``). A ``datetime`` or ``time``
+with ``resolution: auto`` gets a sixth: each present value adds 1 to the coarsest of day, hour, minute and second it is
+a multiple of on the wall clock (``UNIT_CELLS``); its unit is the coarsest that leaves at most ``CLIP_SHARE`` of the
+noisy rows (or 3 noise sd of the cells passed) finer (``resolution_from_noisy``). Until then their parts are laid out
+for the grid's ends and for seconds; the resolved schema's parts are rebuilt (``schema.with_resolved_lowered``). A
+rule's later column takes neither (its offset is what is modelled).
+
 A column with ``values: auto`` then gets its frequent exact values from the same measurement, in a second step on
 the bounds the first resolved (``select_values``): each row adds 1 to the count of its cleaned value among the
 column's public candidates (``value_candidates``: every point of its public grid, i.e. integers, multiples of
@@ -44,14 +56,32 @@ the two compose exactly to one Gaussian with multiplier z (``mechanism.split_pri
 sqrt(columns), not with their number as in the pure-DP quantiles this replaced (at 0.1 of epsilon = 1 over 28
 columns they put bounds at 10^6 for data within 200). The steps share one reservation and one noise
 multiplier, so they compose (adaptively) into one Gaussian whose sensitivity is ``estimate_sensitivity``.
-Decision records 0018 and 0026.
+Decision records 0018 and 0026. The month and unit histograms are two more such histograms: a row adds 1 to at most
+one cell of each, so under add-remove each moves by 1 in one cell (1 each in the squared sensitivity) and under
+replace-one by 1 in two cells (2 each): Delta^2 = f (2 B + D + S + V + K + C + M + U), f = 1 (add-remove) or 2
+(replace-one), M the ``bounds: auto`` datetime and date columns, U the ``resolution: auto`` ones.
+
+A categorical column with ``categories: auto`` (an open domain: its values are not public, so no dense draw exists)
+gets its frequent values by Gaussian thresholding (``select_categories``): each row adds 1 to the count of its
+cleaned value's canonical key (``category_key``; a missing cell, a declared category and ``other`` count nowhere);
+every held key gets N(0, sigma^2), and a key whose noisy count clears ``category_threshold`` is kept, at most the
+column's public ``max_categories`` (the largest noisy counts), written sorted. Sensitivity: a row is in one
+partition per column, so under add-remove one count moves by 1 (and at most one partition appears), under
+replace-one two counts move by 1 each (and a partition may appear on each side): the ``values_columns`` term of
+``estimate_sensitivity`` for every such column. The partition held by one side only is where the dense argument
+fails: the threshold is set so that the probability that a key held by one row passes is at most ``delta_sel /
+columns`` (``SELECTION_DELTA_SHARE`` of the release's delta; doubled under replace-one, one such key on each
+side), checked against OpenDP's privacy map of ``make_gaussian_threshold`` (Rogers 2023). The estimate's noise
+multiplier is then raised so that the release's Gaussian parts compose to (epsilon, delta - delta_sel)
+(``planning.selection_split``); the selection adds delta_sel: (epsilon, delta) in all. docs/privacy.md.
 
 Every choice is post-processing of noisy counts in which every public cell is noised, so both neighbours see
 the same distribution of choices up to the (epsilon, delta) charged: the bounds, the exact zero and the clipped
 tails read the dense coarse and fine histograms of the whole public grid; the precision and the step their dense
-histograms; the knots their dense 64 cells. The frequent values are the one sparse draw, and ``select_values``
-shows that it has the dense draw's law. ``tests/test_estimate_reads_noise.py`` plants noise and sees every choice
-follow it; ``bench.audit`` measures each step against its claim.
+histograms; a datetime's period and unit the dense month and unit histograms; the knots their dense 64 cells.
+The frequent values are the one sparse draw, and ``select_values`` shows that it has the dense draw's law.
+``tests/test_estimate_reads_noise.py`` plants noise and sees every choice follow it; ``bench.audit`` measures each
+step against its claim.
 """
 
 from __future__ import annotations
@@ -61,16 +91,31 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from splice_assets.defaults import ESTIMATE_MECHANISM
 from splice_assets.fine_cells import FALSE_POSITIVES, GRID_LIMIT, candidate_z
 from splice_assets.kinds import kind_of
+from splice_assets.kinds.fields import OpenCategories, category_key, open_entry
+from splice_assets.kinds.lowered import LoweredColumn, lowered_kind_of
+from splice_assets.kinds.temporal import (
+    GRID_END,
+    GRID_START,
+    MONTH_CELLS,
+    UNIT_CELLS,
+    UNITS,
+    WEEKDAYS,
+    Temporal,
+    bound_seconds,
+    month_cells,
+    month_start,
+    unit_cells,
+)
 from splice_assets.layout import DEFAULT_NUMERIC_BINS, at_point, cube_of, step_range, value_of
 from splice_assets.measurement import RELATION_REPLACE_ONE
-from splice_assets.schema import ColumnSpec, TableSchema
+from splice_assets.schema import ColumnSpec, TableSchema, with_resolved_lowered
 
 if TYPE_CHECKING:  # pandas (0.5 s) is imported where rows are read, not to plan a release
     import pandas as pd
@@ -123,6 +168,10 @@ class LogGrid:
 COARSE, FINE = LogGrid(1), LogGrid(5)
 #: A decade is in the data when its noisy count exceeds COARSE_Z noise standard deviations.
 COARSE_Z = 4.0
+#: A month of a datetime's grid is in the data when its noisy count exceeds MONTH_Z noise sd: the z at which an empty
+#: column of ``MONTH_CELLS`` months has as many false months as the coarse log grid has false decades at COARSE_Z
+#: (8.6e-4 per column; at COARSE_Z itself 1,560 empty months would put one into 4.9% of the periods).
+MONTH_Z = -NormalDist().inv_cdf(COARSE.size * NormalDist().cdf(-COARSE_Z) / MONTH_CELLS)
 #: An end moves inward only while the noisy mass it clips stays within this share of the noisy row count.
 CLIP_SHARE = 0.01
 #: ``step: auto`` is decided only where the noise sd of a step's off-grid cells is within this share of the noisy
@@ -148,6 +197,9 @@ MAX_FOUND = 32
 MAX_DENOMINATOR = 12
 #: ``knots: auto``: cells of the histogram the knots are read from (equal-width cells of the encoded bounds).
 KNOT_CELLS = 64
+#: ``categories: auto``: the share of the release's delta that pays for the keys held by one row passing the
+#: threshold (split equally over the release's open columns); the Gaussian parts compose to the rest.
+SELECTION_DELTA_SHARE = 0.1
 #: ``knots: auto``: the share of the encoding that stays uniform on the column's scale; the rest follows the noisy
 #: distribution (decision 0039).
 KNOT_SCALE_SHARE = 0.4
@@ -157,6 +209,7 @@ class GaussianSpendRecorder(Protocol):
     def reserve(
         self, *, dataset: str, release_id: str, mechanism: str, noise_multiplier: float, sigma: float,
         sensitivity: float, epsilon: float, delta: float, relation: str, params_hash: str,
+        selection_delta: float = 0.0,
     ) -> str: ...
 
     def commit(self, entry_id: str) -> None: ...
@@ -191,6 +244,15 @@ class BoundsEstimate:
     clipped: dict[str, float] = dataclasses.field(default_factory=dict)
     #: ``knots: auto`` columns: the coarse bins' edges their noisy histogram placed.
     found_knots: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    #: ``categories: auto`` columns: the values their selection kept (sorted; the public ones not repeated).
+    found_categories: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    #: ``categories: auto``: the delta the threshold spends (``selection_delta``) and the threshold (rows).
+    selection_delta: float = 0.0
+    category_threshold: float = 0.0
+    #: ``bounds: auto`` datetime and date columns: the period their noisy month histogram gave (ISO dates).
+    found_periods: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    #: ``resolution: auto`` columns: the unit their noisy unit histogram gave.
+    found_resolutions: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def spent(self) -> bool:
@@ -223,10 +285,32 @@ def knots_auto_columns(schema: TableSchema) -> list[ColumnSpec]:
     return [c for c in schema.columns if c.knots_auto]
 
 
+def categories_auto_columns(schema: TableSchema) -> list[ColumnSpec]:
+    """Categorical columns with ``categories: auto`` (an open domain) not yet resolved."""
+    return [c for c in schema.columns if c.is_discrete and open_entry(c.categories) is not None]
+
+
+def period_auto_columns(schema: TableSchema) -> list[LoweredColumn]:
+    """The ``datetime`` and ``date`` columns with ``bounds: auto`` (or one end ``auto``) not yet resolved."""
+    return [c for c in schema.lowered if c.spec is None and c.base is None and any(c.bounds_auto)]
+
+
+def resolution_auto_columns(schema: TableSchema) -> list[LoweredColumn]:
+    """The ``datetime`` and ``time`` columns with ``resolution: auto`` not yet resolved."""
+    return [c for c in schema.lowered if c.spec is None and c.base is None and c.resolution_auto]
+
+
 def needs_estimate(schema: TableSchema) -> bool:
-    """Whether a release of this schema spends on the estimate (``auto`` bounds, values, decimals, step or knots)."""
+    """Whether a release of this schema spends on the estimate (``auto`` bounds, values, decimals, step, knots,
+    categories, or a datetime's period or resolution)."""
     return bool(auto_columns(schema) or values_auto_columns(schema) or decimals_auto_columns(schema)
-                or steps_auto_columns(schema) or knots_auto_columns(schema))
+                or steps_auto_columns(schema) or knots_auto_columns(schema) or categories_auto_columns(schema)
+                or period_auto_columns(schema) or resolution_auto_columns(schema))
+
+
+def selection_delta(schema: TableSchema, delta: float) -> float:
+    """The public share of a release's ``delta`` that its ``categories: auto`` thresholds spend (0 without them)."""
+    return SELECTION_DELTA_SHARE * float(delta) if categories_auto_columns(schema) else 0.0
 
 
 def histogram_sensitivity(columns: int, relation: str) -> float:
@@ -240,7 +324,8 @@ def histogram_sensitivity(columns: int, relation: str) -> float:
 
 
 def estimate_sensitivity(bounds_columns: int, values_columns: int, relation: str, decimals_columns: int = 0,
-                         step_columns: int = 0, knots_columns: int = 0) -> float:
+                         step_columns: int = 0, knots_columns: int = 0, category_columns: int = 0,
+                         period_columns: int = 0, resolution_columns: int = 0) -> float:
     """l2 sensitivity of the whole estimate: the bounds histograms (``histogram_sensitivity``), one decimals
     histogram per ``decimals: auto`` column, one step histogram per ``step: auto`` column, the value counts of
     ``values_columns`` columns and one knot histogram per ``knots: auto`` column; a row adds 1 to at most one cell
@@ -248,17 +333,111 @@ def estimate_sensitivity(bounds_columns: int, values_columns: int, relation: str
     for a present value off the column's exact values). Replace-one doubles every squared term (one cell left,
     one entered). The later steps' queries depend on the first step's noisy output (the bounds clip the values,
     the found values leave the knot histograms), and all draw noise at the same multiplier: adaptive composition
-    of the Gaussians is one Gaussian with this sensitivity."""
+    of the Gaussians is one Gaussian with this sensitivity. A ``categories: auto`` column counts as a values column:
+    a row adds 1 to one key's count (``select_categories``). A datetime's month histogram (``period_columns``) and
+    unit histogram (``resolution_columns``) are one histogram each: a row adds 1 to at most one month (none when
+    missing or unreadable) and one unit, so 1 each under add-remove and 2 each under replace-one."""
     factor = 2.0 if relation == RELATION_REPLACE_ONE else 1.0
     return math.sqrt(factor * (HISTOGRAMS * bounds_columns + decimals_columns + step_columns + values_columns
-                               + knots_columns))
+                               + knots_columns + category_columns + period_columns + resolution_columns))
 
 
 def schema_sensitivity(schema: TableSchema, relation: str) -> float:
     """``estimate_sensitivity`` of the estimate ``schema``'s ``auto`` entries draw (every kind of them counted)."""
     return estimate_sensitivity(len(auto_columns(schema)), len(values_auto_columns(schema)), relation,
                                 len(decimals_auto_columns(schema)), len(steps_auto_columns(schema)),
-                                len(knots_auto_columns(schema)))
+                                len(knots_auto_columns(schema)), len(categories_auto_columns(schema)),
+                                len(period_auto_columns(schema)), len(resolution_auto_columns(schema)))
+
+
+def _temporal_parts(raw: pd.DataFrame, column: LoweredColumn) -> tuple[np.ndarray, np.ndarray]:
+    """(days since 1970, wall-clock seconds of the day) of a lowered column's values, read from its parts in ``raw``
+    (NaN where a part is missing or unreadable; days NaN for a ``time``, seconds 0 for a column without a time
+    part)."""
+    from splice_assets.private.validation import parse_numbers
+
+    n = len(raw)
+    days, seconds = np.full(n, np.nan), np.zeros(n)
+    week, weekday = np.full(n, np.nan), np.full(n, np.nan)
+    unit = UNITS[column.resolution or "second"]
+    for part in column.parts:
+        series = raw[part].reset_index(drop=True)
+        if part.endswith(".week"):
+            week = parse_numbers(series)
+        elif part.endswith(".weekday"):
+            weekday = series.astype(object).map({w: float(i) for i, w in enumerate(WEEKDAYS)}).to_numpy(
+                dtype=np.float64, na_value=np.nan)
+        else:
+            seconds = parse_numbers(series) * unit
+    if _has_date(column):
+        days = week * 7.0 + weekday - 3.0  # week w, weekday d: day 7 w + d - 3 (1970-01-01 was a Thursday)
+        seconds = np.where(np.isnan(days), np.nan, seconds)
+    return days, seconds
+
+
+def _has_date(column: LoweredColumn) -> bool:
+    kind = lowered_kind_of(column.kind)
+    return isinstance(kind, Temporal) and kind.has_date
+
+
+def exact_months(raw: pd.DataFrame, columns: Sequence[LoweredColumn]) -> np.ndarray:
+    """PRIVATE: (columns, MONTH_CELLS) exact counts of the month of each value (``temporal.month_cells``), read from
+    the lowered parts; a missing or unreadable value counts nowhere. A row adds 1 to at most one cell per column."""
+    counts = np.zeros((len(columns), MONTH_CELLS), dtype=np.float64)
+    for row, column in enumerate(columns):
+        cells = month_cells(_temporal_parts(raw, column)[0])
+        counts[row] = np.bincount(cells[cells >= 0], minlength=MONTH_CELLS)
+    return counts
+
+
+def exact_units(raw: pd.DataFrame, columns: Sequence[LoweredColumn]) -> np.ndarray:
+    """PRIVATE: (columns, len(UNIT_CELLS)) exact counts of the coarsest unit each value is a multiple of
+    (``temporal.unit_cells``; the parts are laid out for seconds until resolved); missing or unreadable: nowhere."""
+    counts = np.zeros((len(columns), len(UNIT_CELLS)), dtype=np.float64)
+    for row, column in enumerate(columns):
+        cells = unit_cells(_temporal_parts(raw, column)[1])
+        counts[row] = np.bincount(cells[cells >= 0], minlength=len(UNIT_CELLS))
+    return counts
+
+
+def _month_edges() -> np.ndarray:
+    """Wall-clock seconds since 1970 of the grid's month starts (MONTH_CELLS + 1 of them)."""
+    return np.arange(MONTH_CELLS + 1).astype("datetime64[M]").astype("datetime64[s]").astype(np.int64)
+
+
+def period_from_noisy(noisy: np.ndarray, sigma: float, column: LoweredColumn) -> tuple[str, str]:
+    """Post-processing of one column's noisy month histogram: the first and last months whose noisy count clears
+    ``MONTH_Z`` noise std (4.87: an empty column's 1,560 months put one in with probability 8.6e-4, as the coarse
+    log grid's decades at ``COARSE_Z``; the largest noisy count when none does),
+    among the months inside the column's public end if it has one; the period runs from the start of the first to the
+    start of the month after the last. A public end is kept."""
+    edges = _month_edges()
+    lo_s, hi_s = bound_seconds(column)
+    (lo_auto, hi_auto) = column.bounds_auto
+    inside = np.ones(MONTH_CELLS, dtype=bool)
+    if not lo_auto:
+        inside &= edges[1:] > lo_s
+    if not hi_auto:
+        inside &= edges[:-1] < hi_s
+    above = np.flatnonzero((noisy > MONTH_Z * sigma) & inside)
+    if above.size == 0:
+        above = np.array([int(np.argmax(np.where(inside, noisy, -np.inf)))])
+    assert column.bounds is not None
+    lo = month_start(int(above[0])) if lo_auto else column.bounds[0]
+    hi = month_start(int(above[-1]) + 1) if hi_auto else column.bounds[1]
+    return lo, hi
+
+
+def resolution_from_noisy(noisy: np.ndarray, sigma: float, units: Sequence[str]) -> str:
+    """Post-processing of one column's noisy unit histogram (``UNIT_CELLS``, coarsest first): the coarsest of
+    ``units`` such that the noisy rows on a finer unit stay within ``CLIP_SHARE`` of the noisy row count, or within
+    3 noise sd of those cells (as ``decimals_from_noisy``); the finest of ``units`` when none does."""
+    allowed = CLIP_SHARE * max(float(noisy.sum()), 0.0)
+    for index, unit in enumerate(UNIT_CELLS):
+        finer = noisy[index + 1:]
+        if unit in units and finer.sum() <= max(allowed, 3.0 * sigma * math.sqrt(len(finer))):
+            return unit
+    return min(units, key=lambda u: UNITS[u])
 
 
 def decimals_needed(values: np.ndarray) -> np.ndarray:
@@ -570,6 +749,103 @@ def _empty_above(held: np.ndarray, size: int, z: float, sigma: float, entropy: n
     return index.astype(np.int64), sigma * truncnorm.rvs(z, np.inf, size=above, random_state=entropy)
 
 
+#: PRIVATE: a ``categories: auto`` column's exact counts of the keys its rows hold (declared ones excluded).
+KeyCounts = dict[str, int]
+
+
+def _one_sided_partitions(relation: str) -> int:
+    """Partitions of a column that one neighbour holds and the other does not: one under add-remove (the row's
+    new key), one on each side under replace-one (counted twice, as OpenDP's l0 distance of 2 does)."""
+    return 2 if relation == RELATION_REPLACE_ONE else 1
+
+
+def threshold_delta(sigma: float, threshold: float, relation: str) -> float:
+    """OpenDP's privacy map of ``make_gaussian_threshold`` (noise std ``sigma``, keys kept above ``threshold``) at
+    one column's neighbour distance (l0 partitions, l2 and l-inf of the counts): its delta, the probability that a
+    key held by one row (on either side) passes. Public: sigma, the threshold and the relation."""
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    l0 = _one_sided_partitions(relation)
+    measurement = dp.m.make_gaussian_threshold(
+        dp.map_domain(dp.atom_domain(T=str), dp.atom_domain(T=float, nan=False)),
+        dp.l02inf_distance(dp.absolute_distance(T=float)), scale=float(sigma), threshold=float(threshold))
+    return float(measurement.map((l0, math.sqrt(float(l0)), 1.0))[1])  # type: ignore[no-untyped-call]
+
+
+def category_threshold(sigma: float, column_delta: float, relation: str) -> float:
+    """The threshold (rows) above which a key's noisy count (std ``sigma``) is kept: a key held by one row passes
+    with probability at most ``column_delta`` / l0 (``_one_sided_partitions``): tau = 1 + sigma z, with
+    Phi(-z) = column_delta / l0; raised until OpenDP's map (``threshold_delta``) agrees it spends at most
+    ``column_delta``."""
+    if not (0.0 < column_delta < 1.0 and math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"a category threshold needs sigma > 0 and a delta in (0, 1), got {sigma!r}, "
+                         f"{column_delta!r}")
+    tau = 1.0 - sigma * NormalDist().inv_cdf(column_delta / _one_sided_partitions(relation))
+    while threshold_delta(sigma, tau, relation) > column_delta:
+        tau += 1e-6 * sigma
+    return tau
+
+
+def exact_category_counts(raw: pd.DataFrame, columns: Sequence[ColumnSpec]) -> list[KeyCounts]:
+    """PRIVATE: per ``categories: auto`` column, the exact count of each canonical key (``category_key``) its raw
+    cells hold; a missing or over-long cell, a declared category and ``other`` count nowhere. A row adds 1 to at most
+    one key per column. Counts of disjoint parts add up key by key."""
+    from splice_assets.kinds.cells import UNSEEN, cell_codes
+
+    out: list[KeyCounts] = []
+    for spec in columns:
+        series = raw[spec.name].reset_index(drop=True)
+        codes = cell_codes(series, spec.category_index())
+        counts: dict[str, int] = {}
+        for value in series[codes == UNSEEN]:
+            key = category_key(value)
+            counts[key] = counts.get(key, 0) + 1
+        out.append(counts)
+    return out
+
+
+def select_categories(counts: Sequence[KeyCounts], columns: Sequence[ColumnSpec], sigma: float, threshold: float
+                      ) -> dict[str, tuple[str, ...]]:
+    """Gaussian thresholding of every ``categories: auto`` column's key counts: each held key's count plus N(0,
+    sigma^2) (OpenDP's float-safe sampler, ``mechanism.gaussian_noise``, OS entropy), kept above ``threshold``, the
+    column's ``max_categories`` largest, written sorted. Only the kept keys leave; no noisy count is kept.
+
+    A key no row holds is never looked at (the domain is open, so it cannot be noised): that is the one-sided
+    partition whose passing ``category_threshold`` charges as delta; every other key is a coordinate of the Gaussian
+    whose sensitivity ``estimate_sensitivity`` counts (module docstring, docs/privacy.md)."""
+    from splice_assets.private import mechanism
+
+    found: dict[str, tuple[str, ...]] = {}
+    for spec, held in zip(columns, counts):
+        opened = open_entry(spec.categories)
+        assert opened is not None
+        keys = sorted(held)
+        noisy = mechanism.gaussian_noise(np.array([held[k] for k in keys], dtype=np.float64), sigma) if keys \
+            else np.zeros(0)
+        passed = np.flatnonzero(noisy > threshold)
+        ranked = passed[np.argsort(-noisy[passed], kind="stable")][:opened.max_categories]
+        found[spec.name] = tuple(sorted(keys[i] for i in ranked))
+    return found
+
+
+def _with_categories(spec: ColumnSpec, found: Sequence[str]) -> ColumnSpec:
+    """An open column resolved: its ``auto`` entry replaced by the selected keys (a plain list)."""
+    assert spec.categories is not None
+    declared = {category_key(c) for c in spec.categories if not isinstance(c, OpenCategories)}
+    kept = [k for k in found if k not in declared]
+    categories: list[Any] = []
+    for c in spec.categories:
+        categories.extend(kept if isinstance(c, OpenCategories) else [c])
+    return dataclasses.replace(spec, categories=tuple(categories))
+
+
+def _units_of(column: LoweredColumn) -> list[str]:
+    kind = lowered_kind_of(column.kind)
+    assert isinstance(kind, Temporal)
+    return kind.units()
+
+
 def exact_histograms(raw: pd.DataFrame, columns: list[ColumnSpec]) -> np.ndarray:
     """PRIVATE: (columns, COARSE.size + FINE.size) exact counts, the coarse histogram then the fine one. Cells are
     parsed strictly; a missing or unparseable cell counts nowhere."""
@@ -686,17 +962,24 @@ def estimate_bounds(
     persists the public record before the entry is committed, as a measurement's is. Returns the resolved schema
     and the public record.
     """
+    from splice_assets.lowering import lower_input
     from splice_assets.private.validation import clean_records
 
+    raw = lower_input(raw, schema)
     for spec in (auto_columns(schema) + values_auto_columns(schema) + decimals_auto_columns(schema)
-                 + steps_auto_columns(schema) + knots_auto_columns(schema)):
+                 + steps_auto_columns(schema) + knots_auto_columns(schema) + categories_auto_columns(schema)):
         if spec.name not in raw.columns:
             raise ValueError(f"column {spec.name!r}: required by the schema but missing from the input")
+    for column in period_auto_columns(schema) + resolution_auto_columns(schema):
+        if any(part not in raw.columns for part in column.parts):
+            raise ValueError(f"column {column.name!r}: required by the schema but missing from the input")
     return estimate_bounds_from_counts(
         exact_histograms(raw, auto_columns(schema)), schema, noise_multiplier, delta, ledger, release_id, relation,
         lambda resolved, columns: exact_value_counts(clean_records(raw, resolved)[0].table, columns),
         exact_decimals(raw, decimals_auto_columns(schema)), exact_steps(raw, steps_auto_columns(schema)),
         lambda resolved, columns: exact_knot_counts(clean_records(raw, resolved)[0].table, columns), on_noisy,
+        categories=exact_category_counts(raw, categories_auto_columns(schema)),
+        months=exact_months(raw, period_auto_columns(schema)), units=exact_units(raw, resolution_auto_columns(schema)),
     )
 
 
@@ -713,21 +996,43 @@ def estimate_bounds_from_counts(
     steps: np.ndarray | None = None,
     count_knots: ValueCounter | None = None,
     on_noisy: Callable[[BoundsEstimate], object] | None = None,
+    *,
+    categories: Sequence[KeyCounts] | None = None,
+    months: np.ndarray | None = None,
+    units: np.ndarray | None = None,
 ) -> tuple[TableSchema, BoundsEstimate]:
     """``estimate_bounds`` from the exact histograms of the ``auto`` columns (``exact_histograms``), of the
     ``decimals: auto`` columns (``exact_decimals``) and of the ``step: auto`` columns (``exact_steps``); those of
     disjoint partitions add up, so a partitioned input pays for one estimate like a whole table. ``count_values``
     counts the values of the ``values: auto`` columns on the schema the bounds resolved (a second pass over a
     partitioned input); it is required when the schema has such columns, and ``count_knots`` (``exact_knot_counts``
-    on the schema the earlier steps resolved) when it has ``knots: auto`` columns. ``on_noisy``: as
-    ``estimate_bounds``."""
+    on the schema the earlier steps resolved) when it has ``knots: auto`` columns. ``categories``: the exact key counts
+    of the ``categories: auto`` columns (``exact_category_counts``; a partitioned input's, added key by key over its
+    partitions: ``partitions.Scan``), required when it has such columns (refused before anything is reserved here
+    without them). ``months`` and ``units``: the exact month and unit histograms of the ``bounds: auto`` datetime and
+    date columns (``exact_months``) and of the ``resolution: auto`` ones (``exact_units``), required when it has such
+    columns. ``on_noisy``: as ``estimate_bounds``."""
     from splice_assets.private.ledger import params_hash
     from splice_assets.private.mechanism import epsilon_of, gaussian_noise
 
     columns, value_columns = auto_columns(schema), values_auto_columns(schema)
     decimal_columns, step_columns = decimals_auto_columns(schema), steps_auto_columns(schema)
-    knot_columns = knots_auto_columns(schema)
-    if not columns and not value_columns and not decimal_columns and not step_columns and not knot_columns:
+    knot_columns, category_columns = knots_auto_columns(schema), categories_auto_columns(schema)
+    period_columns, resolution_columns = period_auto_columns(schema), resolution_auto_columns(schema)
+    for given, wanted, cells, what in ((months, period_columns, MONTH_CELLS, "bounds: auto datetime/date"),
+                                       (units, resolution_columns, len(UNIT_CELLS), "resolution: auto")):
+        if wanted and (given is None or given.shape != (len(wanted), cells)):
+            raise ValueError(f"columns {[c.name for c in wanted]} are {what} columns but "
+                             + ("no exact histograms were given (bounds.exact_months, bounds.exact_units)"
+                                if given is None else f"the exact histograms' shape is {given.shape}"))
+    months = np.zeros((len(period_columns), MONTH_CELLS)) if months is None else months
+    units = np.zeros((len(resolution_columns), len(UNIT_CELLS))) if units is None else units
+    if category_columns and (categories is None or len(categories) != len(category_columns)):
+        raise ValueError(f"columns {[c.name for c in category_columns]} have categories: auto but no exact key counts "
+                         "were given (bounds.exact_category_counts)"
+                         if categories is None else "exact category counts do not match the categories: auto columns")
+    if (not columns and not value_columns and not decimal_columns and not step_columns and not knot_columns
+            and not category_columns and not period_columns and not resolution_columns):
         return schema, BoundsEstimate(0.0, {}, None)
     decimals = np.zeros((0, DECIMAL_CELLS)) if decimals is None else decimals
     if decimals.shape != (len(decimal_columns), DECIMAL_CELLS):
@@ -744,6 +1049,8 @@ def estimate_bounds_from_counts(
     if not (math.isfinite(noise_multiplier) and noise_multiplier > 0):
         raise ValueError(f"bounds estimation needs a noise multiplier > 0 for columns "
                          f"{[c.name for c in columns + value_columns + decimal_columns + step_columns + knot_columns]}"
+                         f"{[c.name for c in category_columns]}"
+                         f"{[c.name for c in period_columns + resolution_columns]}"
                          ", got "
                          f"{noise_multiplier!r}")
     if exact.shape != (len(columns), COARSE.size + FINE.size):
@@ -751,6 +1058,8 @@ def estimate_bounds_from_counts(
     sensitivity = schema_sensitivity(schema, relation)
     sigma = noise_multiplier * sensitivity
     epsilon = epsilon_of(noise_multiplier, delta)
+    held_delta = selection_delta(schema, delta)
+    threshold = category_threshold(sigma, held_delta / len(category_columns), relation) if category_columns else 0.0
     entry_id = None
     if ledger is not None:
         described = {"columns": [c.name for c in columns], "grids": [COARSE.per_decade, FINE.per_decade],
@@ -765,18 +1074,34 @@ def estimate_bounds_from_counts(
         if knot_columns:
             described.update({"knots_columns": [c.name for c in knot_columns], "knot_cells": KNOT_CELLS,
                               "knot_scale_share": KNOT_SCALE_SHARE})
+        if category_columns:
+            described.update({"categories_columns": [c.name for c in category_columns],
+                              "max_categories": [open_entry(c.categories).max_categories  # type: ignore[union-attr]
+                                                 for c in category_columns],
+                              "selection_delta": held_delta, "category_threshold": threshold})
+        if period_columns:
+            described.update({"period_columns": [c.name for c in period_columns], "month_grid": [GRID_START, GRID_END]})
+        if resolution_columns:
+            described.update({"resolution_columns": [c.name for c in resolution_columns],
+                              "unit_cells": list(UNIT_CELLS)})
         entry_id = ledger.reserve(
             dataset=schema.name, release_id=release_id, mechanism=MECHANISM, noise_multiplier=noise_multiplier,
             sigma=sigma, sensitivity=sensitivity, epsilon=epsilon, delta=delta, relation=relation,
-            params_hash=params_hash(described),
+            params_hash=params_hash(described), selection_delta=held_delta,  # the thresholds' delta, counted too
         )
-    try:  # step 1: the bounds, decimals and step histograms, one draw
-        drawn = gaussian_noise(np.concatenate([exact.ravel(), decimals.ravel(), steps.ravel()]), sigma)
+    try:  # step 1: the bounds, decimals, step, month and unit histograms, one draw
+        drawn = gaussian_noise(np.concatenate([exact.ravel(), decimals.ravel(), steps.ravel(), months.ravel(),
+                                               units.ravel()]), sigma)
     except BaseException:
         if ledger is not None and entry_id is not None:
             ledger.abort(entry_id)
         raise
-    del exact, decimals, steps
+    n_months, n_units = months.size, units.size
+    del exact, decimals, steps, months, units
+    noisy_units = drawn[len(drawn) - n_units:].reshape(len(resolution_columns), len(UNIT_CELLS))
+    noisy_months = drawn[len(drawn) - n_units - n_months: len(drawn) - n_units].reshape(len(period_columns),
+                                                                                        MONTH_CELLS)
+    drawn = drawn[: len(drawn) - n_units - n_months]
     noisy = drawn[: len(columns) * (COARSE.size + FINE.size)].reshape(len(columns), COARSE.size + FINE.size)
     noisy_decimals = drawn[noisy.size: noisy.size + len(decimal_columns) * DECIMAL_CELLS].reshape(
         len(decimal_columns), DECIMAL_CELLS)
@@ -803,6 +1128,11 @@ def estimate_bounds_from_counts(
     new_columns = tuple(dataclasses.replace(c, step=steps_found[c.name], step_auto=False)
                         if c.name in steps_found else c for c in new_columns)
     schema = dataclasses.replace(schema, columns=new_columns)
+    found_periods = {c.name: period_from_noisy(noisy_months[i], sigma, c) for i, c in enumerate(period_columns)}
+    found_resolutions = {c.name: resolution_from_noisy(noisy_units[i], sigma, _units_of(c))
+                         for i, c in enumerate(resolution_columns)}
+    for name in dict.fromkeys([*found_periods, *found_resolutions]):  # the parts rebuilt for the estimates
+        schema = with_resolved_lowered(schema, name, found_periods.get(name), found_resolutions.get(name))
     found: dict[str, tuple[float, ...]] = {}
     if value_columns:  # step 2, on the bounds step 1 resolved; a failure leaves the reservation counted
         assert count_values is not None
@@ -812,6 +1142,14 @@ def estimate_bounds_from_counts(
         schema = dataclasses.replace(schema, columns=tuple(
             _with_found(c, found.get(c.name, ()), estimated.get(c.name, (False, False))) if c.values_auto else c
             for c in schema.columns))
+    found_categories: dict[str, tuple[str, ...]] = {}
+    if category_columns:  # the open domains' thresholding, after the reservation (a failure leaves it counted)
+        assert categories is not None
+        found_categories = select_categories(categories, category_columns, sigma, threshold)
+        schema = dataclasses.replace(schema, columns=tuple(
+            _with_categories(c, found_categories[c.name]) if c.name in found_categories else c
+            for c in schema.columns))
+    del categories
     knots: dict[str, tuple[float, ...]] = {}
     if knot_columns:  # the last step, on the schema the others resolved (bounds, exact values)
         assert count_knots is not None
@@ -823,7 +1161,8 @@ def estimate_bounds_from_counts(
     estimate = BoundsEstimate(
         epsilon, resolved, entry_id, noise_multiplier, sigma, sensitivity, COARSE_Z * sigma, exact_zero=exact_zero,
         found_values=found, found_decimals=found_decimals, found_steps=found_steps, clipped=clipped,
-        found_knots=knots,
+        found_knots=knots, found_categories=found_categories, selection_delta=held_delta,
+        category_threshold=threshold, found_periods=found_periods, found_resolutions=found_resolutions,
     )
     if on_noisy is not None:  # stored before the commit: a dead run's entry then resolves as its output says
         on_noisy(estimate)

@@ -13,7 +13,11 @@ A lifetime budget is set only by an explicit ``set_budget`` call, and every call
 ``splice_budget_changes`` (who, when, old -> new, why); administrators' resolutions of reservations are recorded
 in ``splice_ledger_resolutions``.
 Totals are always recomputed from the stored primitives (sigma/Delta per entry) with ``compose_epsilon`` at
-the budget's delta_total, rounded up, and compared with the budget with an explicit tolerance.
+the budget's delta_total, rounded up, and compared with the budget with an explicit tolerance. An entry whose draw
+also thresholded keys it could not noise (``categories: auto``) stores the delta that selection spends
+(``selection_delta``): the Gaussian entries then compose at delta_total less the sum of those over the counted
+entries (``gaussian_delta``), so the lifetime is (epsilon, delta_total)-DP in all; a reservation that would leave
+them no delta is refused (``BudgetExceeded``).
 
 Reservations are serialised per dataset: SQLite transactions start with ``BEGIN IMMEDIATE`` (one writer at a
 time, others wait on the busy timeout); other backends (PostgreSQL) lock the budget row with
@@ -47,6 +51,9 @@ from splice_assets.limits import Relation, SettingsError, check_delta_for
 from splice_assets.private.errors import PrivacyParameterError
 
 # The tables and records live in ``ledger_records``; every name stays importable from here.
+from splice_assets.private.ledger_records import (
+    ADDED_ENTRY_COLUMNS as ADDED_ENTRY_COLUMNS,
+)
 from splice_assets.private.ledger_records import (
     COUNTED_STATUSES as COUNTED_STATUSES,
 )
@@ -164,6 +171,20 @@ def params_hash(public_params: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def gaussian_delta(delta_total: float, selection_deltas: Sequence[float]) -> float:
+    """The delta the counted Gaussian entries compose at: ``delta_total`` less the deltas their thresholds spend
+    (``selection_delta``), never rounded up (the next float below when the difference is not one); <= 0 when the
+    thresholds leave nothing."""
+    held = [Decimal(float(d)) for d in selection_deltas if float(d) > 0.0]
+    if not held:
+        return float(delta_total)
+    exact = Decimal(float(delta_total)) - sum(held, Decimal(0))
+    left = float(exact)
+    if Decimal(left) > exact:
+        left = math.nextafter(left, -math.inf)
+    return left
+
+
 def _compose_epsilon(
     noise_multipliers: Sequence[float | None], delta_total: float, pure_epsilons: Sequence[float] = ()
 ) -> float:
@@ -195,6 +216,15 @@ def _composition_version() -> str:
     from importlib.metadata import version
 
     return f"dp-accounting {version('dp-accounting')}, {COMPOSITION_RULE}"
+
+
+def _delta_text(delta_total: float, selection_deltas: Sequence[float]) -> str:
+    """``1e-06``, or ``9e-07 (delta_total 1e-06 less 1e-07 spent by thresholds)`` when thresholds spent some."""
+    held = float(sum(d for d in selection_deltas if d > 0.0))
+    if held <= 0.0:
+        return f"{delta_total:g}"
+    return f"{gaussian_delta(delta_total, selection_deltas):g} (delta_total {delta_total:g} less {held:g} spent by " \
+           "category thresholds)"
 
 
 def default_ledger_url() -> str:
@@ -265,6 +295,14 @@ def _check_part_privacy(epsilon: float, delta: float) -> None:
         raise PrivacyParameterError(f"per-release (epsilon, delta) must be > 0, got ({epsilon!r}, {delta!r})")
 
 
+def _check_selection_delta(selection_delta: float, delta: float) -> float:
+    """A draw's threshold delta: a number in [0, delta) (its release's delta pays for it and for its Gaussian)."""
+    if isinstance(selection_delta, bool) or not isinstance(selection_delta, (int, float)) or not (
+            0.0 <= selection_delta < delta):
+        raise PrivacyParameterError(f"selection_delta must lie in [0, delta={delta!r}), got {selection_delta!r}")
+    return float(selection_delta)
+
+
 def check_delta_total(delta_total: float, n_min: int | None = None) -> None:
     """Refuse a lifetime delta outside (0, DELTA_TOTAL_BOUND), or >= 1/n_min when the public n_min is given."""
     if isinstance(delta_total, bool) or not isinstance(delta_total, (int, float)):
@@ -281,6 +319,25 @@ def check_delta_total(delta_total: float, n_min: int | None = None) -> None:
         raise PrivacyParameterError(str(exc)) from None
 
 
+def upgrade_entries_table(engine: Engine) -> None:
+    """Add the columns added to ``splice_ledger_entries`` since a ledger was created (``ADDED_ENTRY_COLUMNS``, each
+    with its server default: an existing entry reads ``selection_delta`` 0, which it spent). Idempotent; another
+    process adding the same column meanwhile is not an error."""
+    table = entries_table.name
+    for name in ADDED_ENTRY_COLUMNS:
+        if name in {c["name"] for c in sa.inspect(engine).get_columns(table)}:
+            continue
+        column = entries_table.c[name]
+        default = column.server_default.arg.text  # type: ignore[union-attr]
+        kind = column.type.compile(dialect=engine.dialect)
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {name} {kind} NOT NULL DEFAULT {default}")
+        except sa.exc.DBAPIError:
+            if name not in {c["name"] for c in sa.inspect(engine).get_columns(table)}:
+                raise
+
+
 class BudgetLedger:
     """The privacy-budget ledger of all datasets behind one SQLAlchemy URL."""
 
@@ -292,6 +349,7 @@ class BudgetLedger:
         except sa.exc.DBAPIError:
             # Another process created the tables concurrently (PostgreSQL); the second pass sees them.
             _metadata.create_all(self.engine)
+        upgrade_entries_table(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -446,6 +504,18 @@ class BudgetLedger:
         return gaussian, [float(r.epsilon) for r in rows if r.noise_multiplier is None]
 
     @staticmethod
+    def _selection_deltas(conn: Connection, dataset: str) -> list[float]:
+        """The deltas the counted entries' thresholds spent (``selection_delta`` > 0)."""
+        rows = conn.execute(
+            sa.select(entries_table.c.selection_delta).where(
+                entries_table.c.dataset == dataset,
+                entries_table.c.status.in_(COUNTED_STATUSES),
+                entries_table.c.selection_delta > 0,
+            )
+        ).all()
+        return [float(r.selection_delta) for r in rows]
+
+    @staticmethod
     def _check_relation(conn: Connection, budget: Budget, relation: Relation | str) -> None:
         other = conn.execute(
             sa.select(entries_table.c.relation)
@@ -474,20 +544,24 @@ class BudgetLedger:
         relation: Relation | str,
         params_hash: str,
         parent_release_id: str | None = None,
+        selection_delta: float = 0.0,
     ) -> str:
         """Atomically reserve one Gaussian draw; returns the entry id. Call *before* drawing any noise.
 
         All counted (reserved, committed, expired) entries of the dataset plus the new one are composed at
-        delta_total (``compose_epsilon``, rounded up); refuses with ``BudgetExceeded`` if that exceeds epsilon_total.
-        A release of several draws reserves them together instead (``reserve_release``).
+        delta_total less their ``selection_delta`` (``compose_epsilon``, rounded up); refuses with ``BudgetExceeded``
+        if that exceeds epsilon_total or leaves no delta. ``selection_delta``: what the draw's thresholds spend
+        beside its Gaussian (``categories: auto``). A release of several draws reserves them together instead
+        (``reserve_release``).
         """
         nm = _check_gaussian(noise_multiplier, sigma, sensitivity)
         _check_part_privacy(epsilon, delta)
+        held = _check_selection_delta(selection_delta, delta)
         return self._reserve(
             dataset, relation, f"this release (epsilon={epsilon:g}, delta={delta:g})",
             [dict(release_id=str(release_id), parent_release_id=parent_release_id, mechanism=str(mechanism),
                   noise_multiplier=nm, sigma=float(sigma), sensitivity=float(sensitivity), epsilon=float(epsilon),
-                  delta=float(delta), params_hash=str(params_hash))],
+                  delta=float(delta), params_hash=str(params_hash), selection_delta=held)],
         )[0]
 
     def reserve_release(
@@ -507,27 +581,33 @@ class BudgetLedger:
         for part in parts:
             _check_multiplier(part.noise_multiplier)
             _check_part_privacy(part.epsilon, part.delta)
+            _check_selection_delta(part.selection_delta, part.delta)
         delta = max(p.delta for p in parts)
-        epsilon = self.composed([p.noise_multiplier for p in parts], delta)  # the release's, its parts composed
+        # the release's epsilon: its Gaussian parts composed at its delta less what its thresholds spend
+        gaussian_at = gaussian_delta(delta, [p.selection_delta for p in parts])
+        if gaussian_at <= 0.0:
+            raise PrivacyParameterError(f"the parts' selection_delta leave no delta of {delta!r} to their Gaussians")
+        epsilon = self.composed([p.noise_multiplier for p in parts], gaussian_at)
         ids = self._reserve(
             dataset, relation, f"this release (epsilon={epsilon:g}, delta={delta:g}; {' + '.join(names)})",
             [dict(release_id=str(release_id), parent_release_id=None, mechanism=str(p.mechanism),
                   noise_multiplier=float(p.noise_multiplier), sigma=None, sensitivity=None, epsilon=float(p.epsilon),
-                  delta=float(p.delta), params_hash="") for p in parts],
+                  delta=float(p.delta), params_hash="", selection_delta=float(p.selection_delta)) for p in parts],
         )
         return dict(zip(names, ids))
 
     def claim(
         self, entry_id: str, *, dataset: str, release_id: str, mechanism: str, noise_multiplier: float, sigma: float,
-        sensitivity: float, relation: Relation | str, params_hash: str,
+        sensitivity: float, relation: Relation | str, params_hash: str, selection_delta: float = 0.0,
     ) -> bool:
         """Claim a part of a release's reservation for the draw about to use it, recording the draw's mechanism,
         noise multiplier, sigma, sensitivity and parameters. Call *before* drawing its noise.
 
         Returns False, changing nothing, when the part can no longer be claimed: an earlier attempt claimed, committed
         or aborted it (its noise may be spent), so the caller reserves afresh. Refuses a draw of another release or
-        relation, or one whose noise multiplier is not the reserved one (beyond float rounding, far below the 1e-6
-        that composed epsilons are rounded up to): it would spend other than what was charged.
+        relation, one whose noise multiplier is not the reserved one (beyond float rounding, far below the 1e-6
+        that composed epsilons are rounded up to), or one whose thresholds spend more delta (``selection_delta``)
+        than the part reserved: it would spend other than what was charged.
         """
         nm = _check_gaussian(noise_multiplier, sigma, sensitivity)
         with self._transaction() as conn:
@@ -541,6 +621,11 @@ class BudgetLedger:
             if abs(nm - reserved) > 1e-9 * reserved:
                 raise PrivacyParameterError(
                     f"the draw's noise multiplier {nm!r} is not the {reserved!r} reserved for ledger entry {entry_id!r}"
+                )
+            if float(selection_delta) > entry.selection_delta:
+                raise PrivacyParameterError(
+                    f"the draw's thresholds spend delta {selection_delta!r}, more than the {entry.selection_delta!r} "
+                    f"reserved for ledger entry {entry_id!r}"
                 )
             conn.execute(entries_table.update().where(entries_table.c.id == entry_id).values(
                 mechanism=str(mechanism), noise_multiplier=nm, sigma=float(sigma), sensitivity=float(sensitivity),
@@ -575,17 +660,31 @@ class BudgetLedger:
         as reserved. A row without a noise multiplier is a pure epsilon-DP event."""
         multipliers = [float(r["noise_multiplier"]) for r in rows if r["noise_multiplier"] is not None]
         pure = [float(r["epsilon"]) for r in rows if r["noise_multiplier"] is None]
+        selection = [float(r.get("selection_delta", 0.0)) for r in rows]
         with self._transaction() as conn:
             budget = self._require_budget(conn, dataset)
             self._check_relation(conn, budget, relation)
             existing, existing_pure = self._counted(conn, dataset)
-            total = self._composed(conn, [*existing, *multipliers], budget.delta_total, [*existing_pure, *pure])
+            existing_held = self._selection_deltas(conn, dataset)
+            held = [*existing_held, *selection]
+            at = gaussian_delta(budget.delta_total, held)
+            total = (self._composed(conn, [*existing, *multipliers], at, [*existing_pure, *pure]) if at > 0.0
+                     else math.inf)
+            if at <= 0.0:
+                spent = self._spent_of(conn, existing, budget.delta_total, existing_pure, existing_held)
+                raise BudgetExceeded(
+                    f"privacy budget exceeded for dataset {dataset!r}: spent epsilon={spent:.6f} "
+                    f"({len(existing) + len(existing_pure)} entries), {what} would bring the delta spent by "
+                    f"category thresholds to {sum(held):g}, leaving none of delta={budget.delta_total:g} to the "
+                    f"Gaussian entries, budget epsilon={budget.epsilon_total:g}"
+                )
             if total > budget.epsilon_total + BUDGET_TOLERANCE:
-                spent = self._composed(conn, existing, budget.delta_total, existing_pure)
+                spent = self._spent_of(conn, existing, budget.delta_total, existing_pure, existing_held)
                 raise BudgetExceeded(
                     f"privacy budget exceeded for dataset {dataset!r}: spent epsilon={spent:.6f} "
                     f"({len(existing) + len(existing_pure)} entries), {what} would bring the total to "
-                    f"epsilon={total:.6f} at delta={budget.delta_total:g}, budget epsilon={budget.epsilon_total:g}"
+                    f"epsilon={total:.6f} at delta={_delta_text(budget.delta_total, held)}, "
+                    f"budget epsilon={budget.epsilon_total:g}"
                 )
             return [self._insert(conn, dataset=dataset, relation=str(relation), status=STATUS_RESERVED, **row)
                     for row in rows]
@@ -762,18 +861,38 @@ class BudgetLedger:
         return budget
 
     def spent(self, dataset: str) -> tuple[float, float]:
-        """(composed epsilon of the counted entries (reserved, committed, expired), rounded up; its delta_total)."""
+        """(composed epsilon of the counted entries (reserved, committed, expired), rounded up; its delta_total).
+        The Gaussian entries compose at delta_total less the counted ``selection_delta`` (``gaussian_delta``);
+        inf when those leave no delta (a budget lowered below them)."""
         budget = self._get_budget(dataset)
         with self._transaction() as conn:
             multipliers, pure = self._counted(conn, dataset)
-            return self._composed(conn, multipliers, budget.delta_total, pure), budget.delta_total
+            held = self._selection_deltas(conn, dataset)
+            return self._spent_of(conn, multipliers, budget.delta_total, pure, held), budget.delta_total
 
-    def projected(self, dataset: str, noise_multipliers: list[float]) -> float:
-        """Composed epsilon (at delta_total) if releases with these sigma/Delta were added now."""
+    def projected(self, dataset: str, noise_multipliers: list[float], selection_delta: float = 0.0) -> float:
+        """Composed epsilon (at delta_total less every threshold's delta) if releases with these sigma/Delta, whose
+        thresholds spend ``selection_delta`` in all, were added now; inf when no delta would be left."""
         budget = self._get_budget(dataset)
         with self._transaction() as conn:
             multipliers, pure = self._counted(conn, dataset)
-            return self._composed(conn, [*multipliers, *noise_multipliers], budget.delta_total, pure)
+            held = [*self._selection_deltas(conn, dataset), float(selection_delta)]
+            return self._spent_of(conn, [*multipliers, *noise_multipliers], budget.delta_total, pure, held)
+
+    def selection_spent(self, dataset: str) -> float:
+        """The delta the counted entries' thresholds spent in all (``selection_delta``; 0 without
+        ``categories: auto``): the Gaussian entries compose at delta_total less this."""
+        with self.engine.connect() as conn:
+            held = self._selection_deltas(conn, dataset)
+            conn.rollback()
+        return float(sum(held))
+
+    @classmethod
+    def _spent_of(cls, conn: Connection, noise_multipliers: Sequence[float], delta_total: float,
+                  pure_epsilons: Sequence[float], selection_deltas: Sequence[float]) -> float:
+        """The composed epsilon of these entries at ``gaussian_delta``; inf when it is <= 0."""
+        at = gaussian_delta(delta_total, selection_deltas)
+        return cls._composed(conn, noise_multipliers, at, pure_epsilons) if at > 0.0 else math.inf
 
     @staticmethod
     def _composed(conn: Connection, noise_multipliers: Sequence[float | None], delta_total: float,
@@ -810,6 +929,8 @@ class BudgetLedger:
         whether a release fits."""
         budget = self._get_budget(dataset)
         spent, _ = self.spent(dataset)
+        if not math.isfinite(spent):
+            return 0.0
         left = Decimal(budget.epsilon_total) - Decimal(spent)
         return max(0.0, float(left.quantize(Decimal("1e-6"), rounding=ROUND_FLOOR)))
 
@@ -825,13 +946,14 @@ class ReservedSpend:
     def reserve(
         self, *, dataset: str, release_id: str, mechanism: str, noise_multiplier: float, sigma: float,
         sensitivity: float, epsilon: float, delta: float, relation: Relation | str, params_hash: str,
+        selection_delta: float = 0.0,
     ) -> str:
         if self.ledger.claim(self.entry_id, dataset=dataset, release_id=release_id, mechanism=mechanism,
                              noise_multiplier=noise_multiplier, sigma=sigma, sensitivity=sensitivity,
-                             relation=relation, params_hash=params_hash):
+                             relation=relation, params_hash=params_hash, selection_delta=selection_delta):
             return self.entry_id
         return self.ledger.reserve(dataset, release_id, mechanism, noise_multiplier, sigma, sensitivity, epsilon,
-                                   delta, relation, params_hash)
+                                   delta, relation, params_hash, selection_delta=selection_delta)
 
     def commit(self, entry_id: str) -> None:
         self.ledger.commit(entry_id)

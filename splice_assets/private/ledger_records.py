@@ -48,7 +48,15 @@ entries_table = sa.Table(
     sa.Column("relation", sa.String(32), nullable=False),
     sa.Column("params_hash", sa.String(64), nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
+    # The delta a draw's thresholds spend beside its Gaussian (``categories: auto``): the lifetime composes the
+    # Gaussian entries at delta_total less the sum of these over counted entries. Added after the first ledgers:
+    # ``ledger.BudgetLedger`` adds it to an older table (``upgrade_entries_table``), existing rows read 0.
+    sa.Column("selection_delta", sa.Double, nullable=False, server_default=sa.text("0")),
 )
+
+#: Columns added to ``splice_ledger_entries`` after its first version, in order: an older ledger gets them (with
+#: their server default) when opened (``ledger.BudgetLedger``).
+ADDED_ENTRY_COLUMNS = ("selection_delta",)
 
 # Append-only audit of every set_budget call (creation included); old_* are NULL when the budget was created.
 budget_changes_table = sa.Table(
@@ -134,6 +142,8 @@ class LedgerEntry:
     relation: str
     params_hash: str
     status: str
+    #: The delta its thresholds spend beside its Gaussian (``categories: auto``); 0 for every other draw.
+    selection_delta: float = 0.0
 
     @property
     def counted(self) -> bool:
@@ -157,6 +167,8 @@ class Part:
     noise_multiplier: float
     epsilon: float
     delta: float
+    #: The delta its thresholds spend beside its Gaussian (the DP estimate of ``categories: auto`` columns).
+    selection_delta: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -193,6 +205,7 @@ class Resolution:
 def _entry(row: Any) -> LedgerEntry:
     data = dict(row._mapping)
     data["created_at"] = _as_utc(data["created_at"])
+    data["selection_delta"] = float(data.get("selection_delta") or 0.0)
     return LedgerEntry(**data)
 
 
@@ -207,8 +220,6 @@ def _resolution(row: Any) -> Resolution:
     data["created_at"] = _as_utc(data["created_at"])
     data["noise_released"] = bool(data["noise_released"])
     return Resolution(**data)
-
-
 
 
 def _as_utc(value: datetime) -> datetime:

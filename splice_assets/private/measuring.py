@@ -264,6 +264,7 @@ class SpendRecorder(Protocol):
         delta: float,
         relation: Relation | str,  # bounds.GaussianSpendRecorder's callers pass the value
         params_hash: str,
+        selection_delta: float = 0.0,  # the delta a draw's thresholds spend beside it (categories: auto)
     ) -> str: ...
 
     def commit(self, entry_id: str) -> None: ...

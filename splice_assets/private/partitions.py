@@ -7,11 +7,12 @@ memory is bounded by one batch whatever n. Every pass is a function of one parti
 and sums; the driver adds them up, exactly (integers), so the result is the same bit for bit in any partitioning
 and order, and equal to the whole-table path's (tests/test_partitions.py):
 
-1. ``scan``: the header against the schema, the row count, the unparseable-cell tallies and the exact histograms
-   of ``bounds: auto`` columns. The driver then refuses bad input and runs the pre-flight before anything is
-   charged, and charges the DP bounds (``bounds.estimate_bounds_from_counts``); with ``values: auto`` (``knots:
-   auto``) columns a second pass (``value_counts_partition``) counts their candidates (knot cells) on the resolved
-   bounds inside that charge;
+1. ``scan``: the header against the schema, the row count, the unparseable-cell tallies, the exact histograms
+   of ``bounds: auto`` columns (a datetime's month histogram, a ``resolution: auto`` one's unit histogram) and the
+   exact key counts of ``categories: auto`` columns (added key by key). The
+   driver then refuses bad input and runs the pre-flight before anything is charged, and charges the DP bounds
+   (``bounds.estimate_bounds_from_counts``); with ``values: auto`` (``knots: auto``) columns a second pass
+   (``value_counts_partition``) counts their candidates (knot cells) on the resolved bounds inside that charge;
 2. replace-one with a holdout only: ``key_histogram`` and ``boundary_keys`` find the rank cut of the holdout's
    row keys (``holdout_split``: the measured rows are the n - round(f n) smallest keys), with a per-partition
    quota for identical rows at the cut, so the measured multiset is the whole-table path's;
@@ -37,21 +38,30 @@ import numpy as np
 import pandas as pd
 
 from splice_assets.engine import Engine, LocalEngine
+from splice_assets.kinds.temporal import MONTH_CELLS, UNIT_CELLS
 from splice_assets.layout import draw_directions, layout_for
 from splice_assets.limits import Relation
+from splice_assets.lowering import lower_input
 from splice_assets.private.bounds import (
     COARSE,
     DECIMAL_CELLS,
     FINE,
     STEP_CELLS,
+    KeyCounts,
     ValueCounts,
     add_value_counts,
     auto_columns,
+    categories_auto_columns,
     decimals_auto_columns,
+    exact_category_counts,
     exact_decimals,
     exact_histograms,
+    exact_months,
     exact_steps,
+    exact_units,
     exact_value_counts,
+    period_auto_columns,
+    resolution_auto_columns,
     steps_auto_columns,
 )
 from splice_assets.private.encoding import encode
@@ -185,6 +195,12 @@ def read_batches(partition: Partition, batch_rows: int = DEFAULT_BATCH_ROWS) -> 
         raise StructuralError(f"cannot read input file {partition.url!r}: {type(exc).__name__}") from None
 
 
+def _lowered_batches(partition: Partition, schema: TableSchema, batch_rows: int) -> Iterator[pd.DataFrame]:
+    """``read_batches`` with each lowered column replaced by its modelled parts (``lowering.lower_input``)."""
+    for batch in read_batches(partition, batch_rows):
+        yield lower_input(batch, schema)
+
+
 # -- pass 1: header, row count, tallies, DP-bounds histograms ----------------------------------------------------
 
 
@@ -197,23 +213,55 @@ class Scan:
     bounds_counts: np.ndarray
     decimals_counts: np.ndarray
     steps_counts: np.ndarray
+    #: PRIVATE: per ``categories: auto`` column, the exact count of each key its raw cells hold
+    #: (``bounds.exact_category_counts``); one entry per distinct key, so it grows with the open domain, not with n.
+    category_counts: tuple[KeyCounts, ...] = ()
+    #: PRIVATE: the month histograms of ``bounds: auto`` datetime and date columns (``bounds.exact_months``) and the
+    #: unit histograms of ``resolution: auto`` ones (``bounds.exact_units``); None: no such column.
+    months_counts: np.ndarray | None = None
+    units_counts: np.ndarray | None = None
 
     def __add__(self, other: Scan) -> Scan:
         tallies = {c: (cells + other.tallies[c][0], bad + other.tallies[c][1])
                    for c, (cells, bad) in self.tallies.items()}
         return Scan(self.rows + other.rows, tallies, self.bounds_counts + other.bounds_counts,
-                    self.decimals_counts + other.decimals_counts, self.steps_counts + other.steps_counts)
+                    self.decimals_counts + other.decimals_counts, self.steps_counts + other.steps_counts,
+                    add_category_counts(self.category_counts, other.category_counts),
+                    _add(self.months_counts, other.months_counts), _add(self.units_counts, other.units_counts))
+
+
+def _add(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    return a if b is None else b if a is None else a + b
+
+
+def add_category_counts(a: Sequence[KeyCounts], b: Sequence[KeyCounts]) -> tuple[KeyCounts, ...]:
+    """Two parts' exact key counts added key by key, column by column (disjoint rows: the whole's counts)."""
+    if len(a) != len(b):
+        raise ValueError(f"category counts of {len(a)} and {len(b)} columns do not add up")
+    out = []
+    for left, right in zip(a, b):
+        total = dict(left)
+        for key, count in right.items():
+            total[key] = total.get(key, 0) + count
+        out.append(total)
+    return tuple(out)
 
 
 def scan_partition(partition: Partition, schema: TableSchema, batch_rows: int = DEFAULT_BATCH_ROWS) -> Scan:
     """Pass 1 over one partition: ``StructuralError`` for a header that does not fit the schema, else the counts."""
     auto, decimals, steps = auto_columns(schema), decimals_auto_columns(schema), steps_auto_columns(schema)
+    categories = categories_auto_columns(schema)
+    periods, units = period_auto_columns(schema), resolution_auto_columns(schema)
     total = Scan(0, {c.name: (0, 0) for c in schema.columns}, np.zeros((len(auto), COARSE.size + FINE.size)),
-                 np.zeros((len(decimals), DECIMAL_CELLS)), np.zeros((len(steps), len(STEP_CELLS))))
-    for batch in read_batches(partition, batch_rows):
+                 np.zeros((len(decimals), DECIMAL_CELLS)), np.zeros((len(steps), len(STEP_CELLS))),
+                 tuple({} for _ in categories), np.zeros((len(periods), MONTH_CELLS)),
+                 np.zeros((len(units), len(UNIT_CELLS))))
+    for batch in _lowered_batches(partition, schema, batch_rows):
         check_columns(batch.columns, schema, None, require_bounds=False)
         total = total + Scan(len(batch), column_tallies(batch, schema), exact_histograms(batch, auto),
-                             exact_decimals(batch, decimals), exact_steps(batch, steps))
+                             exact_decimals(batch, decimals), exact_steps(batch, steps),
+                             tuple(exact_category_counts(batch, categories)), exact_months(batch, periods),
+                             exact_units(batch, units))
     return total
 
 
@@ -230,7 +278,7 @@ def value_counts_partition(partition: Partition, schema: TableSchema, columns: l
     of the candidates the cleaned values hold (``bounds.exact_value_counts``), or of their knot cells
     (``counter=bounds.exact_knot_counts``)."""
     total = counter(pd.DataFrame({c.name: pd.Series([], dtype=float) for c in columns}), columns)
-    for batch in read_batches(partition, batch_rows):
+    for batch in _lowered_batches(partition, schema, batch_rows):
         total = add_value_counts(total, counter(clean_records(batch, schema)[0].table, columns))
     return total
 
@@ -281,7 +329,7 @@ def key_histogram(partition: Partition, schema: TableSchema, seed: int, batch_ro
                   ) -> np.ndarray:
     """Counts of the cleaned rows' holdout keys by their top ``_KEY_BITS`` bits."""
     counts = np.zeros(2**_KEY_BITS, dtype=np.int64)
-    for batch in read_batches(partition, batch_rows):
+    for batch in _lowered_batches(partition, schema, batch_rows):
         cleaned = clean_records(batch, schema)[0].table
         if len(cleaned):
             top = (row_keys(cleaned, seed, 0) >> np.uint64(64 - _KEY_BITS)).astype(np.int64)
@@ -293,7 +341,7 @@ def boundary_keys(partition: Partition, schema: TableSchema, seed: int, bucket: 
                   batch_rows: int = DEFAULT_BATCH_ROWS) -> np.ndarray:
     """(rows, 2) keys (key, key2) of the rows whose key falls in ``bucket``, in input order."""
     found = [np.zeros((0, 2), dtype=np.uint64)]
-    for batch in read_batches(partition, batch_rows):
+    for batch in _lowered_batches(partition, schema, batch_rows):
         cleaned = clean_records(batch, schema)[0].table
         if not len(cleaned):
             continue
@@ -377,7 +425,7 @@ def measure_partition(partition: Partition, schema: TableSchema, plan: Measureme
     directions = draw_directions(plan.seed, plan.n_directions, layout.d)
     total: PartitionSums | None = None
     seen_at_cut = 0
-    for batch in read_batches(partition, batch_rows):
+    for batch in _lowered_batches(partition, schema, batch_rows):
         cleaned = clean_records(batch, schema)[0]
         measured, seen_at_cut = rule.measured(cleaned.table, partition.index, seen_at_cut)
         if measured.all():  # no copy of the batch when nothing is held out

@@ -20,7 +20,7 @@ from splice_assets.limits import MAX_EPSILON as MAX_EPSILON
 from splice_assets.limits import MAX_K as MAX_K
 from splice_assets.limits import MAX_SYNTHETIC_ROWS as MAX_SYNTHETIC_ROWS
 from splice_assets.limits import Relation
-from splice_assets.private.ledger import BUDGET_TOLERANCE, BudgetLedger, NoBudget
+from splice_assets.private.ledger import BUDGET_TOLERANCE, BudgetLedger, NoBudget, gaussian_delta
 from splice_assets.private.mechanism import PrivacyParameterError, compose_epsilon
 from splice_assets.schema import TableSchema
 
@@ -66,6 +66,9 @@ class ReleaseCost:
 
     noise_multipliers: tuple[float, ...]
     pure_epsilons: tuple[float, ...] = ()
+    #: The delta its thresholds spend beside its Gaussians (``categories: auto``): the lifetime's Gaussians compose
+    #: at delta_total less it (``ledger.gaussian_delta``). ``check_release`` reads it from the schema when 0.
+    selection_delta: float = 0.0
 
 
 def check_release(
@@ -114,6 +117,12 @@ def check_release(
         )
     if delta > budget.delta_total:
         raise PreflightError(f"delta {delta!r} exceeds the dataset's lifetime delta {budget.delta_total!r}")
+    if not cost.selection_delta:
+        from dataclasses import replace
+
+        from splice_assets.private.bounds import selection_delta
+
+        cost = replace(cost, selection_delta=selection_delta(schema, delta))
     spent, after = ledger_projection(ledger, schema.name, budget.delta_total, cost)
     if after > budget.epsilon_total + BUDGET_TOLERANCE:
         raise PreflightError(
@@ -138,8 +147,14 @@ def check_release(
 
 
 def ledger_projection(ledger: BudgetLedger, dataset: str, delta_total: float, cost: ReleaseCost) -> tuple[float, float]:
-    """(lifetime epsilon spent, lifetime epsilon after this release), both composed at the lifetime delta."""
+    """(lifetime epsilon spent, lifetime epsilon after this release), both composed at the lifetime delta less the
+    delta spent by category thresholds, the ledger's and this release's (``ledger.gaussian_delta``); inf when that
+    leaves no delta."""
     gaussian, pure = ledger.counted(dataset)
-    spent = compose_epsilon(gaussian, delta_total, pure)
-    after = compose_epsilon([*gaussian, *cost.noise_multipliers], delta_total, [*pure, *cost.pure_epsilons])
+    held = ledger.selection_spent(dataset)
+    before_at = gaussian_delta(delta_total, [held])
+    after_at = gaussian_delta(delta_total, [held, cost.selection_delta])
+    spent = compose_epsilon(gaussian, before_at, pure) if before_at > 0.0 else math.inf
+    after = (compose_epsilon([*gaussian, *cost.noise_multipliers], after_at, [*pure, *cost.pure_epsilons])
+             if after_at > 0.0 else math.inf)
     return spent, after if math.isfinite(after) else math.inf

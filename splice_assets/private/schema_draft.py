@@ -22,6 +22,7 @@ import pandas as pd
 import yaml
 
 from splice_assets.kinds import drafting_kinds, kind_of
+from splice_assets.kinds.lowered import drafting_lowered_kinds, lowered_kind_names, lowered_kind_of
 from splice_assets.private.bounds import MAX_DECIMALS, decimals_needed
 from splice_assets.private.validation import read_table
 
@@ -48,15 +49,26 @@ IDENTITIES = """\
 
 
 def infer_kind(values: pd.Series) -> str:
-    """The column kind its non-missing cells suggest: the first drafted kind (boolean, integer, continuous,
-    categorical: ``Kind.draft_order``) that recognises them."""
+    """The column kind its non-missing cells suggest: the first lowered kind (free text, a date or time, a key:
+    ``LoweredKind.draft_order``), else the first modelled kind (boolean, integer, continuous, categorical:
+    ``Kind.draft_order``) that recognises them."""
     present = values.dropna()
+    for lowered in drafting_lowered_kinds():
+        if lowered.recognises(present):
+            return lowered.name
     return next(kind.name for kind in drafting_kinds() if kind.recognises(present))
 
 
 def draft_column(name: str, values: pd.Series, from_data: bool) -> dict[str, Any]:
     kind = infer_kind(values)
-    entry: dict[str, Any] = {"name": name, "kind": kind, "nullable": bool(values.isna().any())}
+    entry: dict[str, Any] = {"name": name, "kind": kind}
+    if kind in lowered_kind_names():
+        if kind != "id":
+            entry["nullable"] = bool(values.isna().any())
+        entry.update(lowered_kind_of(kind).draft(values, from_data))
+        entry["from_data"] = True
+        return entry
+    entry["nullable"] = bool(values.isna().any())
     entry.update(kind_of(kind).draft(values, from_data))
     entry["from_data"] = True  # the kind and nullable above were read from the rows, as any observed values
     return entry
@@ -80,7 +92,8 @@ def derived_candidates(table: pd.DataFrame, kinds: Mapping[str, str] | None = No
     ``kinds``: each column's kind when already inferred (``infer_kind``)."""
     values, modes = {}, {}
     for column in table.columns:
-        if kind_of(kinds[column] if kinds else infer_kind(table[column])).numeric:
+        kind = kinds[column] if kinds else infer_kind(table[column])
+        if kind not in lowered_kind_names() and kind_of(kind).numeric:
             x = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=np.float64)
             present = x[~np.isnan(x)]
             mode = float(pd.Series(present).mode().iloc[0]) if len(present) else math.nan

@@ -47,7 +47,9 @@ from splice_assets.kinds.cells import PLAIN_NUMBER as PLAIN_NUMBER
 from splice_assets.kinds.cells import TOO_LONG as TOO_LONG
 from splice_assets.kinds.cells import UNSEEN as UNSEEN
 from splice_assets.kinds.cells import parse_numbers as parse_numbers
+from splice_assets.kinds.lowered import lowered_kind_of
 from splice_assets.limits import MAX_UNPARSEABLE_SHARE, Relation
+from splice_assets.lowering import is_lowered, lower_input
 from splice_assets.private.row_count import CSV_ENCODING, is_parquet, open_csv_text
 from splice_assets.schema import ColumnSpec, TableSchema
 
@@ -137,13 +139,13 @@ def check_structure(
     """
     limit = _share_limit(max_unparseable_share)
     _check_layout(table, schema, expected_version, require_bounds, relation)
-    refuse_unparseable(schema, column_tallies(table, schema), limit)
+    refuse_unparseable(schema, column_tallies(lower_input(table, schema), schema), limit)
 
 
 def column_tallies(table: pd.DataFrame, schema: TableSchema) -> dict[str, tuple[int, int]]:
     """Per column: (non-empty cells, how many of them are not numbers or not declared categories that no ``other``
     takes). Tallies of disjoint row sets add up, so a partitioned input is checked by summing its parts'."""
-    table = _strip_names(table)
+    table = lower_input(_strip_names(table), schema)
     tallies: dict[str, tuple[int, int]] = {}
     for spec in schema.columns:
         check_dtype(table[spec.name], spec)
@@ -185,11 +187,12 @@ def check_columns(
     names = [str(c) for c in columns]
     check_duplicate_columns(names)
     present = {c.strip() for c in names}
+    for name in schema.input_names:
+        owner = next((c for c in schema.lowered if c.name == name), None)
+        held = owner is not None and all(p in present for p in owner.parts)  # a lowered input
+        if name not in present and not held:
+            raise StructuralError(f"column {name!r}: required by schema {schema.name!r} but missing from the input")
     for spec in schema.columns:
-        if spec.name not in present:
-            raise StructuralError(
-                f"column {spec.name!r}: required by schema {schema.name!r} but missing from the input"
-            )
         if require_bounds and spec.is_numeric and spec.bounds is None:
             raise StructuralError(f"column {spec.name!r}: bounds are 'auto' and have not been resolved")
 
@@ -225,10 +228,14 @@ def refuse_unparseable(schema: TableSchema, tallies: dict[str, tuple[int, int]],
         return
     spec = over[0]
     what, fix = kind_of(spec.kind).unparseable(spec)
+    owner = schema.owner(spec.name)
+    name = spec.name if owner is None else owner.name
+    if owner is not None and owner.spec is None:  # a part: the lowered column's cells could not be read
+        what, fix = lowered_kind_of(owner.kind).unreadable
     # Rounded up, so a share just over the limit never reads as the limit itself.
     share = math.ceil(round(100 * shares[spec.name], 9))
     raise StructuralError(
-        f"column {spec.name!r}: {share}% of its non-empty cells are {what} (limit {100 * limit:g}%); {fix}; "
+        f"column {name!r}: {share}% of its non-empty cells are {what} (limit {100 * limit:g}%); {fix}; "
         f"{len(over)} of {len(schema.columns)} columns are over the limit "
         "(operator-only message: computed from the private input)"
     )
@@ -282,17 +289,26 @@ def validate(
     """
     limit = _share_limit(max_unparseable_share)
     _check_layout(table, schema, expected_version, True, relation)
-    cleaned, tallies = clean_records(table, schema)
+    cleaned, tallies = clean_records(lower_input(table, schema), schema)
     # Cleaning is total, so every column is tallied before the first over the limit is named.
     refuse_unparseable(schema, tallies, limit)
     return cleaned
+
+
+def modelled_view(table: pd.DataFrame, schema: TableSchema) -> pd.DataFrame:
+    """A table in the user's form (synthetic rows, with datetimes and keys) as a validated table of the modelled
+    columns, for the metrics that compare it with validated real rows; a table without lowered columns, or one
+    already lowered, is returned as it is."""
+    if not schema.lowered or is_lowered(table, schema):
+        return table
+    return clean_records(table, schema)[0].table
 
 
 def clean_records(table: pd.DataFrame, schema: TableSchema) -> tuple[ValidatedTable, dict[str, tuple[int, int]]]:
     """The total record-level cleaning of ``validate`` without its table-level checks (row count, share limits):
     (the cleaned rows with their repair counts, ``column_tallies``). Row by row, so a partition's cleaned rows are
     those of the whole table and the counts of disjoint parts add up (``ValidationReport.__add__``)."""
-    table = _strip_names(table)
+    table = lower_input(_strip_names(table), schema)
     dropped = tuple(sorted(set(table.columns) - set(schema.column_names)))
     counts: dict[str, dict[str, int]] = {}
     cleaned: dict[str, pd.Series] = {}

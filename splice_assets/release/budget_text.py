@@ -68,12 +68,17 @@ def release_rows(ledger: Any, dataset: str) -> list[dict[str, Any]]:
 
 def _composed(ledger: Any, entries: list[Any]) -> float:
     """The epsilon of these entries together at their delta: one entry's own, else their composition (Gaussian
-    parts of a release compose exactly; through the ledger's composition cache)."""
-    if len(entries) == 1 or all(e.epsilon == 0 for e in entries):
+    parts of a release compose exactly; through the ledger's composition cache) at their delta less what their
+    category thresholds spent (``selection_delta``), as the release's guarantee states it."""
+    held = [float(getattr(e, "selection_delta", 0.0) or 0.0) for e in entries]
+    if (len(entries) == 1 and not any(held)) or all(e.epsilon == 0 for e in entries):
         return float(max(e.epsilon for e in entries))
+    from splice_assets.private.ledger import gaussian_delta
+
     gaussian = [e.noise_multiplier for e in entries if e.noise_multiplier is not None and e.epsilon > 0]
     pure = [e.epsilon for e in entries if e.noise_multiplier is None and e.epsilon > 0]
-    return float(ledger.composed(gaussian, max(e.delta for e in entries), pure))
+    at = gaussian_delta(max(e.delta for e in entries), held)
+    return float(ledger.composed(gaussian, at, pure)) if at > 0 else float("inf")
 
 
 def composed_releases(ledger: Any, dataset: str) -> int:
@@ -83,13 +88,16 @@ def composed_releases(ledger: Any, dataset: str) -> int:
 
 
 def lifetime_text(spent: float, total: float | None, delta_total: float, releases: int | None = None,
-                  remaining: float | None = None) -> str:
+                  remaining: float | None = None, selection_delta: float = 0.0) -> str:
     """``epsilon = 0.753617 spent of 1.5 (0.746383 remaining) - 2 releases composed at delta_total = 1e-06 (exact
-    Gaussian composition, rounded up)``: the dataset's lifetime spend, never a per-release figure."""
+    Gaussian composition, rounded up)``: the dataset's lifetime spend, never a per-release figure. With category
+    thresholds (``selection_delta`` > 0, what they spent) the Gaussians compose at delta_total less it, and the line
+    says so: ``composed at delta_total = 1e-06 less 1e-07 spent by category thresholds``."""
     of = "" if total is None else f" of {total:g}"
     left = "" if remaining is None else f" ({remaining:.6f} remaining)"
     count = "" if releases is None else f"{releases} release{'' if releases == 1 else 's'} "
-    return (f"epsilon = {spent:.6f} spent{of}{left} - {count}composed at delta_total = {delta_total:g} "
+    held = f" less {selection_delta:g} spent by category thresholds" if selection_delta > 0 else ""
+    return (f"epsilon = {spent:.6f} spent{of}{left} - {count}composed at delta_total = {delta_total:g}{held} "
             "(exact Gaussian composition, rounded up)")
 
 
@@ -98,4 +106,4 @@ def lifetime_of(ledger: Any, dataset: str) -> str:
     spent, delta_total = ledger.spent(dataset)
     budget = ledger.budget(dataset)
     return lifetime_text(spent, None if budget is None else budget.epsilon_total, delta_total,
-                         composed_releases(ledger, dataset), ledger.remaining(dataset))
+                         composed_releases(ledger, dataset), ledger.remaining(dataset), ledger.selection_spent(dataset))

@@ -7,8 +7,14 @@
     model.predict(pd.DataFrame({"n_rows": [500], "seed": [7]}))   # one input row = one request (concatenated)
     model.predict({"n_rows": 500, "seed": 7})
     model.predict({"n_rows": 500}, params={"seed": 7})
+    model.predict({"n_rows": 500}, params={"where": "status == 'paid'"})   # conditional sampling
+    model.predict(pd.DataFrame({"n_rows": [500, 500], "where": ["status == 'paid'", "amount between 10 and 100"]}))
 
-The logged signature (inputs ``n_rows`` long, optional ``seed`` long; param ``seed``) lets MLflow validate
+``where`` (a param, or an input column that overrides it per request) samples from the model's conditional law
+given a condition in ``splice sample --where``'s text form (``conditions.parse_where``); "" is no condition.
+
+The logged signature (inputs ``n_rows`` long, optional ``seed`` long and ``where`` string; params ``seed`` and
+``where``) lets MLflow validate
 requests and serve the model; a bare int is accepted by ``unwrap_python_model().predict(None, 500)`` and by
 ``unwrap_python_model().sample(500, seed)``, not through the schema-enforcing pyfunc wrapper.
 
@@ -61,10 +67,21 @@ def _as_int(value: Any, what: str) -> int:
     raise ValueError(f"{what} must be an integer, got {value!r}")
 
 
-def parse_requests(model_input: Any, default_seed: int, params: dict[str, Any] | None = None) -> list[tuple[int, int]]:
-    """(n_rows, seed) requests from an int, a dict, a list of ints, or a DataFrame with n_rows[, seed]."""
+def _as_where(value: Any) -> str | None:
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"where must be a condition text such as \"status == 'paid'\", got {value!r}")
+    return value if value.strip() else None
+
+
+def parse_requests(model_input: Any, default_seed: int, params: dict[str, Any] | None = None
+                   ) -> list[tuple[int, int, str | None]]:
+    """(n_rows, seed, where) requests from an int, a dict, a list of ints, or a DataFrame with n_rows[, seed][, where];
+    ``params``' seed and where are the defaults of every request."""
     seed_param = None if not params or params.get("seed") is None else _as_int(params["seed"], "seed")
     fallback = default_seed if seed_param is None else seed_param
+    where_param = _as_where((params or {}).get("where"))
     if isinstance(model_input, pd.Series):
         model_input = model_input.to_frame("n_rows") if model_input.name != "n_rows" else model_input.to_frame()
     if isinstance(model_input, dict):
@@ -72,22 +89,24 @@ def parse_requests(model_input: Any, default_seed: int, params: dict[str, Any] |
     if isinstance(model_input, np.ndarray):
         model_input = model_input.reshape(-1).tolist()
     if isinstance(model_input, (list, tuple)):
-        requests = [(_as_int(v, "n_rows"), fallback) for v in model_input]
+        requests = [(_as_int(v, "n_rows"), fallback, where_param) for v in model_input]
     elif isinstance(model_input, pd.DataFrame):
         if "n_rows" not in model_input.columns:
             if model_input.shape[1] != 1:
-                raise ValueError("model input must have a column 'n_rows' (and optionally 'seed')")
+                raise ValueError("model input must have a column 'n_rows' (and optionally 'seed' and 'where')")
             model_input = model_input.set_axis(["n_rows"], axis=1)
         seeds = model_input["seed"] if "seed" in model_input.columns else [None] * len(model_input)
+        wheres = model_input["where"] if "where" in model_input.columns else [None] * len(model_input)
         requests = [
-            (_as_int(n, "n_rows"), fallback if s is None or pd.isna(s) else _as_int(s, "seed"))
-            for n, s in zip(model_input["n_rows"], seeds)
+            (_as_int(n, "n_rows"), fallback if s is None or pd.isna(s) else _as_int(s, "seed"),
+             _as_where(w) or where_param)
+            for n, s, w in zip(model_input["n_rows"], seeds, wheres)
         ]
     else:
-        requests = [(_as_int(model_input, "n_rows"), fallback)]
+        requests = [(_as_int(model_input, "n_rows"), fallback, where_param)]
     if not requests:
         raise ValueError("model input holds no request")
-    for n, _ in requests:
+    for n, _, _ in requests:
         if not 0 <= n <= MAX_ROWS:
             raise ValueError(f"n_rows must be in [0, {MAX_ROWS}], got {n}")
     return requests
@@ -113,15 +132,18 @@ with warnings.catch_warnings(record=True):
             self._model = load_model(bundle / MODEL_STEM)
             self._schema = load_schema(bundle / SCHEMA_FILE)
 
-        def sample(self, n_rows: int, seed: int | None = None) -> pd.DataFrame:
+        def sample(self, n_rows: int, seed: int | None = None, where: str | dict[str, Any] | None = None
+                   ) -> pd.DataFrame:
+            """``n_rows`` rows; ``where``: from the model's conditional law given it (``conditions.parse_where``)."""
             from splice_assets.sampling import sample_table
 
             return sample_table(
-                self._model, self._schema, int(n_rows), self.default_seed if seed is None else int(seed)
+                self._model, self._schema, int(n_rows), self.default_seed if seed is None else int(seed), where=where
             )
 
         def predict(self, context, model_input, params=None):  # no type hints: MLflow would treat them as a schema
-            tables = [self.sample(n, seed) for n, seed in parse_requests(model_input, self.default_seed, params)]
+            requests = parse_requests(model_input, self.default_seed, params)
+            tables = [self.sample(n, seed, where) for n, seed, where in requests]
             return tables[0] if len(tables) == 1 else pd.concat(tables, ignore_index=True)
 
 
@@ -148,8 +170,9 @@ def log_release_model(
             shutil.copy2(public_dir / file_name, bundle / file_name)
         name = registered_model_name(dataset) if register else None
         signature = ModelSignature(
-            inputs=Schema([ColSpec("long", "n_rows"), ColSpec("long", "seed", required=False)]),
-            params=ParamSchema([ParamSpec("seed", "long", int(default_seed))]),
+            inputs=Schema([ColSpec("long", "n_rows"), ColSpec("long", "seed", required=False),
+                           ColSpec("string", "where", required=False)]),
+            params=ParamSchema([ParamSpec("seed", "long", int(default_seed)), ParamSpec("where", "string", "")]),
         )
         with warnings.catch_warnings():
             # The signature describes the input; an input example would make MLflow load and run the model here.

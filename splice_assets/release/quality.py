@@ -25,6 +25,7 @@ from splice_assets.encoding import encode
 from splice_assets.layout import EncodingLayout, layout_for, marginal_cells, marginal_sizes
 from splice_assets.measurement import Measurement
 from splice_assets.postprocess.fine_tables import below_noise
+from splice_assets.private.validation import modelled_view
 from splice_assets.schema import TableSchema
 
 STATEMENT = (
@@ -79,6 +80,7 @@ def quality_summary(measurement: Measurement, schema: TableSchema, synthetic: pd
     sizes = marginal_sizes(layout, measurement.numeric_bins)
     stds1, std2 = measurement.table_noise_stds(), measurement.pair_noise_std()
     hidden = below_noise(measurement, schema)
+    synthetic = modelled_view(synthetic, schema)
     x = encode(synthetic, schema) if len(synthetic) else np.zeros((0, layout.d))
     ones, twos = _cell_counts(x, layout, tuple(measurement.pairs), measurement.numeric_bins)
     columns: dict[str, Any] = {}
