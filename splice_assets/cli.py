@@ -785,7 +785,7 @@ def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | No
         return
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".csv":
-        write_csv_escaped(table, Path(out))
+        write_csv_escaped(table, Path(out), schema)
     else:
         table.to_parquet(out, index=False)
     click.echo(f"wrote {n_rows} rows to {out}")

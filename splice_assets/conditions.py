@@ -31,6 +31,7 @@ from splice_assets.kinds.lowered import LoweredColumn
 from splice_assets.kinds.scales import cube_of
 from splice_assets.kinds.temporal import week_of
 from splice_assets.layout import EncodingLayout
+from splice_assets.lowering import wall_seconds
 from splice_assets.schema import ColumnSpec, TableSchema
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ class Conditions:
                 with np.errstate(invalid="ignore"):
                     keep &= present & (values >= c.lo) & (values <= c.hi)
         for t in self.instants:
-            seconds = _wall_seconds(frame[t.column])
+            seconds = wall_seconds(frame[t.column])
             with np.errstate(invalid="ignore"):
                 keep &= (seconds >= t.lo) & (seconds <= t.hi)
         return keep
@@ -247,16 +248,6 @@ def _instant_condition(column: LoweredColumn, value: Any) -> InstantCondition:
         raise ValueError(f"where: column {column.name!r}: the range {value!r} is empty or outside the public period "
                          f"{column.bounds}")
     return InstantCondition(column.name, lo, hi)
-
-
-def _wall_seconds(series: pd.Series) -> np.ndarray:
-    """A datetime output column as wall-clock seconds since 1970 (NaN where missing)."""
-    import pandas as pd
-
-    if isinstance(series.dtype, pd.DatetimeTZDtype):
-        series = series.dt.tz_localize(None)
-    ns = series.to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    return np.where(ns == np.iinfo(np.int64).min, np.nan, ns / 1e9)
 
 
 def _category_condition(spec: ColumnSpec, value: Any) -> ColumnCondition:

@@ -112,7 +112,7 @@ def assemble_output(frame: pd.DataFrame, schema: TableSchema, seed: int = 0, fir
             offset = out[column.parts[0]].to_numpy(dtype=np.float64, na_value=np.nan)
             out[column.name] = _after(base, offset, column, schema.column(column.parts[0]))
         if column.spec is None and isinstance(lowered_kind_of(column.kind), Temporal):
-            axis[column.name] = _seconds(out[column.name])
+            axis[column.name] = wall_seconds(out[column.name])
         elif column.spec is not None:
             axis[column.name] = out[column.name].to_numpy(dtype=np.float64, na_value=np.nan)
     for derived in schema.derived:
@@ -159,7 +159,7 @@ def _after(base: np.ndarray, offset: np.ndarray, column: LoweredColumn, part: Co
     return numeric.output_series(_on_public_precision(values, spec), missing, spec)  # type: ignore[attr-defined]
 
 
-def _seconds(series: pd.Series) -> np.ndarray:
+def wall_seconds(series: pd.Series) -> np.ndarray:
     """A datetime output column as wall-clock seconds since 1970 (NaN where missing)."""
     import pandas as pd
 

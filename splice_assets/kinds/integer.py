@@ -51,4 +51,14 @@ class Integer(NumericKind):
         import pandas as pd
 
         numbers = pd.to_numeric(present, errors="coerce")
-        return len(present) > 0 and not numbers.isna().any() and bool((numbers == numbers.round()).all())
+        return (len(present) > 0 and not numbers.isna().any() and bool((numbers == numbers.round()).all())
+                and not has_leading_zeros(present))
+
+
+def has_leading_zeros(present: pd.Series) -> bool:
+    """Whether a text cell is a number written with a leading zero (``02139``, ``007``): a code, never a quantity."""
+    import pandas as pd
+
+    if pd.api.types.is_numeric_dtype(present) or pd.api.types.is_bool_dtype(present):
+        return False  # typed numbers (Parquet) carry no leading zero
+    return bool(present.astype(str).str.strip().str.match(r"^[+-]?0\d").any())

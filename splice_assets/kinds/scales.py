@@ -89,6 +89,34 @@ POINT_TOLERANCE = 1e-9
 FLOAT32_TOLERANCE = 2.0**-24
 
 
+#: Relative tolerance of a value read as float64: a decimal written with float64 digits (265.10000000000002) is it.
+FLOAT64_TOLERANCE = 1e-9
+#: Relative distance within which a value is a float32 number written with float64 digits (0.2000000029802322, 13
+#: significant digits or more); a value computed in float64 lies that close to a float32 number with odds ~1e-5.
+RENDERING_TOLERANCE = 1e-12
+
+
+def float32_rendered(values: np.ndarray) -> np.ndarray:
+    """Which ``values`` are float32 numbers written with float64 digits (NaN and 0 aside: 0 is exact anyway)."""
+    values = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        single = values.astype(np.float32).astype(np.float64)
+        return np.abs(values - single) <= RENDERING_TOLERANCE * np.abs(values)
+
+
+def stands_for(values: np.ndarray, targets: np.ndarray, unit: float = 1.0) -> np.ndarray:
+    """Whether each stored value is its target number within its storage precision: within ``FLOAT64_TOLERANCE`` of
+    max(``unit``, |value|), or, for a float32 number written with float64 digits (``float32_rendered``), the target
+    rounds to the same float32 (0.2000000029802322 is 0.2; 0.20000003, the next float32, is not). A per-value rule
+    (public, no data read), used by ``decimals: auto`` and a decimal grid's ``values: auto`` candidates."""
+    values = np.asarray(values, dtype=np.float64)
+    targets = np.asarray(targets, dtype=np.float64)
+    near = np.abs(values - targets) <= FLOAT64_TOLERANCE * np.maximum(unit, np.abs(values))
+    with np.errstate(over="ignore", invalid="ignore"):
+        same_single = values.astype(np.float32) == targets.astype(np.float32)
+    return near | (float32_rendered(values) & same_single)
+
+
 def at_point(values: np.ndarray, point: float, lo: float, hi: float) -> np.ndarray:
     """Which ``values`` are the declared exact value ``point``: within ``POINT_TOLERANCE`` of the bounds' width or
     ``FLOAT32_TOLERANCE`` of the point, whichever is wider (NaN never is)."""

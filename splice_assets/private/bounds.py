@@ -13,7 +13,8 @@ noisy counts of the zero bucket, pooled, clear ``COARSE_Z`` noise standard devia
 column (``zero_is_frequent``): it gets a fine cell of its own in the main measurement, as if declared in ``values``.
 
 A column with ``decimals: auto`` gets a third histogram in the same draw: each row adds 1 to the cell of the number of
-decimals its value needs (0 to ``MAX_DECIMALS``, or more); its precision is the fewest decimals that leave at most
+decimals its value needs (0 to ``MAX_DECIMALS``, or more; within its float32 or float64 storage precision, so 0.2
+written from float32 needs 1: ``decimals_needed``); its precision is the fewest decimals that leave at most
 ``CLIP_SHARE`` of the noisy rows (or the noise of the cells passed) with more (``decimals_from_noisy``).
 
 A column with ``step: auto`` (integer columns) gets a fourth: each nonzero value adds 1 to the cell of the largest of
@@ -36,8 +37,9 @@ rule's later column takes neither (its offset is what is modelled).
 
 A column with ``values: auto`` then gets its frequent exact values from the same measurement, in a second step on
 the bounds the first resolved (``select_values``): each row adds 1 to the count of its cleaned value among the
-column's public candidates (``value_candidates``: every point of its public grid, i.e. integers, multiples of
-``step`` or of 10^-decimals, where the grid is too large for a fine cell per point; else its bounds, 0 and, for a
+column's public candidates (``value_candidates``: every point of its public grid, i.e. integers or multiples of
+``step`` where the grid is too large for a fine cell per point, multiples of 10^-decimals always (they have no fine
+cells); a value matches a point within its float32 or float64 storage precision; else its bounds, 0 and, for a
 proportion (bounds inside [0, 1]), the fractions p/q with q up to ``MAX_DENOMINATOR``: a share of a few people). A
 candidate whose noisy count clears the threshold, set so that about ``FALSE_POSITIVES`` candidates that no row holds
 pass per column, becomes an exact value (a fine cell of its own, as if declared). Only the chosen values are
@@ -100,6 +102,7 @@ from splice_assets.fine_cells import FALSE_POSITIVES, GRID_LIMIT, candidate_z
 from splice_assets.kinds import kind_of
 from splice_assets.kinds.fields import OpenCategories, category_key, open_entry
 from splice_assets.kinds.lowered import LoweredColumn, lowered_kind_of
+from splice_assets.kinds.scales import stands_for
 from splice_assets.kinds.temporal import (
     GRID_END,
     GRID_START,
@@ -441,11 +444,15 @@ def resolution_from_noisy(noisy: np.ndarray, sigma: float, units: Sequence[str])
 
 
 def decimals_needed(values: np.ndarray) -> np.ndarray:
-    """Decimals each value needs (0 to ``MAX_DECIMALS``; ``MAX_DECIMALS + 1`` for more; -1 for NaN)."""
+    """Decimals each value needs (0 to ``MAX_DECIMALS``; ``MAX_DECIMALS + 1`` for more; -1 for NaN): the fewest d
+    such that the value is its rounding to d decimals within its storage precision (``scales.stands_for``: 1e-9 of
+    max(1, |v|), or, for a float32 number written with float64 digits, the rounding is the same float32), so that 0.2
+    written from float32 (0.2000000029802322) needs 1 and 265.1 written from float64 (265.10000000000002) needs 1. A
+    per-row function: each row still adds 1 to one cell of the histogram."""
+    values = np.asarray(values, dtype=np.float64)
     out = np.full(len(values), MAX_DECIMALS + 1, dtype=np.int64)
     for places in range(MAX_DECIMALS, -1, -1):
-        exact = np.abs(values - np.round(values, places)) <= 1e-9 * np.maximum(1.0, np.abs(values))
-        out[exact] = places
+        out[stands_for(values, np.round(values, places))] = places
     return np.where(np.isnan(values), -1, out)
 
 
@@ -538,7 +545,9 @@ class Candidates:
         values = np.asarray(values, dtype=np.float64)
         if self.step:
             index = np.rint((values - self.first) / self.step)
-            on_grid = np.abs(values - (self.first + index * self.step)) <= 1e-9 * max(abs(self.step), 1.0)
+            # Within the value's storage precision (``stands_for``): 0.2 written from float32 is the grid point 0.2
+            # (the nearest point only: a value still matches one candidate at most).
+            on_grid = stands_for(values, self.first + index * self.step, max(abs(self.step), 1.0))
             inside = np.isfinite(values) & on_grid & (index >= 0) & (index < self.count)
             return np.where(inside, index, -1).astype(np.int64)
         out = np.full(len(values), -1, dtype=np.int64)
@@ -558,11 +567,14 @@ def value_candidates(spec: ColumnSpec) -> Candidates | None:
     assert spec.bounds is not None
     lo, hi = spec.bounds
     step = kind_of(spec.kind).grid_step(spec)
-    if step is None and spec.decimals is not None:
-        step = 10.0 ** -spec.decimals
     if step is not None:
         first, last = step_range(lo, hi, step)
         return None if last - first + 1 <= GRID_LIMIT else Candidates(lo, hi, first * step, step, last - first + 1)
+    if spec.decimals is not None:  # multiples of 10^-decimals: never fine cells of their own, however few they are
+        step = 10.0 ** -spec.decimals
+        first, last = step_range(lo, hi, step)
+        if last >= first:
+            return Candidates(lo, hi, first * step, step, last - first + 1)
     points = {lo, hi, *([0.0] if lo < 0.0 < hi else [])}
     if 0.0 <= lo and hi <= 1.0:  # a proportion: its simple fractions, 1/2 and 2/3 of a small count
         points |= {p / q for q in range(2, MAX_DENOMINATOR + 1) for p in range(1, q) if lo < p / q < hi}

@@ -1,18 +1,24 @@
 """``splice schema init``: a first schema drafted from an input's header and cell types.
 
 The draft names every column and guesses its kind (boolean, integer, continuous, categorical) and whether it has
-missing cells. Those guesses are read from the private rows, so every column carries ``from_data: true``, and
-``schema.parse_column`` refuses it until the operator has checked that what it says is public knowledge and removed
-the mark. Categories and n_min must come from public knowledge, so they are left as placeholders the loader refuses
-until the operator fills them in. A numeric column gets the DP estimates nothing public replaces yet (``Kind.draft``):
+missing cells: an integer column with few distinct values (``read_as_codes``) or cells with leading zeros is taken
+for codes and drafted categorical, with a comment saying how to undo it; a categorical column whose values look
+ordered gets a comment that ``kind: ordinal`` needs their public order, which the draft does not know. Those
+guesses are read from the private rows, so every column carries ``from_data: true``, and ``schema.parse_column``
+refuses it until the operator has checked that what it says is public knowledge and removed the mark. Categories
+and n_min must come from public knowledge, so they are left as placeholders the loader refuses until the operator
+fills them in. A numeric column gets the DP estimates nothing public replaces yet (``Kind.draft``):
 ``bounds: auto``, ``values: auto`` (its point masses) and, if continuous, ``decimals: auto``, for ``bounds_share`` of
 the release's privacy in all. With ``from_data=True`` the draft offers the observed categories and min/max instead
-of placeholders and ``bounds: auto``, under the same mark.
+of placeholders and ``bounds: auto``, under the same mark, and comments: derived columns (``derived_candidates``)
+and numeric columns whose rows crowd a few of their bins (``spread_hint``).
 """
 
 from __future__ import annotations
 
 import math
+import re
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +28,7 @@ import pandas as pd
 import yaml
 
 from splice_assets.kinds import drafting_kinds, kind_of
+from splice_assets.kinds.integer import has_leading_zeros
 from splice_assets.kinds.lowered import drafting_lowered_kinds, lowered_kind_names, lowered_kind_of
 from splice_assets.private.bounds import MAX_DECIMALS, decimals_needed
 from splice_assets.private.validation import read_table
@@ -48,18 +55,50 @@ IDENTITIES = """\
 """
 
 
+#: An integer column with at most this many distinct values, each seen in this many rows on average, is read as codes.
+MAX_CODES, MIN_ROWS_PER_CODE = 10, 10
+#: Words that say a category has a place in an order (``low``/``medium``/``high``), as whole words of a value.
+ORDER_WORDS = frozenset(
+    "low lower lowest medium mid middle high higher highest very small large big none some many few poor fair good "
+    "better best bad worse worst excellent average never rarely sometimes often always usually strongly agree "
+    "disagree neutral mild moderate severe minor major less more least most basic standard premium beginner "
+    "intermediate advanced junior senior bronze silver gold platinum".split())
+
+
 def infer_kind(values: pd.Series) -> str:
     """The column kind its non-missing cells suggest: the first lowered kind (free text, a date or time, a key:
-    ``LoweredKind.draft_order``), else the first modelled kind (boolean, integer, continuous, categorical:
-    ``Kind.draft_order``) that recognises them."""
+    ``LoweredKind.draft_order``), else categorical for codes (``read_as_codes``), else the first modelled kind
+    (boolean, integer, continuous, categorical: ``Kind.draft_order``) that recognises them."""
     present = values.dropna()
     for lowered in drafting_lowered_kinds():
         if lowered.recognises(present):
             return lowered.name
+    if read_as_codes(present):
+        return "categorical"
     return next(kind.name for kind in drafting_kinds() if kind.recognises(present))
 
 
+def read_as_codes(present: pd.Series) -> str | None:
+    """Why numeric cells are drafted as categorical codes, or None: written with leading zeros (``02139``), or
+    integers with at most ``MAX_CODES`` distinct values, each held by ``MIN_ROWS_PER_CODE`` rows on average. A
+    column of 0 and 1 only is left to the other kinds (an integer, as before: a flag or a count)."""
+    if not len(present) or pd.api.types.is_bool_dtype(present):
+        return None  # a typed boolean (Parquet) is a boolean
+    numbers = pd.to_numeric(present, errors="coerce")
+    if numbers.isna().any():
+        return None
+    if has_leading_zeros(present):
+        return "numbers written with leading zeros, as codes are (a quantity never is)"
+    distinct = set(numbers.unique().tolist())
+    if not (numbers == numbers.round()).all() or distinct == {0, 1}:
+        return None
+    if len(distinct) <= MAX_CODES and len(present) >= MIN_ROWS_PER_CODE * len(distinct):
+        return f"{len(distinct)} distinct integer{'s' if len(distinct) > 1 else ''}, read as codes"
+    return None
+
+
 def draft_column(name: str, values: pd.Series, from_data: bool) -> dict[str, Any]:
+    """The column's drafted entry (``draft_notes`` says why, in comments)."""
     kind = infer_kind(values)
     entry: dict[str, Any] = {"name": name, "kind": kind}
     if kind in lowered_kind_names():
@@ -80,14 +119,15 @@ IDENTITY_SHARE = 0.999
 MIN_VARYING = 0.05
 #: Rows an identity is first screened on; every row confirms it.
 SCREEN_ROWS = 2_000
-#: Numeric columns beyond which sums and differences are not searched (their number grows as the cube).
+#: Numeric columns beyond which sums, differences, products and ratios are not searched (they grow as the cube).
 MAX_SUM_COLUMNS = 60
 
 
 def derived_candidates(table: pd.DataFrame, kinds: Mapping[str, str] | None = None) -> list[str]:
     """Numeric columns that the rows show to be arithmetic on others, as ``name = expression`` lines: a constant
     multiple of one column (the constant with the fewest significant digits that holds), or else the sum or
-    difference of two (``_Identity``). Nearly constant columns (``MIN_VARYING``) are left out: any identity holds on
+    difference of two, or else their product or ratio (``_Identity``), in the expression language of
+    ``splice_assets.derived``. Nearly constant columns (``MIN_VARYING``) are left out: any identity holds on
     them. A fact about the private rows, offered with ``from_data`` only; each line names the later column.
     ``kinds``: each column's kind when already inferred (``infer_kind``)."""
     values, modes = {}, {}
@@ -121,12 +161,28 @@ def derived_candidates(table: pd.DataFrame, kinds: Mapping[str, str] | None = No
             continue
         sources = np.column_stack([values[c][screen] for c in numeric[:i]])
         first, second = np.triu_indices(i, 1)
-        for a, sign, b in ((first, 1.0, second), (first, -1.0, second), (second, -1.0, first)):
-            for j in np.flatnonzero(identity.on_screen(sources[:, a] + sign * sources[:, b])):
+        pairs: list[str] = []
+        for a, op, b in ((first, "+", second), (first, "-", second), (second, "-", first), (first, "*", second),
+                         (first, "/", second), (second, "/", first)):
+            if op == "*" and pairs:
+                break  # a sum or difference holds: products and ratios are not searched
+            for j in np.flatnonzero(identity.on_screen(_apply(op, sources[:, a], sources[:, b]))):
                 u, v = numeric[a[j]], numeric[b[j]]
-                if identity.holds(values[u] + sign * values[v]):
-                    found.append(f"{target} = {_name(u)} {'+' if sign > 0 else '-'} {_name(v)}")
+                if identity.holds(_apply(op, values[u], values[v])):
+                    pairs.append(f"{target} = {_name(u)} {op} {_name(v)}")
+        found += pairs
     return found
+
+
+def _apply(op: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x op y`` elementwise; a division by 0 where both are present is infinite, so it never holds (a derived
+    ratio is missing there while the column is not)."""
+    if op in "+-":
+        return x + y if op == "+" else x - y
+    if op == "*":
+        return x * y
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(y != 0, x / np.where(y != 0, y, 1.0), np.where(np.isnan(x) | np.isnan(y), np.nan, np.inf))
 
 
 class _Identity:
@@ -158,6 +214,87 @@ class _Identity:
                 & ((close & off_mode).sum(axis=0) >= IDENTITY_SHARE * n_off))
 
 
+def draft_notes(entry: Mapping[str, Any], values: pd.Series, from_data: bool) -> list[str]:
+    """Comment lines (without ``# ``) for a drafted entry: why a numeric column was drafted as codes, that a
+    categorical column's values look ordered, that a 0/1 column may be a boolean; with ``from_data`` the spread hint."""
+    name, kind = entry["name"], entry["kind"]
+    present = values.dropna()
+    notes = []
+    codes = read_as_codes(present) if kind == "categorical" else None
+    if codes:
+        notes.append(f"{name}: {codes}: drafted categorical. If they count or measure something, write `kind: "
+                     "integer` with bounds instead of categories; if the codes are ordered, `kind: ordinal` with the "
+                     "categories in their public order (the draft's is numeric, not a known one).")
+    elif kind == "categorical" and entry.get("categories") != "auto":
+        order = _looks_ordered(present)
+        if order:
+            listed = "numeric" if order == "numbers" else "alphabetical"
+            notes.append(f"{name}: its values look ordered ({order}). `kind: ordinal` needs them in their public "
+                         f"order: the draft's is {listed}, not a known one.")
+    if kind == "integer" and set(pd.to_numeric(present).unique().tolist()) == {0, 1}:
+        notes.append(f"{name}: only 0 and 1: a yes/no flag is `kind: boolean` (no bounds or values).")
+    if from_data and kind not in lowered_kind_names() and kind_of(kind).numeric:
+        notes += spread_hint(name, pd.to_numeric(present).to_numpy(dtype=np.float64))
+    return notes
+
+
+def _looks_ordered(present: pd.Series) -> str | None:
+    """What makes a column's values look ordered: all numbers, or at least half of them (two or more) holding a
+    number (``18-25``) or an order word (``ORDER_WORDS``)."""
+    observed = {str(v).strip() for v in present}
+    if not observed:
+        return None
+    if not pd.to_numeric(pd.Series(sorted(observed)), errors="coerce").isna().any():
+        return "numbers" if len(observed) > 1 else None
+    words = [set(re.findall(r"[a-z]+", v.lower())) for v in observed]
+    ordered = sum(bool(w & ORDER_WORDS) for w in words)
+    if ordered >= 2 and 2 * ordered >= len(observed):
+        return "words such as low/high"
+    numbered = sum(bool(re.search(r"\d", v)) for v in observed)
+    if numbered >= 2 and 2 * numbered >= len(observed):
+        return "numbers in the labels"
+    return None
+
+
+#: Share of a numeric column's observed range below which its central 90% of rows count as crowded (3 of 16 bins).
+CROWDED_SHARE = 3 / 16
+#: Ratio of the 99% to the 50% quantile of the positive values above which a column spans orders of magnitude.
+SKEWED_RATIO = 20.0
+
+
+def spread_hint(name: str, x: np.ndarray) -> list[str]:
+    """Comment lines for a numeric column whose central 90% of rows (5% to 95% quantile) lie in less than
+    ``CROWDED_SHARE`` of its observed range, so two or three of its 16 coarse bins would hold them: ``scale: log``
+    where its positive values span orders of magnitude (p99/p50 above ``SKEWED_RATIO``: a count or amount, the
+    public choice docs/schema.md names), and ``knots: auto`` where the rows crowd on that scale too, with what
+    decision 0039 measured (not a default)."""
+    lo, hi = (float(x.min()), float(x.max())) if len(x) else (0.0, 0.0)
+    points, counts = np.unique(x, return_counts=True)
+    if hi <= lo or len(points) <= MAX_CODES:
+        return []
+    if counts.max() >= 0.1 * len(x):  # a point mass (a 0) is kept by `values: auto`: the bins see the rest
+        x = x[x != points[counts.argmax()]]
+    p05, p95 = np.quantile(x, [0.05, 0.95])
+    if p95 - p05 >= CROWDED_SHARE * (hi - lo):
+        return []
+    lines = [f"{name}: 90% of its rows lie in {(p95 - p05) / (hi - lo):.1%} of its observed range: a few of its 16 "
+             "bins hold them."]
+    positive = x[x > 0]
+    p50, p99 = np.quantile(positive, [0.5, 0.99]) if len(positive) else (0.0, 0.0)
+    crowded = True
+    if lo >= 0 and p50 > 0 and p99 > SKEWED_RATIO * p50:
+        lines.append(f" Its positive values span orders of magnitude (p99/p50 = {p99 / p50:.0f}): if it is a count "
+                     "or an amount, `scale: log` (docs/schema.md).")
+        logged = np.log1p(x - lo)
+        l05, l95 = np.quantile(logged, [0.05, 0.95])
+        crowded = l95 - l05 < CROWDED_SHARE * float(logged.max())
+    if crowded:
+        lines.append(" `knots: auto` puts its bins at DP quantiles (docs/decisions/0039-knots-auto.md): it gained on "
+                     "magic and fars, lost on pol, churn and coil2000's small integer grids: not a default, compare "
+                     "it on your table.")
+    return lines
+
+
 def _name(column: str) -> str:
     return column if column.isidentifier() else f"`{column}`"
 
@@ -172,10 +309,18 @@ def draft_schema(path: str | Path, name: str | None = None, from_data: bool = Fa
         "version": 1,
         "n_min": None,
         "description": f"Drafted from {Path(path).name}; review every entry.",
-        "columns": columns,
     }
-    body = yaml.safe_dump(raw, sort_keys=False, allow_unicode=True, default_flow_style=None, width=120)
+    body = _dump({**raw, "columns": []}).replace("columns: []\n", "columns:\n" if columns else "columns: []\n")
+    for column, key in zip(columns, table.columns, strict=True):
+        entry = _dump({"columns": [column]}).removeprefix("columns:\n")  # as in the whole mapping: block, flow lists
+        notes = draft_notes(column, table[key], from_data)
+        body += "".join(f"# {line}\n" for note in notes for line in textwrap.wrap(note, 116, subsequent_indent=" "))
+        body += entry
     identities = derived_candidates(table, {c["name"]: c["kind"] for c in columns}) if from_data else []
     if identities:
         body += IDENTITIES + "".join(f"#   {line}\n" for line in identities)
     return HEADER.format(source=Path(path).name) + body
+
+
+def _dump(data: object) -> str:
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=None, width=120)

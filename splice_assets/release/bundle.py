@@ -62,11 +62,35 @@ def escape_formula(value: object) -> object:
     return value
 
 
-def write_csv_escaped(table: pd.DataFrame, path: Path) -> None:
+def whole_number_columns(schema: TableSchema | None) -> tuple[str, ...]:
+    """The continuous columns (derived ones too) whose public precision is 0 decimals, declared or resolved from
+    ``decimals: auto``: their synthetic values are whole numbers."""
+    if schema is None:
+        return ()
+    return (*(c.name for c in schema.columns if c.decimals == 0), *(d.name for d in schema.derived if d.decimals == 0))
+
+
+def _as_whole(series: pd.Series) -> pd.Series:
+    """A float column of whole numbers as nullable integers (written '24', not '24.0'); any other unchanged."""
+    if not pd.api.types.is_float_dtype(series.dtype):
+        return series
+    values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+    finite = values[~np.isnan(values)]
+    if not np.isfinite(finite).all() or (np.abs(finite) >= 2.0**53).any() or (finite != np.round(finite)).any():
+        return series
+    return series.astype("Int64")
+
+
+def write_csv_escaped(table: pd.DataFrame, path: Path, schema: TableSchema | None = None) -> None:
+    """``table`` as CSV, text cells formula-escaped; with its ``schema``, a continuous column at 0 decimals is written
+    as whole numbers (the data's '24', not '24.0'). Only the text changes: the table's dtypes are the kinds'."""
     escaped = table.copy()
     for name in escaped.columns:
         if not pd.api.types.is_numeric_dtype(escaped[name].dtype):
             escaped[name] = escaped[name].astype(object).map(escape_formula)
+    for name in whole_number_columns(schema):
+        if name in escaped.columns:
+            escaped[name] = _as_whole(escaped[name])
     escaped.to_csv(path, index=False)
 
 
@@ -271,7 +295,7 @@ def write_release(
         synthetic_rows = sum(pq.read_metadata(f).num_rows for f in synthetic_files)
     else:
         synthetic.to_parquet(public_dir / "synthetic.parquet", index=False)
-        write_csv_escaped(synthetic, public_dir / "synthetic.csv")
+        write_csv_escaped(synthetic, public_dir / "synthetic.csv", schema)
         synthetic_rows = len(synthetic)
     if not (public_dir / "measurement.json").exists():
         measurement.save(public_dir / "measurement")
