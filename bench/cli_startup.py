@@ -1,5 +1,5 @@
-"""Start-up time of the ``splice`` CLI: medians of ``--help``, ``budget`` and ``plan`` against ``python -c pass`` in
-one run.
+"""Start-up time of the ``splice`` CLI: medians of ``--help``, ``budget``, ``plan`` and a refused ``release`` against
+``python -c pass`` in one run.
 
 Each command runs in a fresh process ``--runs`` times (after one warm-up run each, so the file cache is warm for
 all); the table reports median seconds and the ratio to the bare interpreter, so figures taken on a loaded machine
@@ -34,15 +34,26 @@ def commands(home: Path) -> dict[str, list[str]]:
         "splice budget": [*cli, "budget", "toy"],  # the ledger under DAGSTER_HOME
         "splice plan": [*cli, "plan", "--schema", str(ROOT / "schemas" / "fair_affairs.yaml"), "--n", "6366",
                         "--epsilon", "1", "--delta", "1e-9", "--ledger-url", f"sqlite:///{home / 'ledger.sqlite'}"],
+        # A bad input is refused before Dagster loads (issue 70: under 2 s on the demo table).
+        "splice release (bad input)": [*cli, "release", "--dataset", "fair_affairs", "--input", str(bad_input(home)),
+                                       "--epsilon", "1", "--delta", "1e-9"],
     }
 
 
+def bad_input(home: Path) -> Path:
+    """A CSV without the demo schema's columns: refused at the header, nothing charged."""
+    path = home / "bad.csv"
+    path.write_text("a,b\n1,2\n")
+    return path
+
+
 def median_seconds(argv: list[str], runs: int, env: dict[str, str]) -> float:
-    subprocess.run(argv, env=env, capture_output=True, check=True)  # warm-up: file cache, .pyc files
+    refused = "--input" in argv  # the bad-input release exits 1 by design
+    subprocess.run(argv, env=env, capture_output=True, check=not refused)  # warm-up: file cache, .pyc files
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run(argv, env=env, capture_output=True, check=True)
+        subprocess.run(argv, env=env, capture_output=True, check=not refused)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

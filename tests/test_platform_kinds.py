@@ -148,12 +148,13 @@ def test_a_release_keeps_the_rules_the_keys_and_the_calendar() -> None:
 def test_keys_are_unique_across_partitions(tmp_path: Path) -> None:
     schema = parse_schema({"name": "t", "version": 1, "n_min": 1, "columns": [
         {"name": "k", "kind": "id", "format": "uuid"}, {"name": "s", "kind": "id"},
+        {"name": "p", "kind": "id", "format": "K{4}"},
         {"name": "x", "kind": "continuous", "bounds": [0, 1]}]})
     raw = pd.DataFrame({"x": np.random.default_rng(0).random(300).astype(str)})
     synth = Synthesizer(schema, epsilon=1.0, delta=1e-6).fit(raw, ledger=None)
     files = synth.write_partitions(str(tmp_path), n_rows=250, rows_per_partition=100)
     rows = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    assert rows["k"].is_unique and rows["s"].tolist() == list(range(1, 251))
+    assert rows["k"].is_unique and rows["p"].is_unique and rows["s"].tolist() == list(range(1, 251))
 
 
 def test_days_outside_the_period_move_by_whole_weeks_into_it() -> None:

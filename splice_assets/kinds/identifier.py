@@ -4,8 +4,8 @@ unique across the whole synthetic table (its partitions included), from a public
 - ``sequence`` (the default): integers from ``start`` (default 1);
 - ``uuid``: random version-4 UUIDs from the sample's public seed;
 - a pattern with one ``{N}`` (``ORD{6}``, ``{8}-X``): N digits in the place of the braces. The digits of row i are
-  a public bijection of i over the 10^N numbers (an affine map modulo 10^N from the seed), so keys look unordered
-  and never repeat; a table of more than 10^N rows is refused.
+  a public bijection of i over the 10^N numbers (an affine map modulo 10^N fixed by the column's name, the same in
+  every partition), so keys look unordered and never repeat; a table of more than 10^N rows is refused.
 
 ``kind: text`` (free text: notes, comments) is refused with what to do instead: free text is never released.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
+import zlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -74,10 +75,9 @@ class Identifier(LoweredKind):
         index = np.arange(rows.start, rows.stop, dtype=np.int64)
         if column.format == "sequence":
             return pd.Series(index + column.start, dtype=np.int64)
-        rng = np.random.default_rng(np.random.SeedSequence([int(seed), _TAG_KEYS]))
         if column.format == "uuid":
             # A partition samples from its own stream of the seed: keys are unique with probability 1 - n^2 / 2^123.
-            raw = rng.bytes(16 * len(index))
+            raw = np.random.default_rng(np.random.SeedSequence([int(seed), _TAG_KEYS])).bytes(16 * len(index))
             keys = [str(uuid.UUID(bytes=raw[16 * i:16 * i + 16], version=4)) for i in range(len(index))]
             return pd.Series(keys, dtype="string")
         assert column.format is not None
@@ -87,6 +87,8 @@ class Identifier(LoweredKind):
         if rows.stop > space:
             raise ValueError(f"column {column.name!r}: the id pattern {column.format!r} holds {space:,} keys; "
                              f"{rows.stop:,} rows were asked for (widen the pattern)")
+        # One map for the whole table, whatever the partition: fixed by the column's name (public), not the seed.
+        rng = np.random.default_rng(np.random.SeedSequence([_TAG_KEYS, zlib.crc32(column.name.encode())]))
         multiplier = int(rng.integers(1, space)) | 1
         while math.gcd(multiplier, space) != 1:  # coprime to 10^N: the map is a bijection
             multiplier += 2

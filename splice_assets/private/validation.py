@@ -34,10 +34,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import pandera.pandas as pa
 
 from splice_assets.defaults import DEFAULT_MAX_UNPARSEABLE_SHARE as DEFAULT_MAX_UNPARSEABLE_SHARE
 from splice_assets.kinds import kind_of
@@ -52,6 +52,9 @@ from splice_assets.limits import MAX_UNPARSEABLE_SHARE, Relation
 from splice_assets.lowering import is_lowered, lower_input
 from splice_assets.private.row_count import CSV_ENCODING, is_parquet, open_csv_text
 from splice_assets.schema import ColumnSpec, TableSchema
+
+if TYPE_CHECKING:
+    import pandera.pandas as pa
 
 
 class StructuralError(ValueError):
@@ -249,6 +252,7 @@ def _parse_column(series: pd.Series, spec: ColumnSpec) -> tuple[np.ndarray, np.n
 
 
 def pandera_schema(schema: TableSchema) -> pa.DataFrameSchema:
+    import pandera.pandas as pa  # 0.5 s: loaded to check cleaned rows, not to refuse a bad input
     """The structural contract of a validated table: columns, order, dtypes, bounds, categories, nulls."""
     columns: dict[str, pa.Column] = {}
     for spec in schema.columns:
@@ -258,6 +262,8 @@ def pandera_schema(schema: TableSchema) -> pa.DataFrameSchema:
 
 def conform(table: pd.DataFrame, schema: TableSchema) -> None:
     """Check a table against the pandera contract; errors name columns and checks only, never values."""
+    import pandera.pandas as pa
+
     try:
         pandera_schema(schema).validate(table, lazy=True)
     except pa.errors.SchemaErrors as exc:
