@@ -140,3 +140,10 @@ def test_a_bad_input_is_refused_before_dagster_or_torch_loads(tmp_path, bad):
                 "unparseable": "not declared categories", "too_few_rows": "fewer rows than the schema's public"}[bad]
     assert expected in out["output"]
     assert not set(out["loaded"]) & {"dagster", "torch", "mlflow"}
+
+
+def test_the_module_entry_point_has_every_command():
+    """``python -m splice_assets.cli`` (what the bench's start-up timings run) knows the groups added after ``main``."""
+    proc = subprocess.run([sys.executable, "-m", "splice_assets.cli", "budget", "--help"], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
