@@ -50,8 +50,41 @@ def datasets_dir(folder: Path | None = None) -> Path:
     return folder
 
 
+#: Tables that ship inside a package the main venv installs: written on first use to the git-ignored
+#: ``BUNDLED_DIR`` and read from there when the data folder has no copy (nothing is downloaded).
+BUNDLED = ("digits",)
+BUNDLED_DIR = BENCH_DIR / ".cache" / "datasets"
+
+
+def bundled_table(name: str) -> pd.DataFrame:
+    """A bundled table as the bench reads it: ``digits`` is scikit-learn's ``load_digits`` (1,797 rows, 64 integer
+    pixel counts 0..16 named ``pixel_<row>_<col>``, target ``digit`` 0..9; schemas/digits.yaml)."""
+    if name != "digits":
+        raise KeyError(f"no bundled table {name!r}; bundled: {BUNDLED}")
+    from sklearn.datasets import load_digits
+
+    frame = load_digits(as_frame=True).frame.rename(columns={"target": "digit"})
+    return frame.astype("int64")
+
+
+def bundled_file(name: str, cache: Path | None = None) -> Path:
+    """``<cache>/<name>/data.csv.gz`` (default ``BUNDLED_DIR``), written from ``bundled_table`` if absent."""
+    path = (BUNDLED_DIR if cache is None else cache) / name / "data.csv.gz"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.gz")
+        bundled_table(name).to_csv(tmp, index=False)
+        tmp.replace(path)
+    return path
+
+
 def dataset_file(name: str, folder: Path | None = None) -> Path:
-    """``<data folder>/<name>/data.csv.gz`` (``datasets_dir``)."""
+    """``<data folder>/<name>/data.csv.gz`` (``datasets_dir``); a ``BUNDLED`` table without a copy there (or with no
+    data folder set) comes from its package instead (``bundled_file``)."""
+    if name in BUNDLED:
+        folder = DATASETS_DIR if folder is None else folder
+        if folder is None or not (folder / name / "data.csv.gz").is_file():
+            return bundled_file(name)
     return datasets_dir(folder) / name / "data.csv.gz"
 
 

@@ -18,7 +18,8 @@ import pandas as pd
 from bench.common import REPO_DIR, RESULTS_DIR, machine_info
 
 QUALITY = ["tvd1", "tvd2", "tvd3", "sw1", "mmd", "tstr", "det_auc_lr", "det_auc_xgb", "dup_rows",
-           "qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "det_auc_max"]
+           "qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "det_auc_max",
+           "sdm_quality", "sdm_shapes", "sdm_pairs"]
 METHOD_ORDER = [
     "splice",
     "splice_add_remove",
@@ -179,6 +180,9 @@ def write_results_md(df: pd.DataFrame, path: Path, machine: bool = True) -> None
         "`q 1-/2-/3-way`, `range MAE`, `missing`, `det max`: off-grid metrics against the train split (deciles, every",
         "integer, range queries; bench/offgrid.py), with `ref_bootstrap` (the train split resampled) as their floor.",
         "`ref_dp_marginals`: the noise floor of `q 1-way` at that ε (all of ε on the scored 1-way tables; real cells).",
+        "`SDM quality / shapes / pairs`: SDMetrics' QualityReport against the test split (higher is better; its pair",
+        "score bins numeric columns on each table's own range and counts only strongly associated real pairs: see",
+        "docs/benchmarks.md, \"SDMetrics\").",
         "Neighbouring relations: smartnoise calibrates AIM/MST for add/remove neighbours. "
         "`splice_add_remove` is SPLICE",
         "under that relation (n private, a noisy n released): compare it with `aim` / `mst`. `splice` is the product",
@@ -196,8 +200,9 @@ def write_results_md(df: pd.DataFrame, path: Path, machine: bool = True) -> None
         lines += [
             f"| method | ε | runs | wall s | peak MB | validate | measure | fit | sample | 1-way | 2-way | 3-way "
             "| SW1 | MMD "
-            f"| TSTR {metric} | det LR | det XGB | dup | q 1-way | q 2-way | q 3-way | range MAE | missing | det max |",
-            "|---" * 24 + "|",
+            f"| TSTR {metric} | det LR | det XGB | dup | q 1-way | q 2-way | q 3-way | range MAE | missing | det max "
+            "| SDM quality | SDM shapes | SDM pairs |",
+            "|---" * 27 + "|",
         ]
         for r in g.to_dict("records"):
             eps = "–" if math.isnan(r["epsilon"]) else f"{r['epsilon']:g}"

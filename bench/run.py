@@ -36,6 +36,7 @@ import yaml
 
 from bench.common import (
     BENCH_DIR,
+    BUNDLED,
     DATASETS_DIR,
     DATASETS_ENV,
     DELTA,
@@ -73,6 +74,10 @@ SPLICE_ARGS = {
 VARIANTS = ("splice_coarse",)
 PEERS_VENV = BENCH_DIR / ".venv-peers"
 PEERS_PY = PEERS_VENV / "bin" / "python"
+#: SDMetrics, which users judge synthetic tables with, scores every run beside our metrics (``sdmetrics_scores``). It
+#: needs pandas < 3, so it lives in the peers' venv; pinned, since its report's rules change between releases.
+SDMETRICS = "sdmetrics==0.32.0"
+SDM_COLUMNS = ["sdm_quality", "sdm_shapes", "sdm_pairs"]
 RESULTS_CSV = RESULTS_DIR / "results.csv"
 RESULTS_MD = RESULTS_DIR / "results.md"
 EVAL_SEED = 0  # metric randomness (subsamples, evaluation directions): the same for every run
@@ -82,6 +87,7 @@ COLUMNS = [
     "tvd1", "tvd2", "tvd3", "sw1", "mmd", "assoc_err", "tstr", "tstr_metric", "tstr_acc",
     "det_auc_lr", "det_auc_xgb", "dcr_closer_train", "dup_rows",
     "qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "det_auc_max", "det_auc_col",
+    *SDM_COLUMNS, "sdm_s",
     "n_train", "n_test", "clipped_max", "threads", "concurrent",
     "preprocess_eps", "peer_epsilon_add_remove", "timeout_s", "score_s", "load1_start", "code_version", "notes",
 ]  # fmt: skip
@@ -93,19 +99,22 @@ COLUMNS = [
 
 
 def ensure_peers_venv() -> str:
-    """Create bench/.venv-peers with smartnoise-synth if needed (torch pinned to the local CPU wheel)."""
-    check = [str(PEERS_PY), "-c", "import snsynth, mbi; from importlib.metadata import version as v; "
-             "print(v('smartnoise-synth'), v('mbi'), v('torch'), v('pandas'))"]  # fmt: skip
+    """Create bench/.venv-peers with smartnoise-synth and SDMetrics if needed (torch pinned to the local CPU wheel);
+    a venv made before SDMetrics joined gets it added."""
+    check = [str(PEERS_PY), "-c", "import snsynth, mbi, sdmetrics; from importlib.metadata import version as v; "
+             "print(v('smartnoise-synth'), v('mbi'), v('torch'), v('pandas'), v('sdmetrics'))"]  # fmt: skip
+    install = [str(PEERS_PY), "-m", "pip", "install", "--quiet", "-c", str(REPO_DIR / "constraints.txt")]
     if PEERS_PY.exists():
         out = subprocess.run(check, capture_output=True, text=True)
-        if out.returncode == 0:
+        if out.returncode == 0 and out.stdout.split()[-1] == SDMETRICS.split("==")[1]:
             return out.stdout.strip()
-    print("[bench] creating the peers' virtualenv bench/.venv-peers (smartnoise-synth)", flush=True)
+        if subprocess.run([str(PEERS_PY), "-c", "import snsynth, mbi"], capture_output=True).returncode == 0:
+            print(f"[bench] adding {SDMETRICS} to bench/.venv-peers", flush=True)
+            subprocess.run([*install, SDMETRICS], check=True)
+            return subprocess.run(check, capture_output=True, text=True, check=True).stdout.strip()
+    print("[bench] creating the peers' virtualenv bench/.venv-peers (smartnoise-synth, sdmetrics)", flush=True)
     subprocess.run(["python3", "-m", "venv", str(PEERS_VENV)], check=True)
-    subprocess.run(
-        [str(PEERS_PY), "-m", "pip", "install", "--quiet", "-c", str(REPO_DIR / "constraints.txt"), "smartnoise-synth"],
-        check=True,
-    )
+    subprocess.run([*install, "smartnoise-synth", SDMETRICS], check=True)
     return subprocess.run(check, capture_output=True, text=True, check=True).stdout.strip()
 
 
@@ -292,7 +301,37 @@ def run_method(
     return row, (synth_csv if ok else None)
 
 
-def score(p: Prepared, synthetic: pd.DataFrame) -> dict:
+def sdmetrics_scores(p: Prepared, synthetic: pd.DataFrame, work: Path) -> dict:
+    """SDMetrics' QualityReport of ``synthetic`` against the real test split (``sdm_quality``, ``sdm_shapes``,
+    ``sdm_pairs``; ``sdm_s`` its seconds, subprocess start included), through bench/sdmetrics_score.py in the peers'
+    venv: both tables go there as CSV files in ``work`` with the metadata built from the schema. Empty, with a
+    message, when the venv or the report fails (the run's other scores stand)."""
+    from bench.sdmetrics_score import metadata_for
+
+    t = time.perf_counter()
+    work.mkdir(parents=True, exist_ok=True)
+    metadata = metadata_for(p.schema, [c for c in p.test.columns if c in synthetic.columns])
+    names = list(metadata["columns"])
+    real_csv, synth_csv = work / "sdm_real.csv", work / "sdm_synthetic.csv"
+    meta_json, out_json = work / "sdm_metadata.json", work / "sdm_scores.json"
+    p.test[names].to_csv(real_csv, index=False)
+    synthetic[names].to_csv(synth_csv, index=False)
+    meta_json.write_text(json.dumps(metadata, indent=1))
+    out_json.unlink(missing_ok=True)
+    cmd = [str(PEERS_PY), str(BENCH_DIR / "sdmetrics_score.py"), "--real", str(real_csv), "--synthetic",
+           str(synth_csv), "--metadata", str(meta_json), "--out", str(out_json), "--seed", str(EVAL_SEED)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    scores = read_json(out_json)
+    for f in (real_csv, synth_csv):
+        f.unlink(missing_ok=True)
+    if done.returncode != 0 or not scores:
+        print(f"[bench] {p.name}: SDMetrics failed: {(done.stderr or done.stdout).strip()[-400:]}", flush=True)
+        return {}
+    return {**{c: scores.get(c) for c in SDM_COLUMNS}, "sdm_s": round(time.perf_counter() - t, 1)}
+
+
+def score(p: Prepared, synthetic: pd.DataFrame, sdm_dir: Path | None = None) -> dict:
+    """Our metrics of ``synthetic``; with ``sdm_dir`` (a scratch folder) SDMetrics' too (``sdmetrics_scores``)."""
     from splice_assets.evaluation.metrics import fidelity_metrics
 
     t = time.perf_counter()
@@ -309,20 +348,22 @@ def score(p: Prepared, synthetic: pd.DataFrame) -> dict:
         # Off-grid: against the rows the generator was given (bench/offgrid.py).
         **offgrid_metrics(p.train, synthetic, p.schema, EVAL_SEED),
         "score_s": round(time.perf_counter() - t, 1),
+        **(sdmetrics_scores(p, synthetic, sdm_dir) if sdm_dir is not None else {}),
     }  # fmt: skip
 
 
-def score_file(p: Prepared, path: Path) -> dict:
+def score_file(p: Prepared, path: Path, sdmetrics: bool = False) -> dict:
     import dataclasses
 
     from splice_assets.private.validation import read_table, validate
 
     # Synthetic rows are checked against the schema's columns; their count (noisy under add-remove) may fall
     # below the schema's n_min, which bounds the private input, not an output.
-    return score(p, validate(read_table(path), dataclasses.replace(p.schema, n_min=1)).table)
+    table = validate(read_table(path), dataclasses.replace(p.schema, n_min=1)).table
+    return score(p, table, path.parent if sdmetrics else None)
 
 
-def reference_rows(p: Prepared, epsilons: list[float]) -> list[dict]:
+def reference_rows(p: Prepared, epsilons: list[float], sdmetrics: bool = False) -> list[dict]:
     """References scored the same way: the real train split itself, independent columns, a bootstrap (non-DP),
     and per epsilon the noise floor of the 1-way tables (bench/offgrid.py ``dp_marginals``)."""
     from splice_assets.evaluation.metrics import independent_marginals_baseline
@@ -343,7 +384,8 @@ def reference_rows(p: Prepared, epsilons: list[float]) -> list[dict]:
         row = {"dataset": p.name, "method": method, "epsilon": epsilon, "delta": float("nan"), "seed": 0,
                "status": "ok", "n_train": len(p.train), "n_test": len(p.test), "clipped_max": p.clipped_max,
                "notes": note}  # fmt: skip
-        row.update(score(p, table))
+        tag = method if epsilon != epsilon else f"{method}_eps{epsilon:g}"
+        row.update(score(p, table, RAW_DIR / p.name / tag if sdmetrics else None))
         rows.append(row)
     return rows
 
@@ -396,6 +438,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--aim-background", action="store_true",
                     help="run the AIM queue in parallel with the other runs (2 processes at once; noted per row)")
     ap.add_argument("--no-references", action="store_true", help="skip the non-DP reference rows")
+    ap.add_argument("--no-sdmetrics", dest="sdmetrics", action="store_false",
+                    help="skip SDMetrics' QualityReport (sdm_* columns; it runs in the peers' venv, which it creates)")
     ap.add_argument("--quick", action="store_true", help="eps 1, seed 0, AIM timeout 900 s, all methods")
     args = ap.parse_args(argv)
     if args.quick:
@@ -404,18 +448,20 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(methods) - set(METHODS + MATCHED_PEERS + VARIANTS)
     if unknown:
         ap.error(f"unknown methods {sorted(unknown)}")
-    folder = datasets_dir(DATASETS_DIR)
+    bundled_only = bool(args.datasets) and set(args.datasets) <= set(BUNDLED)
+    folder = None if bundled_only and DATASETS_DIR is None else datasets_dir(DATASETS_DIR)
     ensure_time_binary()
-    if {"aim", "mst", *MATCHED_PEERS} & set(methods):
-        print(f"[bench] peers venv: smartnoise-synth, mbi, torch, pandas = {ensure_peers_venv()}", flush=True)
-    found = sorted(d.name for d in folder.iterdir() if d.is_dir())
+    if args.sdmetrics or {"aim", "mst", *MATCHED_PEERS} & set(methods):
+        print(f"[bench] peers venv: smartnoise-synth, mbi, torch, pandas, sdmetrics = {ensure_peers_venv()}",
+              flush=True)  # fmt: skip
+    found = sorted({d.name for d in folder.iterdir() if d.is_dir()} | set(BUNDLED)) if folder else []
     prepared = [p for p in (prepare(n) for n in (args.datasets or found)) if p is not None]
     if not prepared:
         print("[bench] no datasets found; nothing to do", flush=True)
         return
     if not args.no_references:
         for p in prepared:
-            save_rows(reference_rows(p, args.epsilons))
+            save_rows(reference_rows(p, args.epsilons, args.sdmetrics))
 
     jobs = [(p, m, e, s) for p in prepared for e in args.epsilons for s in args.seeds for m in methods]
     main_jobs = [j for j in jobs if not j[1].startswith("aim")]
@@ -427,7 +473,7 @@ def main(argv: list[str] | None = None) -> None:
         row, synth = run_method(p, m, e, s, args.threads, args.aim_timeout)
         row["concurrent"] = concurrent
         if synth is not None:
-            row.update(score_file(p, synth))
+            row.update(score_file(p, synth, args.sdmetrics))
         save_rows([row])
         wall = row.get("wall_s")
         print(f"[bench] {p.name} {m} eps={e:g} seed={s}: {row['status']} wall={wall:.1f}s "
