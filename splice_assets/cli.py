@@ -160,6 +160,7 @@ def plan(
     from splice_assets.layout import layout_for
     from splice_assets.limits import HOLDOUT_FRACTION, check_rows_for
     from splice_assets.planning import ReleasePlanner
+    from splice_assets.private.bounds import open_category_threshold
     from splice_assets.private.gaussian_dp import delta_cost
     from splice_assets.private.ledger import LedgerError, default_ledger_url
     from splice_assets.private.mechanism import PrivacyParameterError, epsilon_of
@@ -216,6 +217,9 @@ def plan(
         "bounds_noise_multiplier": bounds_multiplier,
         "delta": cal.delta,
         "selection_delta": held,  # of delta, spent by the estimate's category thresholds (categories: auto)
+        # categories: auto keeps a value whose noisy count clears this many rows (None: no such column)
+        "category_threshold_rows": None if bounds_multiplier is None else open_category_threshold(
+            schema, bounds_multiplier, cal.delta, str(cal.relation)),
         "sensitivity": cal.sensitivity,
         "float_slack": cal.slack,
         "sigma": cal.sigma,
@@ -322,6 +326,9 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
         click.echo(f"                   its parts alone: DP estimate of the 'auto' entries epsilon = "
                    f"{result['epsilon_estimate']:.4g} (noise multiplier {result['bounds_noise_multiplier']:.4g}), "
                    f"measurement epsilon = {cal.epsilon:.6g}; composed, not added")
+    if result["category_threshold_rows"] is not None:
+        click.echo(f"categories: auto   keeps a value held by about {result['category_threshold_rows']:,.0f} rows or "
+                   "more (the DP selection's threshold: fewer 'auto' entries or a larger bounds_share lower it)")
     formula = (
         "sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n" if relation == Relation.REPLACE_ONE
         else "sqrt(L H_k + w^2 C + w2^2 P + wn^2), on sums and counts"

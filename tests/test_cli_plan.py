@@ -153,6 +153,25 @@ def test_plan_states_the_noise_of_a_fine_interval(tmp_path, ledger_url):
     assert f"fine interval's frequency in a numeric column's fine table: {out['interval_noise_std']:.6g}" in text
 
 
+def test_plan_states_what_an_open_category_list_can_keep(tmp_path, ledger_url):
+    """With ``categories: auto`` the plan gives the rows a value must hold to be kept: the threshold the release's
+    estimate draws against (``bounds.category_threshold`` at its sigma), which falls as epsilon grows."""
+    schema = tmp_path / "shop.yaml"
+    schema.write_text("name: shop\nversion: 1\nn_min: 1000\ncolumns:\n"
+                      "  - {name: zip, kind: categorical, categories: auto, other: other}\n"
+                      "  - {name: amount, kind: continuous, bounds: [0, 100]}\n")
+    rows = {eps: plan_json(schema, ledger_url, "--n", "5000", "--epsilon", eps, "--delta", "1e-9",
+                           "--relation", "add-remove")["category_threshold_rows"] for eps in ("1", "4")}
+    assert 10 < rows["4"] < rows["1"] < 2_000
+    text = run("plan", "--schema", str(schema), "--ledger-url", ledger_url, "--n", "5000", "--epsilon", "1",
+               "--delta", "1e-9", "--relation", "add-remove").output
+    assert f"keeps a value held by about {rows['1']:,.0f} rows or more" in text
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(schema.read_text().replace("categories: auto, other: other", "categories: [a, b]"))
+    assert plan_json(plain, ledger_url, "--n", "5000", "--epsilon", "1", "--delta", "1e-9",
+                     "--relation", "add-remove")["category_threshold_rows"] is None
+
+
 def test_plan_does_not_create_a_ledger(schema_file, tmp_path):
     url = f"sqlite:///{tmp_path / 'nowhere' / 'ledger.sqlite'}"
     plan_json(schema_file, url, "--n", "5000", "--epsilon", "1", "--delta", "1e-6")

@@ -785,6 +785,18 @@ def threshold_delta(sigma: float, threshold: float, relation: str) -> float:
     return float(measurement.map((l0, math.sqrt(float(l0)), 1.0))[1])  # type: ignore[no-untyped-call]
 
 
+def open_category_threshold(schema: TableSchema, noise_multiplier: float, delta: float, relation: str
+                            ) -> float | None:
+    """The rows a value of a ``categories: auto`` column must hold, about, to be kept by the estimate of ``schema``
+    at ``noise_multiplier`` (None without such a column). Public: ``splice plan`` prints it before anything is
+    spent, so that a user sees whether an open list can keep anything at this size and epsilon."""
+    columns = categories_auto_columns(schema)
+    if not columns:
+        return None
+    sigma = noise_multiplier * schema_sensitivity(schema, relation)
+    return category_threshold(sigma, selection_delta(schema, delta) / len(columns), relation)
+
+
 def category_threshold(sigma: float, column_delta: float, relation: str) -> float:
     """The threshold (rows) above which a key's noisy count (std ``sigma``) is kept: a key held by one row passes
     with probability at most ``column_delta`` / l0 (``_one_sided_partitions``): tau = 1 + sigma z, with
@@ -1071,7 +1083,7 @@ def estimate_bounds_from_counts(
     sigma = noise_multiplier * sensitivity
     epsilon = epsilon_of(noise_multiplier, delta)
     held_delta = selection_delta(schema, delta)
-    threshold = category_threshold(sigma, held_delta / len(category_columns), relation) if category_columns else 0.0
+    threshold = open_category_threshold(schema, noise_multiplier, delta, relation) or 0.0
     entry_id = None
     if ledger is not None:
         described = {"columns": [c.name for c in columns], "grids": [COARSE.per_decade, FINE.per_decade],
