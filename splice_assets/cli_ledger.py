@@ -4,24 +4,13 @@ reservations and leftovers of stopped runs, and schema drafts. Registered on the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 # Only click, the standard library and import-free modules at module level: `splice --help` and the light commands
 # start in well under a second. Every heavy module (SQLAlchemy, the ledger, the accountant, pandas, torch, Dagster)
 # is imported inside the command that needs it (tests/test_cli_startup.py pins this).
-from splice_assets.defaults import (
-    RELATIONS,
-)
-from splice_assets.limits import Relation
-from splice_assets.release.locations import (
-    artifact_dir,
-)
-
-if TYPE_CHECKING:  # pragma: no cover - annotations only
-    pass
-
 from splice_assets.cli_support import (
     _entry_dict,
     _json_out,
@@ -32,6 +21,9 @@ from splice_assets.cli_support import (
     fail,
     guarded,
 )
+from splice_assets.defaults import RELATIONS
+from splice_assets.limits import Relation
+from splice_assets.release.locations import artifact_dir
 
 
 class _DefaultCommandGroup(click.Group):

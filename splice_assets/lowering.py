@@ -60,16 +60,13 @@ def lower_input(table: pd.DataFrame, schema: TableSchema) -> pd.DataFrame:
             out = out.drop(columns=[column.name], errors="ignore")  # an id is never read
             continue
         series = out[column.name]
+        cells: dict[str, object] = {}
         if column.spec is not None:  # a number a rule lowered
-            from splice_assets.kinds.cells import parse_numbers
-
-            values = parse_numbers(series)
-            unread = np.isnan(values) & series.notna().to_numpy()
-            cells: dict[str, object] = {}
+            values = _number_axis(series)
         else:
             cells, seconds = lowered_kind_of(column.kind).lower(series, column)
             values = seconds if seconds is not None else np.full(len(out), np.nan)
-            unread = np.isnan(values) & series.notna().to_numpy()
+        unread = np.isnan(values) & series.notna().to_numpy()
         axis[column.name] = values
         if column.base is not None:
             base = axis[column.base] if column.base in axis else _number_axis(out[column.base])

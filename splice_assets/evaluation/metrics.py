@@ -32,6 +32,15 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from splice_assets.evaluation.common import _json_safe as _json_safe
+from splice_assets.evaluation.common import _rng as _rng
+from splice_assets.evaluation.common import _subsample as _subsample
+from splice_assets.evaluation.privacy_metrics import DCR_MAX_REFERENCE as DCR_MAX_REFERENCE
+from splice_assets.evaluation.privacy_metrics import DCR_MAX_SYNTHETIC as DCR_MAX_SYNTHETIC
+from splice_assets.evaluation.privacy_metrics import PRIVACY_NOTE as PRIVACY_NOTE
+from splice_assets.evaluation.privacy_metrics import DCRResult as DCRResult
+from splice_assets.evaluation.privacy_metrics import distance_to_closest_record as distance_to_closest_record
+from splice_assets.evaluation.privacy_metrics import nearest_distance as nearest_distance
 from splice_assets.kinds import kind_of
 from splice_assets.private.encoding import _category_codes, encode
 from splice_assets.schema import ColumnSpec, TableSchema
@@ -44,55 +53,20 @@ TSTR_MAX_TRAIN = 20_000
 TSTR_MAX_TEST = 20_000
 DETECTION_MAX_ROWS = 10_000
 DETECTION_FOLDS = 5
-DCR_MAX_REFERENCE = 10_000
-DCR_MAX_SYNTHETIC = 5_000
 # One thread per learner/BLAS call: on 2 cores under load, 2 OpenMP threads ran 4-5x slower.
 N_JOBS = 1
-PRIVACY_NOTE = "empirical evidence, not a guarantee"
 
 # Independent streams per metric (distinct from moments.draw_directions' tag 0x5D1EC7).
 _TAG_THREE_WAY = 0xE7A1_0003
 _TAG_DIRECTIONS = 0xE7A1_0D1E
 _TAG_MMD = 0xE7A1_0A4D
 _TAG_TSTR = 0xE7A1_7578
-_TAG_DETECTION = 0xE7A1_DE7E
-_TAG_DCR = 0xE7A1_0DC4
+_TAG_DETECTION = 0xE7A1_DE7E  # (DCR: privacy_metrics._TAG_DCR = 0xE7A1_0DC4)
 _TAG_BASELINE = 0xE7A1_BA5E
 _TAG_HALVES = 0xE7A1_4A1F
 _TAG_REFERENCE = 0xE7A1_4EF0
 
 Task = Literal["classification", "regression"]
-
-
-def _rng(seed: int, tag: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([int(seed), tag]))
-
-
-def _subsample(n: int, m: int, rng: np.random.Generator) -> np.ndarray:
-    """Indices of min(n, m) rows drawn without replacement (all rows, in order, if n <= m)."""
-    if n <= m:
-        return np.arange(n)
-    return np.sort(rng.choice(n, size=m, replace=False))
-
-
-def _json_safe(value: Any) -> Any:
-    """Recursively convert to JSON-safe builtins; NaN/inf become None."""
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _json_safe(value.tolist())
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        x = float(value)
-        return x if math.isfinite(x) else None
-    if value is None or isinstance(value, str):
-        return value
-    return str(value)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -695,86 +669,6 @@ def detection_auc(
         ).fit(codes[tr].astype(np.float32), label[tr])  # fmt: skip
         aucs["xgboost"].append(roc_auc_score(label[te], xgb.predict_proba(codes[te].astype(np.float32))[:, 1]))
     return DetectionResult(float(np.mean(aucs["logistic"])), float(np.mean(aucs["xgboost"])), m)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Empirical privacy: distance to closest record
-# --------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DCRResult:
-    """Distance to closest record (Euclidean on the cube encoding divided by sqrt(d)) -- {note}.
-
-    ``share_closer_to_train`` counts ties as one half; with equally sized train and holdout references a
-    generator that does not copy its training rows scores about 0.5. ``exact_match_*`` are the shares of
-    synthetic rows at distance 0 from some train / holdout row.
-    """
-
-    median_to_train: float
-    median_to_holdout: float
-    share_closer_to_train: float
-    exact_match_train: float
-    exact_match_holdout: float
-    n_reference: int
-    n_synthetic: int
-    note: str = PRIVACY_NOTE
-
-    def to_dict(self) -> dict[str, Any]:
-        return _json_safe(self.__dict__)
-
-
-DCRResult.__doc__ = (DCRResult.__doc__ or "").replace("{note}", PRIVACY_NOTE)
-
-
-def nearest_distance(query: np.ndarray, reference: np.ndarray, chunk: int = 1_024) -> np.ndarray:
-    """Euclidean distance from each query row to its nearest reference row (chunked matrix products).
-
-    Squared distances below 1e-10 are reported as 0 (exact copies; the matrix-product form has rounding error).
-    """
-    ref_sq = (reference * reference).sum(1)
-    out = np.empty(len(query))
-    for start in range(0, len(query), chunk):
-        q = query[start : start + chunk]
-        d2 = (q * q).sum(1)[:, None] + ref_sq[None, :] - 2.0 * (q @ reference.T)
-        best = d2.min(1)
-        # The expansion |q|^2 + |r|^2 - 2 q.r cancels: squared distances below 1e-10 are exact copies.
-        out[start : start + chunk] = np.sqrt(np.where(best < 1e-10, 0.0, best))
-    return out
-
-
-def distance_to_closest_record(
-    train: pd.DataFrame,
-    holdout: pd.DataFrame,
-    synthetic: pd.DataFrame,
-    schema: TableSchema,
-    seed: int,
-    max_reference: int = DCR_MAX_REFERENCE,
-    max_synthetic: int = DCR_MAX_SYNTHETIC,
-) -> DCRResult:
-    """DCR synthetic->train vs synthetic->holdout; train and holdout are subsampled to the same size."""
-    rng = _rng(seed, _TAG_DCR)
-    m = min(len(train), len(holdout), max_reference)
-    if m == 0 or len(synthetic) == 0:
-        nan = float("nan")
-        return DCRResult(nan, nan, nan, nan, nan, m, 0)
-    xt = encode(train.iloc[_subsample(len(train), m, rng)], schema)
-    xh = encode(holdout.iloc[_subsample(len(holdout), m, rng)], schema)
-    xs = encode(synthetic.iloc[_subsample(len(synthetic), max_synthetic, rng)], schema)
-    scale = math.sqrt(xt.shape[1])
-    dt = nearest_distance(xs, xt) / scale
-    dh = nearest_distance(xs, xh) / scale
-    tol = 1e-9
-    closer = np.where(np.abs(dt - dh) <= tol, 0.5, (dt < dh).astype(np.float64))
-    return DCRResult(
-        median_to_train=float(np.median(dt)),
-        median_to_holdout=float(np.median(dh)),
-        share_closer_to_train=float(closer.mean()),
-        exact_match_train=float((dt <= tol).mean()),
-        exact_match_holdout=float((dh <= tol).mean()),
-        n_reference=m,
-        n_synthetic=len(xs),
-    )
 
 
 # --------------------------------------------------------------------------------------------------------------

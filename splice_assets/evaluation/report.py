@@ -561,6 +561,8 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     has_holdout = len(real_holdout) > 0
     compared = real_holdout if has_holdout else real_train
+    # The suite reads the rows in the user's form; the metrics, the verdict and the plots read the modelled parts.
+    output_rows, synthetic = synthetic, modelled_view(synthetic, schema)
     with progress.stage("report: metrics vs " + ("the holdout" if has_holdout else "the measured rows")):
         metrics = fidelity_metrics(real_train, compared, synthetic, schema, seed, with_tstr=has_holdout,
                                    with_privacy=has_holdout)
@@ -570,9 +572,8 @@ def build_report(
             references = reference_band(real_train, real_holdout, schema, seed, n_synthetic=len(synthetic))
     t_ge = time.perf_counter()
     with progress.stage("report: Great Expectations suite"):
-        expectations = check_synthetic(synthetic, schema, null_rate_bounds)
+        expectations = check_synthetic(output_rows, schema, null_rate_bounds)
     ge_seconds = time.perf_counter() - t_ge
-    synthetic = modelled_view(synthetic, schema)  # the suite read the user's form; the rest reads the parts
     with progress.stage("report: verdict, plots, HTML"):
         result = verdict(compared, synthetic, schema, metrics, references, has_holdout, clipped_shares)
         html_text = render_html(compared, synthetic, schema, release_facts, metrics, references, expectations,

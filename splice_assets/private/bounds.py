@@ -12,28 +12,9 @@ tail, the bounds stay at the decade: wide rather than clipping a tail into a spi
 noisy counts of the zero bucket, pooled, clear ``COARSE_Z`` noise standard deviations, 0 is an exact value of the
 column (``zero_is_frequent``): it gets a fine cell of its own in the main measurement, as if declared in ``values``.
 
-A column with ``decimals: auto`` gets a third histogram in the same draw: each row adds 1 to the cell of the number of
-decimals its value needs (0 to ``MAX_DECIMALS``, or more; within its float32 or float64 storage precision, so 0.2
-written from float32 needs 1: ``decimals_needed``); its precision is the fewest decimals that leave at most
-``CLIP_SHARE`` of the noisy rows (or the noise of the cells passed) with more (``decimals_from_noisy``).
-
-A column with ``step: auto`` (integer columns) gets a fourth: each nonzero value adds 1 to the cell of the largest of
-the ``STEP_CELLS`` (1, 2, 5, 10, 50, ..., 10,000) that divides it (a declared exact value such as a top code counts
-nowhere); its step is the largest of them that divides all but ``CLIP_SHARE`` of the noisy nonzero rows (or 2 noise
-sd of the cells it does not divide, where that noise is within ``STEP_NOISE_SHARE``: ``step_from_noisy``). An
-even-only sensor gets step 2; a credit limit in tens of thousands gets 10,000.
-
-A ``datetime`` or ``date`` column with ``bounds: auto`` (or one end ``auto``) gets a fifth, in the same draw: one cell
-per calendar month of the public grid 1970-01 to 2099-12 (``MONTH_CELLS``; a present value adds 1 to its month, one
-outside the grid to the outermost month, a missing or unreadable one counts nowhere), read from the week and weekday
-parts. Its period is the first and the last month whose noisy count clears ``MONTH_Z`` noise std (4.87: as many false
-months per column as the log grid's false decades; the largest when none does; only months inside a public end count),
-from the start of the first to the start of the month after the last (``period_from_noisy``). A ``datetime`` or ``time``
-with ``resolution: auto`` gets a sixth: each present value adds 1 to the coarsest of day, hour, minute and second it is
-a multiple of on the wall clock (``UNIT_CELLS``); its unit is the coarsest that leaves at most ``CLIP_SHARE`` of the
-noisy rows (or 3 noise sd of the cells passed) finer (``resolution_from_noisy``). Until then their parts are laid out
-for the grid's ends and for seconds; the resolved schema's parts are rebuilt (``schema.with_resolved_lowered``). A
-rule's later column takes neither (its offset is what is modelled).
+A column with ``decimals: auto`` or ``step: auto`` gets a third or a fourth histogram in the same draw (its precision
+or its step: ``precision_steps``); a ``datetime`` or ``date`` column with ``bounds: auto`` a fifth, of its months, and
+a ``datetime`` or ``time`` with ``resolution: auto`` a sixth, of its wall-clock units (``calendar_estimate``).
 
 A column with ``values: auto`` then gets its frequent exact values from the same measurement, in a second step on
 the bounds the first resolved (``select_values``): each row adds 1 to the count of its cleaned value among the
@@ -46,11 +27,7 @@ pass per column, becomes an exact value (a fine cell of its own, as if declared)
 released; no noisy count is kept.
 
 A column with ``knots: auto`` then gets its coarse bins' edges from the same measurement, in a last step on the
-schema the earlier ones resolved (``select_knots``): each present value that is not one of the column's exact
-values adds 1 to one of ``KNOT_CELLS`` equal-width cells of its encoded bounds. The knots are the quantiles at
-i / bins of the clipped noisy histogram's distribution mixed with ``KNOT_SCALE_SHARE`` of the uniform one on the
-column's scale (``knots_from_noisy``): the bins follow the mass, and a stretch the data leave empty keeps some
-bins, so noise cannot collapse a bin to nothing. Decision record 0039.
+schema the earlier ones resolved (``select_knots``: ``estimate_knots``).
 
 The measurement takes ``share`` of the release's Gaussian privacy: with z the noise multiplier that alone spends
 the release's (epsilon, delta), the bounds use z / sqrt(share) and the main measurement z / sqrt(1 - share), so
@@ -63,19 +40,8 @@ one cell of each, so under add-remove each moves by 1 in one cell (1 each in the
 replace-one by 1 in two cells (2 each): Delta^2 = f (2 B + D + S + V + K + C + M + U), f = 1 (add-remove) or 2
 (replace-one), M the ``bounds: auto`` datetime and date columns, U the ``resolution: auto`` ones.
 
-A categorical column with ``categories: auto`` (an open domain: its values are not public, so no dense draw exists)
-gets its frequent values by Gaussian thresholding (``select_categories``): each row adds 1 to the count of its
-cleaned value's canonical key (``category_key``; a missing cell, a declared category and ``other`` count nowhere);
-every held key gets N(0, sigma^2), and a key whose noisy count clears ``category_threshold`` is kept, at most the
-column's public ``max_categories`` (the largest noisy counts), written sorted. Sensitivity: a row is in one
-partition per column, so under add-remove one count moves by 1 (and at most one partition appears), under
-replace-one two counts move by 1 each (and a partition may appear on each side): the ``values_columns`` term of
-``estimate_sensitivity`` for every such column. The partition held by one side only is where the dense argument
-fails: the threshold is set so that the probability that a key held by one row passes is at most ``delta_sel /
-columns`` (``SELECTION_DELTA_SHARE`` of the release's delta; doubled under replace-one, one such key on each
-side), checked against OpenDP's privacy map of ``make_gaussian_threshold`` (Rogers 2023). The estimate's noise
-multiplier is then raised so that the release's Gaussian parts compose to (epsilon, delta - delta_sel)
-(``planning.selection_split``); the selection adds delta_sel: (epsilon, delta) in all. docs/privacy.md.
+A categorical column with ``categories: auto`` (an open domain) gets its frequent values by Gaussian thresholding
+(``select_categories``: ``open_categories``, whose docstring gives its sensitivity and the delta it adds).
 
 Every choice is post-processing of noisy counts in which every public cell is noised, so both neighbours see
 the same distribution of choices up to the (epsilon, delta) charged: the bounds, the exact zero and the clipped
@@ -93,119 +59,72 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from splice_assets.defaults import ESTIMATE_MECHANISM
 from splice_assets.fine_cells import FALSE_POSITIVES, GRID_LIMIT, candidate_z
 from splice_assets.kinds import kind_of
-from splice_assets.kinds.fields import OpenCategories, category_key, open_entry
-from splice_assets.kinds.lowered import LoweredColumn, lowered_kind_of
+from splice_assets.kinds.fields import open_entry
+from splice_assets.kinds.lowered import LoweredColumn
 from splice_assets.kinds.scales import stands_for
-from splice_assets.kinds.temporal import (
-    GRID_END,
-    GRID_START,
-    MONTH_CELLS,
-    UNIT_CELLS,
-    UNITS,
-    WEEKDAYS,
-    Temporal,
-    bound_seconds,
-    month_cells,
-    month_start,
-    unit_cells,
-)
-from splice_assets.layout import DEFAULT_NUMERIC_BINS, at_point, cube_of, step_range, value_of
+from splice_assets.kinds.temporal import GRID_END, GRID_START, MONTH_CELLS, UNIT_CELLS
+from splice_assets.layout import at_point, step_range
 from splice_assets.measurement import RELATION_REPLACE_ONE
+from splice_assets.private.calendar_estimate import MONTH_Z as MONTH_Z
+from splice_assets.private.calendar_estimate import _units_of
+from splice_assets.private.calendar_estimate import exact_months as exact_months
+from splice_assets.private.calendar_estimate import exact_units as exact_units
+from splice_assets.private.calendar_estimate import period_from_noisy as period_from_noisy
+from splice_assets.private.calendar_estimate import resolution_from_noisy as resolution_from_noisy
+from splice_assets.private.estimate_grids import CLIP_SHARE as CLIP_SHARE
+from splice_assets.private.estimate_grids import COARSE as COARSE
+from splice_assets.private.estimate_grids import COARSE_Z as COARSE_Z
+from splice_assets.private.estimate_grids import FINE as FINE
+from splice_assets.private.estimate_grids import LogGrid as LogGrid
+from splice_assets.private.estimate_grids import ValueCounts as ValueCounts
+from splice_assets.private.estimate_knots import KNOT_CELLS as KNOT_CELLS
+from splice_assets.private.estimate_knots import KNOT_SCALE_SHARE as KNOT_SCALE_SHARE
+from splice_assets.private.estimate_knots import exact_knot_counts as exact_knot_counts
+from splice_assets.private.estimate_knots import knot_cells as knot_cells
+from splice_assets.private.estimate_knots import knots_from_noisy as knots_from_noisy
+from splice_assets.private.estimate_knots import select_knots as select_knots
+from splice_assets.private.open_categories import KeyCounts as KeyCounts
+from splice_assets.private.open_categories import _with_categories
+from splice_assets.private.open_categories import category_threshold as category_threshold
+from splice_assets.private.open_categories import exact_category_counts as exact_category_counts
+from splice_assets.private.open_categories import select_categories as select_categories
+from splice_assets.private.open_categories import threshold_delta as threshold_delta
+from splice_assets.private.precision_steps import DECIMAL_CELLS as DECIMAL_CELLS
+from splice_assets.private.precision_steps import MAX_DECIMALS as MAX_DECIMALS
+from splice_assets.private.precision_steps import STEP_CELLS as STEP_CELLS
+from splice_assets.private.precision_steps import STEP_NOISE_SHARE as STEP_NOISE_SHARE
+from splice_assets.private.precision_steps import decimals_from_noisy as decimals_from_noisy
+from splice_assets.private.precision_steps import decimals_needed as decimals_needed
+from splice_assets.private.precision_steps import exact_decimals as exact_decimals
+from splice_assets.private.precision_steps import exact_steps as exact_steps
+from splice_assets.private.precision_steps import step_cells as step_cells
+from splice_assets.private.precision_steps import step_from_noisy as step_from_noisy
 from splice_assets.schema import ColumnSpec, TableSchema, with_resolved_lowered
 
 if TYPE_CHECKING:  # pandas (0.5 s) is imported where rows are read, not to plan a release
     import pandas as pd
 
 
-@dataclass(frozen=True)
-class LogGrid:
-    """Buckets of a public log grid: negatives (outermost first), 0 alone, positives; ``per_decade`` per decade of
-    |v| over [1e-3, 1e9]. Each bucket covers [lower, upper], open on the side toward zero."""
-
-    per_decade: int
-
-    @property
-    def magnitudes(self) -> np.ndarray:
-        return np.geomspace(1e-3, 1e9, 12 * self.per_decade + 1)
-
-    @property
-    def zero(self) -> int:
-        return len(self.magnitudes)
-
-    @property
-    def size(self) -> int:
-        return 2 * len(self.magnitudes) + 1
-
-    @property
-    def lower(self) -> np.ndarray:
-        inner = np.concatenate([[0.0], self.magnitudes[:-1]])
-        return np.concatenate([-self.magnitudes[::-1], [0.0], inner])
-
-    @property
-    def upper(self) -> np.ndarray:
-        inner = np.concatenate([[0.0], self.magnitudes[:-1]])
-        return np.concatenate([-inner[::-1], [0.0], self.magnitudes])
-
-    def inside(self, lower: float, upper: float) -> np.ndarray:
-        """Indices, ascending in value, of this grid's buckets within [lower, upper] (0's own only for [0, 0])."""
-        within = (self.lower >= lower) & (self.upper <= upper)
-        within[self.zero] = lower == upper == 0.0
-        return np.flatnonzero(within)
-
-    def bucket_of(self, values: np.ndarray) -> np.ndarray:
-        """Bucket of each value (NaN -> -1, counted nowhere); values beyond 1e9 fall in the outermost bucket."""
-        magnitudes = self.magnitudes
-        step = np.searchsorted(magnitudes, np.minimum(np.abs(values), magnitudes[-1]), side="left")
-        index = np.where(values > 0, self.zero + 1 + step, self.zero - 1 - step)
-        index = np.where(values == 0, self.zero, index)
-        return np.where(np.isnan(values), -1, index)
-
-
-COARSE, FINE = LogGrid(1), LogGrid(5)
-#: A decade is in the data when its noisy count exceeds COARSE_Z noise standard deviations.
-COARSE_Z = 4.0
-#: A month of a datetime's grid is in the data when its noisy count exceeds MONTH_Z noise sd: the z at which an empty
-#: column of ``MONTH_CELLS`` months has as many false months as the coarse log grid has false decades at COARSE_Z
-#: (8.6e-4 per column; at COARSE_Z itself 1,560 empty months would put one into 4.9% of the periods).
-MONTH_Z = -NormalDist().inv_cdf(COARSE.size * NormalDist().cdf(-COARSE_Z) / MONTH_CELLS)
-#: An end moves inward only while the noisy mass it clips stays within this share of the noisy row count.
-CLIP_SHARE = 0.01
-#: ``step: auto`` is decided only where the noise sd of a step's off-grid cells is within this share of the noisy
-#: nonzero rows: at tighter shares a large column never got its step, or got a wrong one (docs/decisions/0032).
-STEP_NOISE_SHARE = 0.03
 #: A run of decades beyond the resolved bounds whose noisy count clears this many noise sd is reported as clipped.
 CLIPPED_Z = 3.5
 DEFAULT_BOUNDS_SHARE = 0.05
 MECHANISM = ESTIMATE_MECHANISM
 #: Histograms per column (coarse and fine): each row adds 1 to one bucket of each.
 HISTOGRAMS = 2
-#: ``decimals: auto``: cells 0..MAX_DECIMALS decimals, then one for values that need more.
-MAX_DECIMALS = 6
-DECIMAL_CELLS = MAX_DECIMALS + 2
-#: ``step: auto``: the steps it can find, one histogram cell each. The lcm of any two is in the list, so the largest
-#: that divides a value is a multiple of every other that does: a value is off a step's grid exactly when its cell
-#: is. Fewer cells than the 25 divisors of 10,000 (4, 20, 25, 250, ... are left out) mean less noise on the cells off
-#: a grid: five for the grid of 100 instead of sixteen (docs/decisions/0032).
-STEP_CELLS = np.array([1, 2, 5, 10, 50, 100, 500, 1_000, 5_000, 10_000], dtype=np.int64)
 #: ``values: auto``: at most this many values found per column (the largest noisy counts).
 MAX_FOUND = 32
 #: ``values: auto`` on a proportion: the largest denominator of its fraction candidates (45 fractions in (0, 1)).
 MAX_DENOMINATOR = 12
-#: ``knots: auto``: cells of the histogram the knots are read from (equal-width cells of the encoded bounds).
-KNOT_CELLS = 64
 #: ``categories: auto``: the share of the release's delta that pays for the keys held by one row passing the
 #: threshold (split equally over the release's open columns); the Gaussian parts compose to the rest.
 SELECTION_DELTA_SHARE = 0.1
-#: ``knots: auto``: the share of the encoding that stays uniform on the column's scale; the rest follows the noisy
-#: distribution (decision 0039).
-KNOT_SCALE_SHARE = 0.4
 
 
 class GaussianSpendRecorder(Protocol):
@@ -353,178 +272,6 @@ def schema_sensitivity(schema: TableSchema, relation: str) -> float:
                                 len(period_auto_columns(schema)), len(resolution_auto_columns(schema)))
 
 
-def _temporal_parts(raw: pd.DataFrame, column: LoweredColumn) -> tuple[np.ndarray, np.ndarray]:
-    """(days since 1970, wall-clock seconds of the day) of a lowered column's values, read from its parts in ``raw``
-    (NaN where a part is missing or unreadable; days NaN for a ``time``, seconds 0 for a column without a time
-    part)."""
-    from splice_assets.private.validation import parse_numbers
-
-    n = len(raw)
-    days, seconds = np.full(n, np.nan), np.zeros(n)
-    week, weekday = np.full(n, np.nan), np.full(n, np.nan)
-    unit = UNITS[column.resolution or "second"]
-    for part in column.parts:
-        series = raw[part].reset_index(drop=True)
-        if part.endswith(".week"):
-            week = parse_numbers(series)
-        elif part.endswith(".weekday"):
-            weekday = series.astype(object).map({w: float(i) for i, w in enumerate(WEEKDAYS)}).to_numpy(
-                dtype=np.float64, na_value=np.nan)
-        else:
-            seconds = parse_numbers(series) * unit
-    if _has_date(column):
-        days = week * 7.0 + weekday - 3.0  # week w, weekday d: day 7 w + d - 3 (1970-01-01 was a Thursday)
-        seconds = np.where(np.isnan(days), np.nan, seconds)
-    return days, seconds
-
-
-def _has_date(column: LoweredColumn) -> bool:
-    kind = lowered_kind_of(column.kind)
-    return isinstance(kind, Temporal) and kind.has_date
-
-
-def exact_months(raw: pd.DataFrame, columns: Sequence[LoweredColumn]) -> np.ndarray:
-    """PRIVATE: (columns, MONTH_CELLS) exact counts of the month of each value (``temporal.month_cells``), read from
-    the lowered parts; a missing or unreadable value counts nowhere. A row adds 1 to at most one cell per column."""
-    counts = np.zeros((len(columns), MONTH_CELLS), dtype=np.float64)
-    for row, column in enumerate(columns):
-        cells = month_cells(_temporal_parts(raw, column)[0])
-        counts[row] = np.bincount(cells[cells >= 0], minlength=MONTH_CELLS)
-    return counts
-
-
-def exact_units(raw: pd.DataFrame, columns: Sequence[LoweredColumn]) -> np.ndarray:
-    """PRIVATE: (columns, len(UNIT_CELLS)) exact counts of the coarsest unit each value is a multiple of
-    (``temporal.unit_cells``; the parts are laid out for seconds until resolved); missing or unreadable: nowhere."""
-    counts = np.zeros((len(columns), len(UNIT_CELLS)), dtype=np.float64)
-    for row, column in enumerate(columns):
-        cells = unit_cells(_temporal_parts(raw, column)[1])
-        counts[row] = np.bincount(cells[cells >= 0], minlength=len(UNIT_CELLS))
-    return counts
-
-
-def _month_edges() -> np.ndarray:
-    """Wall-clock seconds since 1970 of the grid's month starts (MONTH_CELLS + 1 of them)."""
-    return np.arange(MONTH_CELLS + 1).astype("datetime64[M]").astype("datetime64[s]").astype(np.int64)
-
-
-def period_from_noisy(noisy: np.ndarray, sigma: float, column: LoweredColumn) -> tuple[str, str]:
-    """Post-processing of one column's noisy month histogram: the first and last months whose noisy count clears
-    ``MONTH_Z`` noise std (4.87: an empty column's 1,560 months put one in with probability 8.6e-4, as the coarse
-    log grid's decades at ``COARSE_Z``; the largest noisy count when none does),
-    among the months inside the column's public end if it has one; the period runs from the start of the first to the
-    start of the month after the last. A public end is kept."""
-    edges = _month_edges()
-    lo_s, hi_s = bound_seconds(column)
-    (lo_auto, hi_auto) = column.bounds_auto
-    inside = np.ones(MONTH_CELLS, dtype=bool)
-    if not lo_auto:
-        inside &= edges[1:] > lo_s
-    if not hi_auto:
-        inside &= edges[:-1] < hi_s
-    above = np.flatnonzero((noisy > MONTH_Z * sigma) & inside)
-    if above.size == 0:
-        above = np.array([int(np.argmax(np.where(inside, noisy, -np.inf)))])
-    assert column.bounds is not None
-    lo = month_start(int(above[0])) if lo_auto else column.bounds[0]
-    hi = month_start(int(above[-1]) + 1) if hi_auto else column.bounds[1]
-    return lo, hi
-
-
-def resolution_from_noisy(noisy: np.ndarray, sigma: float, units: Sequence[str]) -> str:
-    """Post-processing of one column's noisy unit histogram (``UNIT_CELLS``, coarsest first): the coarsest of
-    ``units`` such that the noisy rows on a finer unit stay within ``CLIP_SHARE`` of the noisy row count, or within
-    3 noise sd of those cells (as ``decimals_from_noisy``); the finest of ``units`` when none does."""
-    allowed = CLIP_SHARE * max(float(noisy.sum()), 0.0)
-    for index, unit in enumerate(UNIT_CELLS):
-        finer = noisy[index + 1:]
-        if unit in units and finer.sum() <= max(allowed, 3.0 * sigma * math.sqrt(len(finer))):
-            return unit
-    return min(units, key=lambda u: UNITS[u])
-
-
-def decimals_needed(values: np.ndarray) -> np.ndarray:
-    """Decimals each value needs (0 to ``MAX_DECIMALS``; ``MAX_DECIMALS + 1`` for more; -1 for NaN): the fewest d
-    such that the value is its rounding to d decimals within its storage precision (``scales.stands_for``: 1e-9 of
-    max(1, |v|), or, for a float32 number written with float64 digits, the rounding is the same float32), so that 0.2
-    written from float32 (0.2000000029802322) needs 1 and 265.1 written from float64 (265.10000000000002) needs 1. A
-    per-row function: each row still adds 1 to one cell of the histogram."""
-    values = np.asarray(values, dtype=np.float64)
-    out = np.full(len(values), MAX_DECIMALS + 1, dtype=np.int64)
-    for places in range(MAX_DECIMALS, -1, -1):
-        out[stands_for(values, np.round(values, places))] = places
-    return np.where(np.isnan(values), -1, out)
-
-
-def exact_decimals(raw: pd.DataFrame, columns: list[ColumnSpec]) -> np.ndarray:
-    """PRIVATE: (columns, DECIMAL_CELLS) exact counts of the decimals each parsed value needs (missing: none)."""
-    from splice_assets.private.validation import parse_numbers
-
-    counts = np.zeros((len(columns), DECIMAL_CELLS), dtype=np.float64)
-    for row, spec in enumerate(columns):
-        places = decimals_needed(parse_numbers(raw[spec.name].reset_index(drop=True)))
-        counts[row] = np.bincount(places[places >= 0], minlength=DECIMAL_CELLS)
-    return counts
-
-
-def decimals_from_noisy(noisy: np.ndarray, sigma: float) -> int | None:
-    """Post-processing of one column's noisy decimals histogram: the fewest decimals k such that the noisy rows
-    needing more stay within ``CLIP_SHARE`` of the noisy row count, or within the noise of those cells (3 sd: a
-    column is given more decimals than its data have with probability about 1e-3); None when only the last cell
-    (more than ``MAX_DECIMALS``) does."""
-    allowed = CLIP_SHARE * max(float(noisy.sum()), 0.0)
-    for places in range(MAX_DECIMALS + 1):
-        beyond = noisy[places + 1:]
-        if beyond.sum() <= max(allowed, 3.0 * sigma * math.sqrt(len(beyond))):
-            return places
-    return None
-
-
-def step_cells(values: np.ndarray) -> np.ndarray:
-    """Step cell of each value: the index in ``STEP_CELLS`` of the largest step that divides a nonzero integral value, 0
-    (no step divides it) for a fractional one, -1 (counted nowhere) for 0 and missing or infinite values."""
-    values = np.asarray(values, dtype=np.float64)
-    counted = np.isfinite(values) & (values != 0.0)
-    magnitude = np.abs(np.where(counted, values, 1.0))
-    integral = magnitude == np.floor(magnitude)
-    largest = int(STEP_CELLS[-1])  # every cell divides it, so v mod it keeps v's divisibility by each
-    residue = np.fmod(np.where(integral, magnitude, 1.0), largest).astype(np.int64)
-    cell = np.zeros(len(values), dtype=np.int64)
-    for index, step in enumerate(STEP_CELLS[1:], start=1):
-        cell[residue % step == 0] = index
-    return np.where(counted, cell, -1)
-
-
-def exact_steps(raw: pd.DataFrame, columns: list[ColumnSpec]) -> np.ndarray:
-    """PRIVATE: (columns, len(STEP_CELLS)) exact counts of the step cells of each parsed value. A value the
-    schema declares exact (a top code such as 500,001) counts nowhere: it is reproduced exactly, off the grid or
-    not, so it must not hide the grid of the other values. Each row still adds at most 1 per column."""
-    from splice_assets.private.validation import parse_numbers
-
-    counts = np.zeros((len(columns), len(STEP_CELLS)), dtype=np.float64)
-    for row, spec in enumerate(columns):
-        values = parse_numbers(raw[spec.name].reset_index(drop=True))
-        cells = np.where(np.isin(values, spec.exact_values), -1, step_cells(values))
-        counts[row] = np.bincount(cells[cells >= 0], minlength=len(STEP_CELLS))
-    return counts
-
-
-def step_from_noisy(noisy: np.ndarray, sigma: float) -> int | None:
-    """Post-processing of one column's noisy step histogram: the largest step s (of ``STEP_CELLS``, above 1) whose
-    noisy count of the nonzero rows it does not divide stays within ``CLIP_SHARE`` of the noisy nonzero rows, or
-    within 2 noise sd of those cells (a column whose values all are multiples of s passes with probability .98). A
-    step is tried only where that noise sd is itself within ``STEP_NOISE_SHARE`` of the rows, so the threshold is at
-    most 6% of them, and a column with more than 21% of its nonzero rows off the step gets it with probability below
-    3e-7 (5 sd). None: no step."""
-    total = max(float(noisy.sum()), 0.0)
-    for index in range(len(STEP_CELLS) - 1, 0, -1):
-        off = STEP_CELLS % STEP_CELLS[index] != 0
-        noise = sigma * math.sqrt(int(off.sum()))
-        if noise <= STEP_NOISE_SHARE * total and noisy[off].sum() <= max(CLIP_SHARE * total, 2.0 * noise):
-            return int(STEP_CELLS[index])
-    return None
-
-
 @dataclass(frozen=True)
 class Candidates:
     """A column's public candidates for frequent values: ``count`` grid points ``first + i * step``, or ``points``."""
@@ -604,10 +351,6 @@ def _with_found(spec: ColumnSpec, found: Sequence[float], estimated: tuple[bool,
     return dataclasses.replace(spec, candidates=unfound_candidates(spec, estimated))
 
 
-#: PRIVATE: a column's exact counts of its candidates (index, count), the candidates held by at least one row.
-ValueCounts = tuple[np.ndarray, np.ndarray]
-
-
 def exact_value_counts(cleaned: pd.DataFrame, columns: Sequence[ColumnSpec]) -> list[ValueCounts]:
     """PRIVATE: per column, the exact counts of the candidates its cleaned values hold (those of disjoint parts add
     up, ``add_value_counts``)."""
@@ -633,63 +376,6 @@ def add_value_counts(a: list[ValueCounts], b: list[ValueCounts]) -> list[ValueCo
         out.append((held, np.bincount(position, weights=np.concatenate([count_a, count_b]),
                                       minlength=len(held)).astype(np.int64)))
     return out
-
-
-def knot_cells(values: np.ndarray, spec: ColumnSpec) -> np.ndarray:
-    """Knot-histogram cell of each value of a resolved column (-1: missing, or one of its exact values, which have
-    fine cells of their own): ``KNOT_CELLS`` equal-width cells of its bounds encoded on its scale."""
-    assert spec.bounds is not None
-    lo, hi = spec.bounds
-    values = np.asarray(values, dtype=np.float64)
-    z = np.clip(cube_of(np.nan_to_num(values, nan=lo), lo, hi, spec.scale), -1.0, 1.0)
-    cells = np.minimum(np.floor((z + 1.0) * KNOT_CELLS / 2.0), KNOT_CELLS - 1).astype(np.int64)
-    off = ~np.isfinite(values)
-    for point in spec.exact_values:
-        off |= at_point(values, point, lo, hi)
-    return np.where(off, -1, cells)
-
-
-def exact_knot_counts(cleaned: pd.DataFrame, columns: Sequence[ColumnSpec]) -> list[ValueCounts]:
-    """PRIVATE: per ``knots: auto`` column, the exact counts of its knot cells (``knot_cells``) that its cleaned
-    values hold, as value counts (those of disjoint parts add up, ``add_value_counts``)."""
-    import pandas as pd
-
-    out = []
-    for spec in columns:
-        cells = knot_cells(pd.to_numeric(cleaned[spec.name], errors="coerce").to_numpy(dtype=np.float64), spec)
-        held, counts = np.unique(cells[cells >= 0], return_counts=True)
-        out.append((held, counts.astype(np.int64)))
-    return out
-
-
-def knots_from_noisy(noisy: np.ndarray, spec: ColumnSpec, bins: int = DEFAULT_NUMERIC_BINS) -> tuple[float, ...]:
-    """Post-processing of a column's noisy knot histogram: the ``bins`` + 1 values at which the mixture of the
-    clipped noisy distribution (weight 1 - ``KNOT_SCALE_SHARE``) and the uniform one on the column's scale reaches
-    i / bins, lo first and hi last. The mixture's distribution function rises strictly, so the knots do too."""
-    assert spec.bounds is not None
-    lo, hi = spec.bounds
-    mass = np.clip(np.asarray(noisy, dtype=np.float64), 0.0, None)
-    edges = np.linspace(-1.0, 1.0, KNOT_CELLS + 1)
-    uniform = (edges + 1.0) / 2.0
-    data = np.concatenate([[0.0], np.cumsum(mass)]) / mass.sum() if mass.sum() > 0 else uniform
-    mixed = (1.0 - KNOT_SCALE_SHARE) * data + KNOT_SCALE_SHARE * uniform
-    knots = value_of(np.interp(np.linspace(0.0, 1.0, bins + 1), mixed, edges), lo, hi, spec.scale)
-    knots[0], knots[-1] = lo, hi
-    return tuple(float(v) for v in knots)
-
-
-def select_knots(counts: Sequence[ValueCounts], columns: Sequence[ColumnSpec], sigma: float
-                 ) -> dict[str, tuple[float, ...]]:
-    """Every ``knots: auto`` column's knots from its knot histogram plus N(0, sigma^2) in every cell (OpenDP's
-    sampler, OS entropy): ``knots_from_noisy``. Only the knots leave; no noisy count is kept."""
-    from splice_assets.private.mechanism import gaussian_noise
-
-    found: dict[str, tuple[float, ...]] = {}
-    for spec, (held, count) in zip(columns, counts):
-        dense = np.zeros(KNOT_CELLS)
-        dense[held] = count
-        found[spec.name] = knots_from_noisy(gaussian_noise(dense, sigma), spec)
-    return found
 
 
 def selection_z(candidates: int) -> float:
@@ -761,30 +447,6 @@ def _empty_above(held: np.ndarray, size: int, z: float, sigma: float, entropy: n
     return index.astype(np.int64), sigma * truncnorm.rvs(z, np.inf, size=above, random_state=entropy)
 
 
-#: PRIVATE: a ``categories: auto`` column's exact counts of the keys its rows hold (declared ones excluded).
-KeyCounts = dict[str, int]
-
-
-def _one_sided_partitions(relation: str) -> int:
-    """Partitions of a column that one neighbour holds and the other does not: one under add-remove (the row's
-    new key), one on each side under replace-one (counted twice, as OpenDP's l0 distance of 2 does)."""
-    return 2 if relation == RELATION_REPLACE_ONE else 1
-
-
-def threshold_delta(sigma: float, threshold: float, relation: str) -> float:
-    """OpenDP's privacy map of ``make_gaussian_threshold`` (noise std ``sigma``, keys kept above ``threshold``) at
-    one column's neighbour distance (l0 partitions, l2 and l-inf of the counts): its delta, the probability that a
-    key held by one row (on either side) passes. Public: sigma, the threshold and the relation."""
-    import opendp.prelude as dp
-
-    dp.enable_features("contrib")
-    l0 = _one_sided_partitions(relation)
-    measurement = dp.m.make_gaussian_threshold(
-        dp.map_domain(dp.atom_domain(T=str), dp.atom_domain(T=float, nan=False)),
-        dp.l02inf_distance(dp.absolute_distance(T=float)), scale=float(sigma), threshold=float(threshold))
-    return float(measurement.map((l0, math.sqrt(float(l0)), 1.0))[1])  # type: ignore[no-untyped-call]
-
-
 def open_category_threshold(schema: TableSchema, noise_multiplier: float, delta: float, relation: str
                             ) -> float | None:
     """The rows a value of a ``categories: auto`` column must hold, about, to be kept by the estimate of ``schema``
@@ -795,79 +457,6 @@ def open_category_threshold(schema: TableSchema, noise_multiplier: float, delta:
         return None
     sigma = noise_multiplier * schema_sensitivity(schema, relation)
     return category_threshold(sigma, selection_delta(schema, delta) / len(columns), relation)
-
-
-def category_threshold(sigma: float, column_delta: float, relation: str) -> float:
-    """The threshold (rows) above which a key's noisy count (std ``sigma``) is kept: a key held by one row passes
-    with probability at most ``column_delta`` / l0 (``_one_sided_partitions``): tau = 1 + sigma z, with
-    Phi(-z) = column_delta / l0; raised until OpenDP's map (``threshold_delta``) agrees it spends at most
-    ``column_delta``."""
-    if not (0.0 < column_delta < 1.0 and math.isfinite(sigma) and sigma > 0):
-        raise ValueError(f"a category threshold needs sigma > 0 and a delta in (0, 1), got {sigma!r}, "
-                         f"{column_delta!r}")
-    tau = 1.0 - sigma * NormalDist().inv_cdf(column_delta / _one_sided_partitions(relation))
-    while threshold_delta(sigma, tau, relation) > column_delta:
-        tau += 1e-6 * sigma
-    return tau
-
-
-def exact_category_counts(raw: pd.DataFrame, columns: Sequence[ColumnSpec]) -> list[KeyCounts]:
-    """PRIVATE: per ``categories: auto`` column, the exact count of each canonical key (``category_key``) its raw
-    cells hold; a missing or over-long cell, a declared category and ``other`` count nowhere. A row adds 1 to at most
-    one key per column. Counts of disjoint parts add up key by key."""
-    from splice_assets.kinds.cells import UNSEEN, cell_codes
-
-    out: list[KeyCounts] = []
-    for spec in columns:
-        series = raw[spec.name].reset_index(drop=True)
-        codes = cell_codes(series, spec.category_index())
-        counts: dict[str, int] = {}
-        for value in series[codes == UNSEEN]:
-            key = category_key(value)
-            counts[key] = counts.get(key, 0) + 1
-        out.append(counts)
-    return out
-
-
-def select_categories(counts: Sequence[KeyCounts], columns: Sequence[ColumnSpec], sigma: float, threshold: float
-                      ) -> dict[str, tuple[str, ...]]:
-    """Gaussian thresholding of every ``categories: auto`` column's key counts: each held key's count plus N(0,
-    sigma^2) (OpenDP's float-safe sampler, ``mechanism.gaussian_noise``, OS entropy), kept above ``threshold``, the
-    column's ``max_categories`` largest, written sorted. Only the kept keys leave; no noisy count is kept.
-
-    A key no row holds is never looked at (the domain is open, so it cannot be noised): that is the one-sided
-    partition whose passing ``category_threshold`` charges as delta; every other key is a coordinate of the Gaussian
-    whose sensitivity ``estimate_sensitivity`` counts (module docstring, docs/privacy.md)."""
-    from splice_assets.private import mechanism
-
-    found: dict[str, tuple[str, ...]] = {}
-    for spec, held in zip(columns, counts):
-        opened = open_entry(spec.categories)
-        assert opened is not None
-        keys = sorted(held)
-        noisy = mechanism.gaussian_noise(np.array([held[k] for k in keys], dtype=np.float64), sigma) if keys \
-            else np.zeros(0)
-        passed = np.flatnonzero(noisy > threshold)
-        ranked = passed[np.argsort(-noisy[passed], kind="stable")][:opened.max_categories]
-        found[spec.name] = tuple(sorted(keys[i] for i in ranked))
-    return found
-
-
-def _with_categories(spec: ColumnSpec, found: Sequence[str]) -> ColumnSpec:
-    """An open column resolved: its ``auto`` entry replaced by the selected keys (a plain list)."""
-    assert spec.categories is not None
-    declared = {category_key(c) for c in spec.categories if not isinstance(c, OpenCategories)}
-    kept = [k for k in found if k not in declared]
-    categories: list[Any] = []
-    for c in spec.categories:
-        categories.extend(kept if isinstance(c, OpenCategories) else [c])
-    return dataclasses.replace(spec, categories=tuple(categories))
-
-
-def _units_of(column: LoweredColumn) -> list[str]:
-    kind = lowered_kind_of(column.kind)
-    assert isinstance(kind, Temporal)
-    return kind.units()
 
 
 def exact_histograms(raw: pd.DataFrame, columns: list[ColumnSpec]) -> np.ndarray:

@@ -28,14 +28,11 @@ noise draw, never a private value, never an exact row count beyond the public n 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import getpass
-import hashlib
-import json
 import math
 import os
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
@@ -49,6 +46,15 @@ from sqlalchemy.pool import StaticPool
 
 from splice_assets.limits import Relation, SettingsError, check_delta_for
 from splice_assets.private.errors import PrivacyParameterError
+
+# The composition arithmetic lives in ``ledger_composition``; its names stay importable from here.
+from splice_assets.private.ledger_composition import COMPOSITION_RULE as COMPOSITION_RULE
+from splice_assets.private.ledger_composition import _compose_epsilon as _compose_epsilon
+from splice_assets.private.ledger_composition import _composition_key as _composition_key
+from splice_assets.private.ledger_composition import _delta_text as _delta_text
+from splice_assets.private.ledger_composition import cached_composition as cached_composition
+from splice_assets.private.ledger_composition import gaussian_delta as gaussian_delta
+from splice_assets.private.ledger_composition import params_hash as params_hash
 
 # The tables and records live in ``ledger_records``; every name stays importable from here.
 from splice_assets.private.ledger_records import (
@@ -149,82 +155,6 @@ def _check_actor(actor: str | None) -> str:
     if not isinstance(actor, str) or not actor.strip():
         raise LedgerError(f"actor must be a non-empty string, got {actor!r}")
     return actor.strip()
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        return value.item()
-    if hasattr(value, "tolist") and callable(value.tolist):  # numpy arrays
-        return value.tolist()
-    if isinstance(value, (set, frozenset)):
-        return sorted(value)
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"public parameter of type {type(value).__name__} is not JSON-serialisable")
-
-
-def params_hash(public_params: Mapping[str, Any]) -> str:
-    """sha256 (hex) of the canonical JSON (sorted keys, no spaces, no NaN) of *public* parameters only."""
-    text = json.dumps(
-        dict(public_params), sort_keys=True, separators=(",", ":"), allow_nan=False, default=_json_default
-    )
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def gaussian_delta(delta_total: float, selection_deltas: Sequence[float]) -> float:
-    """The delta the counted Gaussian entries compose at: ``delta_total`` less the deltas their thresholds spend
-    (``selection_delta``), never rounded up (the next float below when the difference is not one); <= 0 when the
-    thresholds leave nothing."""
-    held = [Decimal(float(d)) for d in selection_deltas if float(d) > 0.0]
-    if not held:
-        return float(delta_total)
-    exact = Decimal(float(delta_total)) - sum(held, Decimal(0))
-    left = float(exact)
-    if Decimal(left) > exact:
-        left = math.nextafter(left, -math.inf)
-    return left
-
-
-def _compose_epsilon(
-    noise_multipliers: Sequence[float | None], delta_total: float, pure_epsilons: Sequence[float] = ()
-) -> float:
-    """``mechanism.compose_epsilon``, imported on first use: reading entries (``splice releases``, ``show``) does
-    not load the mechanism (numpy)."""
-    from splice_assets.private.mechanism import compose_epsilon
-
-    return compose_epsilon(noise_multipliers, delta_total, pure_epsilons)
-
-
-def _composition_key(noise_multipliers: Sequence[float | None], delta_total: float,
-                     pure_epsilons: Sequence[float]) -> str:
-    """The cache key of one composition: the rule's version and its inputs as ``compose_epsilon`` reads them
-    (zero-cost entries skipped, order ignored)."""
-    gaussian = sorted(float(m) for m in noise_multipliers if m is not None and not (math.isinf(m) and m > 0))
-    return params_hash({"accountant": _composition_version(),
-                        "gaussian": gaussian, "pure": sorted(float(e) for e in pure_epsilons if float(e) > 0.0),
-                        "delta_total": float(delta_total)})
-
-
-#: Names ``mechanism.compose_epsilon``'s rule in the composition cache's keys: change it when that rule changes.
-COMPOSITION_RULE = "exact Gaussian composition, PLD only with pure epsilon-DP events, rounded up to 1e-6"
-
-
-@functools.cache
-def _composition_version() -> str:
-    """The installed dp-accounting's version (it composes pure epsilon-DP events) and ``COMPOSITION_RULE``, read
-    from its metadata once per process."""
-    from importlib.metadata import version
-
-    return f"dp-accounting {version('dp-accounting')}, {COMPOSITION_RULE}"
-
-
-def _delta_text(delta_total: float, selection_deltas: Sequence[float]) -> str:
-    """``1e-06``, or ``9e-07 (delta_total 1e-06 less 1e-07 spent by thresholds)`` when thresholds spent some."""
-    held = float(sum(d for d in selection_deltas if d > 0.0))
-    if held <= 0.0:
-        return f"{delta_total:g}"
-    return f"{gaussian_delta(delta_total, selection_deltas):g} (delta_total {delta_total:g} less {held:g} spent by " \
-           "category thresholds)"
 
 
 def default_ledger_url() -> str:
@@ -670,22 +600,20 @@ class BudgetLedger:
             at = gaussian_delta(budget.delta_total, held)
             total = (self._composed(conn, [*existing, *multipliers], at, [*existing_pure, *pure]) if at > 0.0
                      else math.inf)
-            if at <= 0.0:
+
+            def exceeded(would_bring: str) -> BudgetExceeded:
                 spent = self._spent_of(conn, existing, budget.delta_total, existing_pure, existing_held)
-                raise BudgetExceeded(
+                return BudgetExceeded(
                     f"privacy budget exceeded for dataset {dataset!r}: spent epsilon={spent:.6f} "
-                    f"({len(existing) + len(existing_pure)} entries), {what} would bring the delta spent by "
-                    f"category thresholds to {sum(held):g}, leaving none of delta={budget.delta_total:g} to the "
-                    f"Gaussian entries, budget epsilon={budget.epsilon_total:g}"
-                )
-            if total > budget.epsilon_total + BUDGET_TOLERANCE:
-                spent = self._spent_of(conn, existing, budget.delta_total, existing_pure, existing_held)
-                raise BudgetExceeded(
-                    f"privacy budget exceeded for dataset {dataset!r}: spent epsilon={spent:.6f} "
-                    f"({len(existing) + len(existing_pure)} entries), {what} would bring the total to "
-                    f"epsilon={total:.6f} at delta={_delta_text(budget.delta_total, held)}, "
+                    f"({len(existing) + len(existing_pure)} entries), {what} would bring {would_bring}, "
                     f"budget epsilon={budget.epsilon_total:g}"
                 )
+
+            if at <= 0.0:
+                raise exceeded(f"the delta spent by category thresholds to {sum(held):g}, leaving none of "
+                               f"delta={budget.delta_total:g} to the Gaussian entries")
+            if total > budget.epsilon_total + BUDGET_TOLERANCE:
+                raise exceeded(f"the total to epsilon={total:.6f} at delta={_delta_text(budget.delta_total, held)}")
             return [self._insert(conn, dataset=dataset, relation=str(relation), status=STATUS_RESERVED, **row)
                     for row in rows]
 
@@ -897,19 +825,9 @@ class BudgetLedger:
     @staticmethod
     def _composed(conn: Connection, noise_multipliers: Sequence[float | None], delta_total: float,
                   pure_epsilons: Sequence[float]) -> float:
-        """``compose_epsilon`` of these entries, read from the composition cache when the same ones were composed
-        before (in any process), else computed and kept there."""
-        key = _composition_key(noise_multipliers, delta_total, pure_epsilons)
-        cached = conn.execute(sa.select(compositions_table.c.epsilon).where(compositions_table.c.key == key)).first()
-        if cached is not None:
-            return float(cached[0])
-        epsilon = _compose_epsilon(noise_multipliers, delta_total, pure_epsilons)
-        try:
-            with conn.begin_nested():  # another process may have kept the same composition meanwhile
-                conn.execute(compositions_table.insert().values(key=key, epsilon=epsilon, created_at=_utcnow()))
-        except sa.exc.IntegrityError:
-            pass
-        return epsilon
+        """``compose_epsilon`` of these entries through the composition cache (``cached_composition``); the
+        accountant is this module's ``_compose_epsilon``, looked up at each call."""
+        return cached_composition(conn, noise_multipliers, delta_total, pure_epsilons, _compose_epsilon)
 
     def composed(self, noise_multipliers: Sequence[float], delta: float, pure_epsilons: Sequence[float] = ()) -> float:
         """``compose_epsilon`` of these events at ``delta``, through the composition cache (a release's parts into
