@@ -15,7 +15,17 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 import pytest
-from helpers import FAST, dagster_ui, launch_release, ledger_url, release_resources, run_ids, wait_for_run
+from helpers import (
+    FAST,
+    RELEASE_JOB,
+    dagster_ui,
+    graphql,
+    launch_release,
+    ledger_url,
+    release_resources,
+    run_ids,
+    wait_for_run,
+)
 from helpers import set_budget as shared_set_budget
 from pydantic import ValidationError
 
@@ -387,14 +397,25 @@ def test_the_landing_folder_defaults_to_dagster_home(tmp_path, monkeypatch):
     assert not (repo / ".git").exists() or ignored.returncode == 0
 
 
+REFUSED_LAUNCH = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) { __typename
+  ... on PythonError { message stack errorChain { error { message } } } } }"""
+
+
 def test_ui_trigger_through_graphql(tmp_path):
-    """`dg dev` (as `make dagster-ui`): a launch with epsilon = -1 is refused with the validator's message and no
-    run; a good one runs to success (the browser test, tests/test_dagster_ui.py, does the same through the UI)."""
+    """`dg dev` (as `make dagster-ui`): a launch with epsilon = -1, delta >= 1/n_min or a missing input is refused
+    with the validator's message alone (no stack: the launchpad shows no traceback) and no run; a good one runs to
+    success (the browser test, tests/test_dagster_ui.py, does the same through the UI)."""
     set_budget(tmp_path)
     with dagster_ui(tmp_path) as url:
-        refused = launch_release(url, {SETTINGS: {**FAST, "epsilon": -1}})
-        assert refused["__typename"] == "PythonError"
-        assert "epsilon must be a number in (0, 20], got -1.0" in refused["message"]
+        for setting, value, message in (
+            ("epsilon", -1, "epsilon must be a number in (0, 20], got -1.0"),
+            ("delta", 0.001, "delta must be < 1/n_min = 0.0002 (n_min=5000), got 0.001"),
+            ("input_path", str(tmp_path / "nope.csv"), f"input_path: no file or folder at '{tmp_path / 'nope.csv'}'"),
+        ):
+            params = {"selector": RELEASE_JOB, "runConfigData": {SETTINGS: {**FAST, setting: value}}}
+            refused = graphql(url, REFUSED_LAUNCH, {"params": params})["data"]["launchRun"]
+            assert refused == {"__typename": "PythonError", "stack": [], "errorChain": [],
+                               "message": f"{message} (launch refused; no run was started)"}, refused
         assert run_ids(url) == []
         launched = launch_release(url, {SETTINGS: FAST})
         assert launched["__typename"] == "LaunchRunSuccess", launched

@@ -3,11 +3,13 @@
 The job takes one job-level settings block (``settings:``, the fields of ``ReleaseConfig``) through a config
 mapping that validates it when a run is launched: Dagster's config schema checks types only (pydantic constraints
 such as ``gt=0`` are not part of it), so without the mapping an epsilon of -1 would start a run and fail in its
-first step. The launchpad's ERRORS pane shows only what that schema says, checked by the webserver without user
-code: so ``dataset`` is an Enum of the datasets with a schema file, read when the definitions load (an unknown
-dataset is flagged while typing); every other refusal (delta >= 1/n_min, a missing input file, a limit) comes from
-the mapping when Launch is pressed, before any run exists. ``run_config_for`` is the one mapping from a
-``ReleaseConfig`` to that run config.
+first step. The launchpad's ERRORS pane shows only what that schema says, checked by the webserver against the
+schema's snapshot without user code (its only query, ``isPipelineConfigValid``, is ``validate_config_from_snap``;
+a scalar is checked for its type, never a range): so ``dataset`` is an Enum of the datasets with a schema file,
+read when the definitions load (an unknown dataset is flagged while typing and Launch stays disabled); every other
+refusal (delta >= 1/n_min, a missing input file, a limit) comes from the mapping when Launch is pressed, before any
+run exists, as a dialog holding the validator's message alone (``ReleaseSettingsRefused``). ``run_config_for`` is
+the one mapping from a ``ReleaseConfig`` to that run config.
 
 A failed step ends a release's run and removes its private step files (``remove_steps_on_failure``): a release
 charged before it failed is finished by `splice release --resume` from its stored measurement, not by re-executing
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+from dagster._core.errors import DagsterUserCodeProcessError  # not exported by dagster; why: ReleaseSettingsRefused
+from dagster_shared.error import SerializableErrorInfo
 from pydantic import ValidationError
 
 from splice_assets.dagster_layer.assets import ALL_ASSETS, CONFIG_OP
@@ -41,11 +45,20 @@ SETTINGS = "settings"  # the job-level settings block of the launchpad
 IN_PROCESS_TAG = "splice/in_process"
 
 
-class ReleaseSettingsRefused(dg.DagsterError):
+class ReleaseSettingsRefused(DagsterUserCodeProcessError):
     """A launch whose settings the validator refuses: raised before the run exists, with the validator's message.
 
-    A ``DagsterError`` passes Dagster's user-code boundary unwrapped, so the launchpad shows this message and not
-    a "config mapping function has thrown an unexpected error" wrapper."""
+    A ``DagsterError`` passes Dagster's user-code boundary unwrapped (no "config mapping function has thrown an
+    unexpected error" wrapper). It is a ``DagsterUserCodeProcessError`` carrying the refusal as an error without a
+    stack because that is the one form in which a user-code error reaches the launchpad as its message alone: the
+    code server and the webserver both serialize an error of this type as the one error it carries
+    (``serializable_error_info_from_exc_info``), so the launch answers a PythonError with no stack and the dialog
+    shows no traceback (a refusal is not a crash: its frames would say nothing to the user)."""
+
+    def __init__(self, message: str) -> None:
+        # As Dagster's own ``SerializableErrorInfo.to_exception_message_only``: the message, no stack, no chain.
+        refusal = SerializableErrorInfo(message=message, stack=[], cls_name=type(self).__name__)
+        super().__init__(message, user_code_process_error_infos=[refusal])
 
 
 def _op_config(outer: dict[str, Any], config_type: type[ReleaseConfig] = ReleaseConfig) -> dict[str, Any]:
