@@ -287,12 +287,13 @@ def summary_md(df: pd.DataFrame, full: str = "../bench/results/results.md") -> s
 README_START, README_END = "<!-- bench-results:start -->", "<!-- bench-results:end -->"
 
 
-def sync_readme(results: Path | str, readme: Path) -> bool:
-    """Copy markdown (a file, or the text itself) between the document's bench markers, each on a line of its own
-    (headings three levels down, under its "###" subsection); False if it has no such markers. A marker quoted
+def sync_readme(results: Path | str, readme: Path, markers: tuple[str, str] = (README_START, README_END)) -> bool:
+    """Copy markdown (a file, or the text itself) between the document's bench ``markers``, each on a line of its
+    own (headings three levels down, under its "###" subsection); False if it has no such markers. A marker quoted
     inside prose is not one."""
     text = readme.read_text() if readme.is_file() else ""
-    found = re.search(f"^{re.escape(README_START)}$(.*?)^{re.escape(README_END)}$", text, re.MULTILINE | re.DOTALL)
+    start, end = markers
+    found = re.search(f"^{re.escape(start)}$(.*?)^{re.escape(end)}$", text, re.MULTILINE | re.DOTALL)
     if found is None:
         return False
     source = results.read_text() if isinstance(results, Path) else results

@@ -65,6 +65,7 @@ from splice_assets.private.validation import (
     check_structure,
     validate,
 )
+from splice_assets.queries import DEFAULT_REPLICATES, Answer, Query, QueryAnswerer, QueryBasis
 from splice_assets.schema import TableSchema, load_schema, schema_to_dict
 from splice_assets.synthetic import SyntheticModel
 
@@ -173,6 +174,8 @@ class Synthesizer:
         self.model: SyntheticModel | None = None
         #: This release's reservation (``reserve``): the ledger entry id of each part, by name.
         self.reservation: dict[str, str] = {}
+        self._basis: QueryBasis | None = None
+        self._answerer: QueryAnswerer | None = None
 
     @classmethod
     def from_settings(cls, schema: TableSchema, settings: SynthesizerSettings) -> Synthesizer:
@@ -474,6 +477,23 @@ class Synthesizer:
         with progress.stage(f"sample {n:,} rows" + (f" where {conditions.describe()}" if conditions else "")):
             return sample_table(self.model, self.schema, n, self.settings.seed if seed is None else int(seed),
                                 match_marginals=self.settings.postprocessing.match_marginals, where=conditions)
+
+    def answer(self, query: Query | str, replicates: int = DEFAULT_REPLICATES) -> Answer:
+        """The release's answer to ``query`` with a 95% interval (``queries``): ``"count where status == 'paid'
+        and amount >= 100"``, ``"share where ..."``, ``"mean(amount) where ..."``, ``"sum(amount)"``. Zero cost. The
+        first answer that needs the model's bootstrap refits the re-noised measurement ``replicates`` times (each
+        a fit); later answers reuse them (``query_basis``)."""
+        if self.measurement is None or self.model is None:
+            raise NotFitted("fit (or load) a synthesizer before asking it questions")
+        if self._answerer is None or len(self._answerer.basis.replicates) != replicates:
+            self._answerer = QueryAnswerer(self.measurement, self.schema, self.query_basis(replicates))
+        return self._answerer.answer(query)
+
+    def query_basis(self, replicates: int = DEFAULT_REPLICATES) -> QueryBasis:
+        """The samples ``answer`` reads (``queries.QueryBasis``), built once; public, so ``save`` keeps them."""
+        if self._basis is None or len(self._basis.replicates) != replicates:
+            self._basis = QueryBasis.build(self, replicates)
+        return self._basis
 
     def _conditions(self, where: Mapping[str, Any] | str | None) -> Conditions:
         """A user's ``where`` checked against the schema (``conditions.parse_where``)."""

@@ -798,6 +798,46 @@ def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | No
     click.echo(f"wrote {n_rows} rows to {out}")
 
 
+@main.command("query")
+@click.argument("release_id")
+@click.argument("query")
+@click.option("--replicates", default=None, type=click.IntRange(2, 200),
+              help="Re-noised refits behind a bootstrap interval, each a fit [default: 20]; built once per release "
+                   "and kept in its public folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@guarded
+def query_command(release_id: str, query: str, replicates: int | None, as_json: bool) -> None:
+    """Answer QUERY from a release with a 95% interval (post-processing: no privacy cost).
+
+    QUERY is count, share, mean(column) or sum(column), optionally followed by 'where' and conditions as --where
+    of `splice sample` takes them: "count where status == 'paid' and amount >= 100"."""
+    from splice_assets.queries import DEFAULT_REPLICATES, QueryAnswerer, QueryBasis, parse_query
+    from splice_assets.release.refit import release_synthesizer
+
+    location = find_release(release_id)
+    synth = release_synthesizer(location)
+    try:
+        parsed = parse_query(query, synth.schema)  # refused before any refit
+    except ValueError as error:
+        raise fail(str(error)) from None
+    if synth.model is None or synth.measurement is None:
+        raise fail(f"release {location.release_id!r} has no fitted model in its public bundle")
+    replicates = replicates or DEFAULT_REPLICATES
+    folder = location.root / "query-basis"  # public post-processing, beside the bundle (export copies the bundle)
+    basis = QueryBasis.load(folder) if (folder / "basis.json").is_file() else None
+    if basis is None or len(basis.replicates) != replicates:
+        if not as_json:
+            click.echo(f"building the query basis of {location.release_id}: {replicates} re-noised refits "
+                       "(once per release)", err=True)
+        basis = QueryBasis.build(synth, replicates)
+        basis.save(folder)
+    answer = QueryAnswerer(synth.measurement, synth.schema, basis).answer(parsed)
+    if as_json:
+        _json_out(answer.as_dict())
+    else:
+        click.echo(answer.describe())
+
+
 @main.command("export")
 @click.argument("release_id")
 @click.argument("directory", type=click.Path(file_okay=False))

@@ -105,6 +105,8 @@ class Conditions:
 
     def holds(self, frame: pd.DataFrame, schema: TableSchema) -> np.ndarray:
         """Which rows of ``frame`` (``layout.decode``'s modelled frame) meet every condition."""
+        import pandas as pd
+
         specs = {spec.name: spec for spec in schema.columns}
         keep = np.ones(len(frame), dtype=bool)
         for c in self.columns:
@@ -114,8 +116,9 @@ class Conditions:
             present = series.notna().to_numpy()
             if c.levels is not None:
                 index = specs[c.column].category_index()
-                codes = np.array([index.get(category_key(v), -1) if ok else -1 for v, ok in zip(series, present)],
-                                 dtype=np.int64)
+                found, distinct = pd.factorize(series)  # each distinct value keyed once, not each row
+                keys = np.array([index.get(category_key(v), -1) for v in distinct] + [-1], dtype=np.int64)
+                codes = keys[found]  # factorize marks a missing value -1: the appended "no category"
                 keep &= np.isin(codes, np.asarray(c.levels, dtype=np.int64))
             else:
                 values = series.to_numpy(dtype=np.float64, na_value=np.nan)

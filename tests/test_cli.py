@@ -18,7 +18,7 @@ from splice_assets.datasets import DEMO_DATASET, demo_data_path
 
 FAST = ["--k", "8", "--L", "128", "--K", "3", "--steps", "60", "--rows", "2000"]
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-COMMANDS = ["release", "releases", "show", "budget", "refit", "sample", "export", "plan"]
+COMMANDS = ["release", "releases", "show", "budget", "refit", "sample", "query", "export", "plan"]
 
 
 def environment(tmp: Path) -> dict[str, str]:
@@ -149,6 +149,18 @@ def test_sample_writes_csv_parquet_and_prints(cli_env, tmp_path):
     assert (tmp_path / "s.csv").read_bytes() == before
     ok("sample", rid, "-n", "7", "--out", tmp_path / "s.csv", "--force")
     assert len(pd.read_csv(tmp_path / "s.csv")) == 7
+
+
+def test_query_answers_with_an_interval_and_refuses_a_bad_query(cli_env):
+    rid = cli_env["release_id"]
+    assert "cannot read 'median(age)'" in fails_cleanly("query", rid, "median(age)")
+    exact = json.loads(ok("query", rid, "share where rate_marriage == 5", "--json").output)
+    assert exact["interval"] == "exact" and exact["lower"] < exact["estimate"] < exact["upper"]
+    printed = ok("query", rid, "mean(affairs) where educ == 16", "--replicates", "2").output
+    assert "mean(affairs) where educ == 16: " in printed and "parametric bootstrap" in printed
+    # The basis is built once per release and read back by the next query.
+    again = ok("query", rid, "mean(affairs) where educ == 16", "--replicates", "2").output
+    assert again == printed.splitlines()[-1] + "\n"
 
 
 def test_export_copies_only_the_public_bundle(cli_env, tmp_path):

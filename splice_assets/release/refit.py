@@ -24,6 +24,7 @@ from splice_assets.private.ledger import (
     params_hash,
 )
 from splice_assets.release.locations import (
+    ReleaseLocation,
     artifact_dir,
     find_release,
     mlflow_artifact_location,
@@ -32,7 +33,30 @@ from splice_assets.release.locations import (
 from splice_assets.schema import load_schema
 
 if TYPE_CHECKING:
+    from splice_assets.api import Synthesizer
     from splice_assets.synthetic import SyntheticModel
+
+def release_synthesizer(location: ReleaseLocation) -> Synthesizer:
+    """The fitted synthesizer of a finished release, from its public bundle alone (schema, settings, noisy
+    measurement, model): it samples, refits and answers queries at zero cost."""
+    from splice_assets.api import Synthesizer
+    from splice_assets.release.settings import ReleaseSettings
+    from splice_assets.sampling import load_model
+
+    manifest = location.manifest()
+    dataset = manifest["dataset"]
+    measurement = Measurement.load(location.public_dir / "measurement")
+    schema = load_schema(location.public_dir / "schema.yaml")
+    if schema.name != dataset or measurement.dataset != dataset:
+        raise ValueError(f"release {location.release_id!r}: its schema, measurement and manifest disagree on the "
+                         "dataset")
+    settings = ReleaseSettings.from_parameters({"dataset": dataset, **(manifest.get("parameters") or {})})
+    synth = Synthesizer.from_settings(schema, settings.synthesizer_settings())
+    synth.measurement = measurement
+    if (location.public_dir / "model.json").exists():
+        synth.model = load_model(location.public_dir / "model")
+    return synth
+
 
 def refit_release(
     parent_release_id: str,
@@ -52,7 +76,6 @@ def refit_release(
     Unset settings default to the parent's (``Synthesizer.refit``). Returns ``write_release``'s summary (release
     id, folders, MLflow run id, registered model version, ...).
     """
-    from splice_assets.api import Synthesizer
     from splice_assets.release.bundle import write_release
     from splice_assets.release.settings import ReleaseSettings
 
@@ -60,10 +83,9 @@ def refit_release(
     parent = find_release(parent_release_id, base)
     manifest = parent.manifest()
     dataset = manifest["dataset"]
-    measurement = Measurement.load(parent.public_dir / "measurement")
-    schema = load_schema(parent.public_dir / "schema.yaml")
-    if schema.name != dataset or measurement.dataset != dataset:
-        raise ValueError(f"release {parent.release_id!r}: its schema, measurement and manifest disagree on the dataset")
+    parent_synth = release_synthesizer(parent)
+    schema, measurement = parent_synth.schema, parent_synth.measurement
+    assert measurement is not None  # release_synthesizer loads it
     parent_settings = ReleaseSettings.from_parameters(
         {"dataset": dataset, **(manifest.get("parameters") or {})}
     )
@@ -79,8 +101,6 @@ def refit_release(
         # Fail before fitting if the ledger does not know the parent (no committed charged entry to derive from).
         if not any(e.release_id == parent.release_id and e.status == "committed" for e in ledger.entries(dataset)):
             raise LedgerError(f"the ledger has no committed entry for release {parent.release_id!r} of {dataset!r}")
-        parent_synth = Synthesizer.from_settings(schema, parent_settings.synthesizer_settings())
-        parent_synth.measurement = measurement
         child = parent_synth.refit(synth.settings.model, synth.settings.postprocessing, settings.seed)
         synthetic = child.sample(settings.n_synthetic, settings.seed)
         public = {**dataclasses.asdict(settings), "refit_of": parent.release_id}

@@ -1,0 +1,340 @@
+"""Answers to a user's questions of a release, each with a 95% interval: counts and shares of rows meeting a
+conjunction of conditions, and the mean or sum of a numeric column over them (``Synthesizer.answer``,
+``splice query``).
+
+Everything here reads public information only: the noisy measurement and its sigma, the fitted model, the schema
+and public seeds. Two kinds of interval, and every answer says which it is:
+
+- ``exact``: a count or share whose condition is a union of whole cells of one measured table (a 1-way table, a
+  measured pair, or one of the target's measured 3-way tables). The answer is the sum of those noisy cells, and the
+  interval the Gaussian mechanism's own: the cells' noise is N(0, sigma_T^2) each, independent, so the sum's is
+  N(0, cells * sigma_T^2) exactly (under add-remove the share divides by the noisy n, whose spread is added).
+- ``bootstrap``: everything else. The answer is the model's, read off a large sample drawn with a public seed.
+  Its spread from the noise is a parametric bootstrap: the measurement re-noised at its own sigma (a seeded
+  generator: this is post-processing, not privacy noise) and refitted ``replicates`` times at zero cost
+  (``QueryBasis``). The model's misfit on the query's measured projection is added: the answer that weights the
+  measured cells of the tables inside the query's columns by the model's share of each cell meeting the query
+  differs from the model's own by more than that table's noise explains only where the model misses it.
+
+The bench's query-calibration command (``python -m bench.query_calibration``) measures coverage and width on the
+shared tables; docs/method.md states the method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from splice_assets.conditions import ColumnCondition, Conditions, parse_where
+from splice_assets.encoding import encode
+from splice_assets.fine_cells import fine_cells
+from splice_assets.kinds import kind_of
+from splice_assets.layout import histogram_layout, layout_for, marginal_cells, marginal_sizes, pair_tables
+from splice_assets.lowering import lower_input
+from splice_assets.measurement import Measurement
+from splice_assets.schema import TableSchema
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from splice_assets.api import Synthesizer
+
+Statistic = Literal["count", "share", "mean", "sum"]
+#: The two-sided 95% normal quantile.
+Z95 = 1.959963984540054
+#: Rows of the model's sample the answers read, and of each bootstrap replicate's.
+DEFAULT_ROWS = 200_000
+REPLICATE_ROWS = 50_000
+DEFAULT_REPLICATES = 20
+_QUERY = re.compile(r"^\s*(?:(?P<plain>count|share)|(?P<fn>mean|sum)\s*\(\s*`?(?P<col>[^()`]+?)`?\s*\))"
+                    r"\s*(?:where\s+(?P<where>.+?))?\s*$", re.IGNORECASE | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Query:
+    """``statistic`` of the rows meeting ``where``: their count, their share of all rows, or the mean or sum of the
+    numeric ``column`` over them."""
+
+    statistic: Statistic
+    where: Conditions
+    column: str | None = None
+
+    def describe(self) -> str:
+        head = self.statistic if self.column is None else f"{self.statistic}({self.column})"
+        return head + (f" where {self.where.describe()}" if self.where else "")
+
+
+def parse_query(query: Query | str, schema: TableSchema) -> Query:
+    """A query checked against ``schema``: ``"count where status == 'paid' and amount >= 100"``, ``"share where
+    ..."``, ``"mean(amount) where ..."`` or ``"sum(amount)"`` (the condition as ``conditions.parse_where_text``
+    reads it). Raises ``ValueError`` quoting what it cannot read, or naming the column it cannot average."""
+    if isinstance(query, Query):
+        return query
+    match = _QUERY.match(query) if isinstance(query, str) else None
+    if match is None:
+        raise ValueError(f"query: cannot read {query!r}: write count, share, mean(column) or sum(column), "
+                         "optionally followed by 'where' and conditions such as status == 'paid' and amount >= 10")
+    where = parse_where(match.group("where"), schema)
+    if match.group("plain"):
+        return Query(match.group("plain").lower(), where)  # type: ignore[arg-type]  # the regex's two words
+    column = match.group("col").strip()
+    specs = {spec.name: spec for spec in schema.columns}
+    if column not in specs or specs[column].bounds is None or specs[column].categories is not None:
+        numeric = [s.name for s in schema.columns if s.bounds is not None and s.categories is None]
+        raise ValueError(f"query: {match.group('fn')}({column}) needs a numeric column of the schema "
+                         f"({', '.join(numeric) or 'it has none'}), got {column!r}")
+    return Query(match.group("fn").lower(), where, column)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An estimate and its 95% interval; ``interval`` names the kind (``exact`` or ``bootstrap``, module doc)."""
+
+    query: str
+    estimate: float
+    lower: float
+    upper: float
+    interval: Literal["exact", "bootstrap"]
+    #: The rows the answer is about: the measured rows (the noisy n under add-remove).
+    rows: int
+    level: float = 0.95
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        kind = ("exact Gaussian interval of the measured cells" if self.interval == "exact"
+                else "parametric bootstrap of the measurement, with the model's misfit")
+        return (f"{self.query}: {self.estimate:,.6g}  95% interval [{self.lower:,.6g}, {self.upper:,.6g}]  "
+                f"({kind}; of {self.rows:,} measured rows)")
+
+
+def renoised(measurement: Measurement, schema: TableSchema, rng: np.random.Generator) -> Measurement:
+    """The measurement with fresh noise of its own sigma added to every noisy statistic (the bootstrap's draw)."""
+    m = measurement
+    fine = m.noisy_fine
+    if m.fine_sizes:
+        stds = np.concatenate([np.full(c.size, m.fine_noise_std(c.per_value))
+                               for c in fine_cells(schema, m.fine_bins, m.numeric_bins)])
+        fine = fine + rng.normal(size=fine.shape) * stds
+    return dataclasses.replace(
+        m,
+        noisy_moments=m.noisy_moments + rng.normal(size=m.noisy_moments.shape) * m.moment_noise_std()[:, None],
+        noisy_marginals=m.noisy_marginals + rng.normal(size=m.noisy_marginals.shape) * m.marginal_cell_noise_stds(),
+        noisy_pairs=m.noisy_pairs + rng.normal(size=m.noisy_pairs.shape) * m.pair_noise_std(),
+        noisy_triples=m.noisy_triples + rng.normal(size=m.noisy_triples.shape) * m.pair_noise_std(),
+        noisy_fine=fine,
+    )
+
+
+@dataclass
+class QueryBasis:
+    """What the bootstrap answers read: the model's sample and one smaller sample per re-noised refit, all drawn
+    with public seeds (``seed``). Public, so it is cached beside a release (``save``/``load``)."""
+
+    sample: pd.DataFrame
+    replicates: list[pd.DataFrame]
+    seed: int
+
+    @classmethod
+    def build(cls, synth: Synthesizer, replicates: int = DEFAULT_REPLICATES, rows: int = DEFAULT_ROWS,
+              replicate_rows: int = REPLICATE_ROWS, seed: int | None = None) -> QueryBasis:
+        """Sample the fitted ``synth`` and refit ``replicates`` re-noised copies of its measurement (each a fit)."""
+        from splice_assets import progress
+        from splice_assets.api import NotFitted, Synthesizer
+
+        if synth.model is None or synth.measurement is None:
+            raise NotFitted("fit (or load) a synthesizer before asking it questions")
+        if replicates < 2:
+            raise ValueError(f"replicates must be at least 2 for a bootstrap spread, got {replicates!r}")
+        seed = synth.settings.seed if seed is None else int(seed)
+        streams = np.random.SeedSequence([seed, 68]).spawn(replicates)
+        samples = []
+        with progress.stage(f"query basis: {replicates} re-noised refits"):
+            for stream in streams:
+                child = Synthesizer.from_settings(synth.schema, synth.settings)
+                child.bounds = synth.bounds
+                child.measurement = renoised(synth.measurement, synth.schema, np.random.default_rng(stream))
+                child.fit_model()
+                samples.append(child.sample(replicate_rows, seed=int(stream.generate_state(1)[0])))
+        return cls(synth.sample(rows, seed=seed), samples, seed)
+
+    def save(self, folder: Path) -> Path:
+        import pandas as pd
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.sample.to_parquet(folder / "sample.parquet", index=False)
+        pd.concat([r.assign(_replicate=i) for i, r in enumerate(self.replicates)]).to_parquet(
+            folder / "replicates.parquet", index=False)
+        (folder / "basis.json").write_text(json.dumps({"seed": self.seed, "replicates": len(self.replicates)}))
+        return folder
+
+    @classmethod
+    def load(cls, folder: Path) -> QueryBasis:
+        import pandas as pd
+
+        meta = json.loads((folder / "basis.json").read_text())
+        pooled = pd.read_parquet(folder / "replicates.parquet")
+        replicates = [g.drop(columns="_replicate").reset_index(drop=True) for _, g in pooled.groupby("_replicate")]
+        return cls(pd.read_parquet(folder / "sample.parquet"), replicates, int(meta["seed"]))
+
+
+class QueryAnswerer:
+    """Answers queries of one release from its measurement, schema and ``QueryBasis``."""
+
+    def __init__(self, measurement: Measurement, schema: TableSchema, basis: QueryBasis) -> None:
+        self.measurement, self.schema, self.basis = measurement, schema, basis
+        m = measurement
+        self.layout = layout_for(schema)
+        self.sizes = marginal_sizes(self.layout, m.numeric_bins)
+        if tuple(self.sizes) != tuple(m.marginal_sizes):
+            raise ValueError("the measurement's 1-way tables do not match the schema's layout")
+        self._tables = self._measured_tables()
+        self._cells = marginal_cells(
+            _encoded(basis.sample, schema), self.layout, m.numeric_bins)
+
+    def _measured_tables(self) -> dict[tuple[int, ...], tuple[np.ndarray, float]]:
+        """Coordinates -> (noisy frequencies shaped by their cells, noise std per cell) of every measured table."""
+        m = self.measurement
+        tables: dict[tuple[int, ...], tuple[np.ndarray, float]] = {
+            (i,): (table, float(std)) for i, (table, std) in enumerate(zip(m.marginals(), m.table_noise_stds()))}
+        for pair, table in zip(m.pairs, pair_tables(m.noisy_pairs, m.pairs, self.sizes)):
+            tables[pair] = (table, m.pair_noise_std())
+        cuts = np.cumsum(m.triple_sizes)[:-1]
+        for triple, block in zip(m.triples, np.split(m.noisy_triples, cuts) if m.triples else ()):
+            tables[triple] = (block.reshape([self.sizes[i] for i in triple]), m.pair_noise_std())
+        return tables
+
+    @property
+    def rows(self) -> float:
+        return float(self.measurement.n)
+
+    def _row_count_variance(self) -> float:
+        """An upper bound on the noisy n's variance (add-remove; 0 under replace-one, where n is public): the
+        inverse of the summed precisions of the 1-way tables' totals (the count itself only lowers it)."""
+        m = self.measurement
+        if m.relation.value == "replace-one" or not m.marginal_sizes:
+            return 0.0
+        stds = m.table_noise_stds() * m.n  # per cell, in rows
+        return 1.0 / float(np.sum(1.0 / (np.asarray(m.marginal_sizes) * stds**2)))
+
+    def answer(self, query: Query | str) -> Answer:
+        q = parse_query(query, self.schema)
+        exact = self._exact(q)
+        return exact if exact is not None else self._bootstrap(q)
+
+    # -- exact: a union of whole measured cells ---------------------------------------------------------------
+
+    def _exact(self, q: Query) -> Answer | None:
+        if q.statistic not in ("count", "share") or q.where.instants:
+            return None
+        if not all(self._on_edges(c) for c in q.where.columns if c.levels is None):
+            return None  # a range that cuts a cell, or one value of a continuous column
+        weights = q.where.level_weights(self.schema, histogram_layout(self.layout, self.measurement.numeric_bins))
+        binding = {i: w for i, w in weights.items() if not np.all(w == 1.0)}
+        key = tuple(sorted(binding))
+        if not key:  # every row: the share is 1, the count the noisy n
+            return self._finish(q, 1.0, 0.0, exact=True)
+        if len(key) == 3:  # a triple's table is target-major: find its order
+            key = next((t for t in self._tables if len(t) == 3 and set(t) == set(key)), key)
+        if key not in self._tables:
+            return None
+        table, std = self._tables[key]
+        mask = np.ones(table.shape)
+        for axis, i in enumerate(key):
+            shape = [1] * len(key)
+            shape[axis] = -1
+            mask = mask * binding[i].reshape(shape)
+        share, share_var = float(np.sum(mask * table)), float(np.sum(mask)) * std**2
+        return self._finish(q, share, share_var, exact=True)
+
+    def _on_edges(self, c: ColumnCondition) -> bool:
+        """Whether a numeric range covers whole cells of the column's measured table: both ends on its public bin
+        edges (or beyond the bounds) on the encoded scale."""
+        spec = next(s for s in self.schema.columns if s.name == c.column)
+        lo, hi = Conditions.cube_range(c, spec, rounded=kind_of(spec.kind).integral)
+        edges = -1.0 + 2.0 * np.arange(self.measurement.numeric_bins + 1) / self.measurement.numeric_bins
+        return lo < hi and all(np.isclose(end, edges, rtol=0.0, atol=1e-9).any() for end in (lo, hi))
+
+    def _finish(self, q: Query, share: float, share_var: float, exact: bool) -> Answer:
+        """A count's or share's answer from its share of rows and that share's variance (n's spread added)."""
+        n, n_var = self.rows, self._row_count_variance()
+        if q.statistic == "count":
+            estimate, variance = share * n, share_var * n**2 + share**2 * n_var
+            lo, hi = 0.0, math.inf
+        else:
+            estimate, variance = share, share_var + share**2 * n_var / n**2
+            lo, hi = 0.0, 1.0
+        half = Z95 * math.sqrt(variance)
+        # The unbiased sum of noisy cells can fall outside what a count or share can be: both ends are clipped.
+        def clip(value: float) -> float:
+            return min(max(lo, value), hi)
+
+        return Answer(q.describe(), clip(estimate), clip(estimate - half), clip(estimate + half),
+                      "exact" if exact else "bootstrap", int(n))
+
+    # -- bootstrap: the model's answer ------------------------------------------------------------------------
+
+    def _bootstrap(self, q: Query) -> Answer:
+        sample = self.basis.sample
+        hold = q.where.holds(sample, self.schema)
+        if q.statistic in ("count", "share"):
+            share = float(hold.mean())
+            spread = np.var([q.where.holds(r, self.schema).mean() for r in self.basis.replicates], ddof=1)
+            monte_carlo = share * (1.0 - share) / len(sample)
+            misfit = self._misfit(q, hold, share)
+            return self._finish(q, share, float(spread) + monte_carlo + misfit, exact=False)
+        assert q.column is not None
+        value = self._statistic(q, sample, hold)
+        replicate_values = [self._statistic(q, r, q.where.holds(r, self.schema)) for r in self.basis.replicates]
+        values = sample[q.column].to_numpy(dtype=np.float64, na_value=np.nan)[hold]
+        values = values[np.isfinite(values)]
+        monte_carlo = float(np.var(values)) / max(len(values), 1)
+        if q.statistic == "sum":
+            monte_carlo = monte_carlo * (self.rows * len(values) / len(sample)) ** 2
+            monte_carlo += (value / max(len(values), 1)) ** 2 * len(values)  # the count's own sampling spread
+        variance = float(np.nanvar(replicate_values, ddof=1)) + monte_carlo
+        half = Z95 * math.sqrt(variance) if math.isfinite(variance) else math.inf
+        spec = next(s for s in self.schema.columns if s.name == q.column)
+        assert spec.bounds is not None
+        lo, hi = (spec.bounds if q.statistic == "mean" else
+                  (min(0.0, spec.bounds[0]) * self.rows, max(0.0, spec.bounds[1]) * self.rows))
+        return Answer(q.describe(), value, max(lo, value - half), min(hi, value + half), "bootstrap", int(self.rows))
+
+    def _statistic(self, q: Query, frame: pd.DataFrame, hold: np.ndarray) -> float:
+        assert q.column is not None
+        values = frame[q.column].to_numpy(dtype=np.float64, na_value=np.nan)[hold]
+        values = values[np.isfinite(values)]
+        if not len(values):
+            return math.nan
+        mean = float(values.mean())
+        return mean if q.statistic == "mean" else mean * self.rows * len(values) / len(frame)
+
+    def _misfit(self, q: Query, hold: np.ndarray, share: float) -> float:
+        """The model's squared misfit on the query's measured projection, beyond noise: for each measured table of
+        the query's coordinates, (model's share - the table's noisy cells weighted by the model's share of each
+        cell meeting the query)^2 - that weighted sum's noise variance; the largest, at least 0."""
+        coords = {i for i, c in enumerate(self.layout.coordinates) if c.column in {x.column for x in q.where.columns}}
+        worst = 0.0
+        for key, (table, std) in self._tables.items():
+            if not set(key) <= coords or (len(coords) > 1 and len(key) == 1):
+                continue
+            index = np.ravel_multi_index(tuple(self._cells[:, i] for i in key), table.shape)
+            total = np.bincount(index, minlength=table.size)
+            met = np.bincount(index, weights=hold, minlength=table.size)
+            p = np.where(total > 0, met / np.maximum(total, 1), 0.0)
+            anchored = float(p @ table.ravel())
+            worst = max(worst, (share - anchored) ** 2 - float(np.sum(p**2)) * std**2)
+        return worst
+
+
+def _encoded(frame: pd.DataFrame, schema: TableSchema) -> np.ndarray:
+    """Synthetic rows in the model's cube (the measurement's cells are read off them)."""
+    return encode(lower_input(frame, schema), schema)
