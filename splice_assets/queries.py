@@ -296,10 +296,13 @@ class QueryAnswerer:
         replicate_values = [self._statistic(q, r, q.where.holds(r, self.schema)) for r in self.basis.replicates]
         values = sample[q.column].to_numpy(dtype=np.float64, na_value=np.nan)[hold]
         values = values[np.isfinite(values)]
-        monte_carlo = float(np.var(values)) / max(len(values), 1)
+        if len(values) < 2:
+            raise ValueError(f"query: {len(values)} of the model's {len(sample):,} rows meet "
+                             f"{q.where.describe()!r} with a value of {q.column!r}: too few to answer {q.statistic}")
+        monte_carlo = float(np.var(values)) / len(values)
         if q.statistic == "sum":
             monte_carlo = monte_carlo * (self.rows * len(values) / len(sample)) ** 2
-            monte_carlo += (value / max(len(values), 1)) ** 2 * len(values)  # the count's own sampling spread
+            monte_carlo += (value / len(values)) ** 2 * len(values)  # the count's own sampling spread
         variance = float(np.nanvar(replicate_values, ddof=1)) + monte_carlo
         half = Z95 * math.sqrt(variance) if math.isfinite(variance) else math.inf
         spec = next(s for s in self.schema.columns if s.name == q.column)
