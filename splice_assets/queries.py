@@ -34,7 +34,7 @@ import numpy as np
 
 from splice_assets.conditions import ColumnCondition, Conditions, parse_where
 from splice_assets.encoding import encode
-from splice_assets.fine_cells import fine_cells
+from splice_assets.fine_cells import fine_cells, per_column
 from splice_assets.kinds import kind_of
 from splice_assets.layout import histogram_layout, layout_for, marginal_cells, marginal_sizes, pair_tables
 from splice_assets.lowering import lower_input
@@ -197,8 +197,12 @@ class QueryAnswerer:
         if tuple(self.sizes) != tuple(m.marginal_sizes):
             raise ValueError("the measurement's 1-way tables do not match the schema's layout")
         self._tables = self._measured_tables()
-        self._cells = marginal_cells(
-            _encoded(basis.sample, schema), self.layout, m.numeric_bins)
+        self._x = _encoded(basis.sample, schema)
+        self._cells = marginal_cells(self._x, self.layout, m.numeric_bins)
+        #: Column -> (its fine cells, their noisy frequencies, noise std per cell), for the numeric columns.
+        fine = fine_cells(schema, m.fine_bins, m.numeric_bins) if m.fine_sizes else ()
+        self._fine = {cells.column: (cells, table, m.fine_noise_std(cells.per_value))
+                      for cells, table in zip(fine, per_column(m.noisy_fine, fine))}
 
     def _measured_tables(self) -> dict[tuple[int, ...], tuple[np.ndarray, float]]:
         """Coordinates -> (noisy frequencies shaped by their cells, noise std per cell) of every measured table."""
@@ -235,6 +239,12 @@ class QueryAnswerer:
     def _exact(self, q: Query) -> Answer | None:
         if q.statistic not in ("count", "share") or q.where.instants:
             return None
+        if len(q.where.columns) == 1 and q.where.columns[0].column in self._fine:
+            c = q.where.columns[0]
+            cells, table, std = self._fine[c.column]
+            if cells.per_value and c.lo is not None and c.hi is not None:  # every cell one value of the grid
+                inside = (np.asarray(cells.points) >= c.lo) & (np.asarray(cells.points) <= c.hi)
+                return self._finish(q, float(table[inside].sum()), float(inside.sum()) * std**2, exact=True)
         if not all(self._on_edges(c) for c in q.where.columns if c.levels is None):
             return None  # a range that cuts a cell, or one value of a continuous column
         weights = q.where.level_weights(self.schema, histogram_layout(self.layout, self.measurement.numeric_bins))
@@ -324,17 +334,22 @@ class QueryAnswerer:
         """The model's squared misfit on the query's measured projection, beyond noise: for each measured table of
         the query's coordinates, (model's share - the table's noisy cells weighted by the model's share of each
         cell meeting the query)^2 - that weighted sum's noise variance; the largest, at least 0."""
-        coords = {i for i, c in enumerate(self.layout.coordinates) if c.column in {x.column for x in q.where.columns}}
+        columns = {x.column for x in q.where.columns}
+        coords = {i for i, c in enumerate(self.layout.coordinates) if c.column in columns}
+        anchors = [(np.ravel_multi_index(tuple(self._cells[:, i] for i in key), table.shape), table.ravel(), std)
+                   for key, (table, std) in self._tables.items()
+                   if set(key) <= coords and (len(coords) == 1 or len(key) > 1)]
+        if len(columns) == 1 and next(iter(columns)) in self._fine:  # and the column's fine table, finer
+            cells, table, std = self._fine[next(iter(columns))]
+            present = np.ones(len(self._x), dtype=bool) if cells.missing is None else self._x[:, cells.missing] <= 0
+            index = np.where(present, cells.cells_of(self._x[:, cells.coordinate]), table.size)  # missing: no cell
+            anchors.append((index, np.append(table, 0.0), std))
         worst = 0.0
-        for key, (table, std) in self._tables.items():
-            if not set(key) <= coords or (len(coords) > 1 and len(key) == 1):
-                continue
-            index = np.ravel_multi_index(tuple(self._cells[:, i] for i in key), table.shape)
+        for index, table, std in anchors:
             total = np.bincount(index, minlength=table.size)
             met = np.bincount(index, weights=hold, minlength=table.size)
             p = np.where(total > 0, met / np.maximum(total, 1), 0.0)
-            anchored = float(p @ table.ravel())
-            worst = max(worst, (share - anchored) ** 2 - float(np.sum(p**2)) * std**2)
+            worst = max(worst, (share - float(p @ table)) ** 2 - float(np.sum(p**2)) * std**2)
         return worst
 
 
