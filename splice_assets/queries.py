@@ -234,6 +234,10 @@ class QueryAnswerer:
         exact = self._exact(q)
         return exact if exact is not None else self._bootstrap(q)
 
+    def exact(self, query: Query | str) -> Answer | None:
+        """The exact answer, or None where the query is not a union of whole measured cells (no bootstrap)."""
+        return self._exact(parse_query(query, self.schema))
+
     # -- exact: a union of whole measured cells ---------------------------------------------------------------
 
     def _exact(self, q: Query) -> Answer | None:

@@ -245,6 +245,20 @@ def test_public_bundle_holds_no_private_value(released):
     assert manifest["privacy"]["n"] == json.loads(Path(record["public_dir"], "measurement.json").read_text())["n"]
 
 
+def test_the_answers_with_intervals_stay_in_the_internal_report(released):
+    """The internal report shows exact intervals beside the real answers on the measured rows; no public file (the
+    bundle, MLflow's public artifacts and registered model, its params and tags) holds the section or its summary."""
+    internal = Path(released["record"]["internal_dir"])
+    section = json.loads((internal / "fidelity_report.json").read_text())["answers_with_intervals"]
+    assert len(section["rows"]) >= 10 and {r["interval"] for r in section["rows"]} == {"exact"}
+    measured = json.loads((internal / "audit.json").read_text())["measured_rows"]
+    assert section["real_rows"] == f"the {measured:,} measured rows"
+    assert section["summary"] in (internal / "fidelity_report.html").read_text(encoding="utf-8")
+    for name, data in public_bytes(released).items():
+        for needle in (section["summary"], "answers_with_intervals", "intervals hold the real answer"):
+            assert needle.encode() not in data, f"{needle!r} found in public file {name}"
+
+
 def test_release_lists_the_stored_models_links_by_column(released):
     """release.json's fit.links are the stored model's links (coordinate indices -> schema columns, lambda)."""
     public = Path(released["record"]["public_dir"])

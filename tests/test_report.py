@@ -283,3 +283,60 @@ def test_the_report_states_pass_or_fail_with_its_thresholds(tmp_path):
                         {}, seed=0, out_dir=tmp_path / "same", with_references=False)
     assert same.verdict.passed, same.verdict.findings
     assert same.verdict.result_line().startswith("PASS: thresholds:")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Answers with intervals: exact intervals on public count queries beside the real answers on the measured rows.
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_answers_with_intervals_are_exact_and_hold_the_measured_rows_answers(tmp_path, monkeypatch):
+    """A seeded measurement of 3,000 measured rows of the mixed table (noise from a seeded generator): the section
+    lists public count queries, every interval exact, each real answer counted on the measured rows. Tolerance: at
+    least 80% of the intervals hold it (95% expected; with about 20 queries, 4 or more misses would be a 1-in-60
+    event at the stated coverage), and the summary line says how many did."""
+    import numpy as np
+
+    from splice_assets.api import Synthesizer
+    from splice_assets.evaluation.intervals import public_queries
+    from splice_assets.private import mechanism
+
+    rng = np.random.default_rng(68)
+    monkeypatch.setattr(mechanism, "gaussian_noise",
+                        lambda values, sigma: np.asarray(values, float) + sigma * rng.standard_normal(np.shape(values)))
+    schema = mixed_schema()
+    synth = Synthesizer(schema, 1.0, 1e-9)
+    measured = synth.prepare(raw_mixed(3000, 40), ledger=None).table
+    measurement = synth.measure(synth.encode(measured), ledger=None)
+    synthetic = mixed_table(1000, 41, schema=schema)
+    result = build_report(measured, mixed_table(800, 42, schema=schema), synthetic, schema, {}, seed=0,
+                          out_dir=tmp_path, with_references=False, measurement=measurement)
+    section = json.loads(result.json_path.read_text(encoding="utf-8"))["answers_with_intervals"]
+    rows = section["rows"]
+    queries = [q.describe() for q in public_queries(measurement, schema)]
+    assert 10 <= len(rows) <= 30 and {r["interval"] for r in rows} == {"exact"}
+    # In the public order; the one left out is income's range (nullable: its missing indicator has no table with it).
+    assert [q for q in queries if q in {r["query"] for r in rows}] == [r["query"] for r in rows]
+    assert section["skipped_not_exact"] == len(queries) - len(rows) == 1
+    assert any(" and " in r["query"] for r in rows) and any("between" in r["query"] for r in rows)
+    first = rows[0]
+    assert first["query"] == "count where edu == 'high'"  # the largest category by noisy share
+    assert first["real"] == float((measured["edu"] == "high").sum())  # the measured rows, not the holdout
+    assert all(r["lower"] <= r["estimate"] <= r["upper"] for r in rows)
+    held = sum(r["lower"] <= r["real"] <= r["upper"] for r in rows)
+    assert held == section["held"] and held >= 0.8 * len(rows), rows
+    summary = f"{held} of {len(rows)} intervals hold the real answer (95% expected)"
+    assert section["summary"] == summary
+    text = result.html_path.read_text(encoding="utf-8")
+    parser = _Collector()
+    parser.feed(text)
+    assert "Answers with intervals" in parser.headings and summary in text
+    assert "real (measured rows)" in text and "the 3,000 measured rows" in text
+    # The real answers stay in the two internal files: the step output (ReportResult) carries none of them.
+    assert not any("interval" in field for field in vars(result))
+
+
+def test_without_a_measurement_the_report_has_no_interval_section(report):
+    result, _ = report
+    assert json.loads(result.json_path.read_text(encoding="utf-8"))["answers_with_intervals"] is None
+    assert "Answers with intervals" not in result.html_path.read_text(encoding="utf-8")

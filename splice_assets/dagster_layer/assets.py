@@ -457,6 +457,8 @@ def fidelity_report(
         s.seed,
         store.internal_dir(s.dataset, release_id),
         clipped_shares=repairs.shares("out_of_bounds_clipped"),
+        measurement=p.measurement,
+        measured_count=p.measured_rows(v),
     )
     # Only the report's location goes to Dagster's event log: its numbers are computed from real rows.
     return dg.Output(

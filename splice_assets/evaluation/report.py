@@ -26,6 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from splice_assets.evaluation.expectations import ExpectationSummary, check_synthetic
+from splice_assets.evaluation.intervals import IntervalCheck, interval_check
 from splice_assets.evaluation.metrics import (
     N_BINS,
     DCRResult,
@@ -36,6 +37,7 @@ from splice_assets.evaluation.metrics import (
     reference_band,
 )
 from splice_assets.evaluation.verdict import QUANTILES, ColumnStats, Verdict, verdict
+from splice_assets.measurement import Measurement
 from splice_assets.private.validation import modelled_view
 from splice_assets.schema import ColumnSpec, TableSchema
 
@@ -463,6 +465,23 @@ def _privacy_section(metrics: FidelityMetrics, refs: ReferenceBand | None) -> st
     )
 
 
+def _intervals_section(check: IntervalCheck) -> str:
+    """The release's exact 95% intervals on public count queries beside the real answers (``evaluation.intervals``)."""
+    rows = [[r.query, r.estimate, r.lower, r.upper, r.real, r.holds] for r in check.rows]
+    skipped = f" {check.skipped} candidate queries without an exact interval were left out." if check.skipped else ""
+    return (
+        "<section><h2>Answers with intervals</h2>"
+        f"<p><b>{_e(check.summary())}</b>; real answers counted on {_e(check.real_rows)}.</p>"
+        "<p class=note>Count queries chosen from public information only (each discrete column's largest "
+        "categories by noisy share, the largest noisy cell of the measured pairs, each numeric column up to the "
+        "public bin edge of its noisy median), answered as a user's <code>synth.answer</code> would be: the sum of "
+        "the measured noisy cells with its exact Gaussian 95% interval. About 1 in 20 intervals is expected to miss; "
+        f"many more misses would mean the stated noise is not the noise added.{_e(skipped)}</p>"
+        + _table(["query", "estimate", "95% lower", "95% upper", "real (measured rows)", "holds"], rows, "intervals")
+        + "</section>"
+    )
+
+
 def _expectations_section(summary: ExpectationSummary) -> str:
     rows = [[r.expectation_type, r.column or "(table)", "pass" if r.success else "FAIL"] for r in summary.results]
     status = "all passed" if summary.success else f"{summary.n_failed} failed"
@@ -501,6 +520,7 @@ def render_html(
     expectations: ExpectationSummary | None,
     seconds: float | None = None,
     result: Verdict | None = None,
+    intervals: IntervalCheck | None = None,
 ) -> str:
     """The report as one HTML string (first line and first heading say INTERNAL). ``real_holdout`` is the table
     the synthetic rows are compared with: the measured rows when ``result.has_holdout`` is False."""
@@ -520,6 +540,7 @@ def render_html(
         _tstr_section(metrics, references, real_label == "real holdout"),
         _detection_section(metrics, references, real_label),
         _privacy_section(metrics, references),
+        _intervals_section(intervals) if intervals is not None else "",
         _expectations_section(expectations) if expectations is not None else "",
     ]
     timing = ", ".join(f"{k} {v:.2f}s" for k, v in metrics.seconds.items())
@@ -541,6 +562,8 @@ def build_report(
     with_references: bool = True,
     stem: str = "fidelity_report",
     clipped_shares: Mapping[str, float] | None = None,
+    measurement: Measurement | None = None,
+    measured_count: int | None = None,
 ) -> ReportResult:
     """Compute all metrics (plus reference band and GE suite) and write ``<stem>.html`` and ``<stem>.json``.
 
@@ -553,6 +576,11 @@ def build_report(
 
     ``clipped_shares`` (per column, the share of the input rows its bounds clipped, from the validation's repair
     counts) lets the verdict name a tail the bounds cut off: the real rows here are clipped already.
+
+    ``measurement`` (the release's noisy one) adds the "Answers with intervals" section: exact intervals on public
+    count queries beside their real answers on ``real_train``, the measured rows, or a sample of them when
+    ``measured_count`` (their exact number, INTERNAL) is larger (a streamed input). Those real answers go to the
+    two files only, never to the returned ``ReportResult`` (a Dagster step output).
     """
     from splice_assets import progress
 
@@ -574,10 +602,14 @@ def build_report(
     with progress.stage("report: Great Expectations suite"):
         expectations = check_synthetic(output_rows, schema, null_rate_bounds)
     ge_seconds = time.perf_counter() - t_ge
+    intervals = None
+    if measurement is not None:
+        with progress.stage("report: answers with intervals (exact, on the measured rows)"):
+            intervals = interval_check(measurement, schema, real_train, output_rows, seed, measured_count)
     with progress.stage("report: verdict, plots, HTML"):
         result = verdict(compared, synthetic, schema, metrics, references, has_holdout, clipped_shares)
         html_text = render_html(compared, synthetic, schema, release_facts, metrics, references, expectations,
-                                seconds=time.perf_counter() - t0, result=result)
+                                seconds=time.perf_counter() - t0, result=result, intervals=intervals)
     html_path = out / f"{stem}.html"
     json_path = out / f"{stem}.json"
     html_path.write_text(html_text, encoding="utf-8")
@@ -591,6 +623,7 @@ def build_report(
         "metrics": metrics.to_dict(),
         "references": references.to_dict() if references else None,
         "expectations": expectations.to_dict(),
+        "answers_with_intervals": None if intervals is None else _json_value(intervals.to_dict()),
         "seconds": {"total": round(seconds, 3), "expectations": round(ge_seconds, 3)},
     }
     json_path.write_text(json.dumps(payload, indent=2, allow_nan=False), encoding="utf-8")

@@ -277,7 +277,8 @@ def _internal_report(charge: Charge, synth: Synthesizer, synthetic: pd.DataFrame
         return None, None, f"no internal fidelity report: the input could not be read again ({reason})"
     facts = public_facts(charge.measurement, ledger, rid, bounds_noise_multiplier=charge.bounds_noise_multiplier)
     report = build_report(rows.train, rows.holdout, synthetic, charge.schema, facts, s.seed,
-                          charge.location.internal_dir, clipped_shares=rows.repairs.shares("out_of_bounds_clipped"))
+                          charge.location.internal_dir, clipped_shares=rows.repairs.shares("out_of_bounds_clipped"),
+                          measurement=charge.measurement, measured_count=rows.measured)
     return report, rows, None
 
 
