@@ -7,6 +7,8 @@ re-export them from here.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from splice_assets.limits import RELATIONS as RELATIONS
@@ -63,3 +65,9 @@ def default_pair_share(schema: TableSchema) -> float:
     decimals."""
     discrete = sum(spec.is_discrete for spec in schema.columns) / max(len(schema.columns), 1)
     return round(DEFAULT_PAIR_SHARE + (DISCRETE_PAIR_SHARE - DEFAULT_PAIR_SHARE) * discrete, 4)
+
+
+def dagster_home() -> Path:
+    """``$DAGSTER_HOME``, else the repository's ``dagster_home/`` (git-ignored), whatever the working directory: the
+    one rule by which the CLI, Dagster, the ledger and MLflow find the embedded state."""
+    return Path(os.environ.get("DAGSTER_HOME") or Path(__file__).resolve().parents[1] / "dagster_home")

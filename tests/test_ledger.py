@@ -12,6 +12,7 @@ import multiprocessing as mp
 import os
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,6 +38,7 @@ from splice_assets.private.mechanism import (
     calibrate,
     compose_epsilon,
 )
+from splice_assets.release.locations import tracking_uri
 
 PG_URL = os.environ.get("SPLICE_TEST_POSTGRES_URL")
 
@@ -305,8 +307,10 @@ def test_default_ledger_url(monkeypatch, tmp_path):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     assert default_ledger_url() == f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     monkeypatch.delenv("DAGSTER_HOME")
-    monkeypatch.chdir(tmp_path)
-    assert default_ledger_url() == f"sqlite:///{tmp_path / 'dagster_home' / 'ledger.sqlite'}"
+    monkeypatch.chdir(tmp_path)  # from any directory: the repository's dagster_home, where Dagster and MLflow look
+    repository_home = Path(__file__).resolve().parents[1] / "dagster_home"
+    assert default_ledger_url() == f"sqlite:///{repository_home / 'ledger.sqlite'}"
+    assert tracking_uri() == f"sqlite:///{repository_home / 'mlflow.db'}"
     monkeypatch.setenv("SPLICE_LEDGER_URL", "postgresql+psycopg://u@h/db")
     assert default_ledger_url() == "postgresql+psycopg://u@h/db"
 

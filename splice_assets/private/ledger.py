@@ -44,6 +44,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.pool import StaticPool
 
+from splice_assets.defaults import dagster_home
 from splice_assets.limits import Relation, SettingsError, check_delta_for
 from splice_assets.private.errors import PrivacyParameterError
 
@@ -158,12 +159,12 @@ def _check_actor(actor: str | None) -> str:
 
 
 def default_ledger_url() -> str:
-    """``$SPLICE_LEDGER_URL`` if set, else a SQLite file ledger.sqlite under $DAGSTER_HOME (or ./dagster_home)."""
+    """``$SPLICE_LEDGER_URL`` if set, else a SQLite file ledger.sqlite under ``defaults.dagster_home()`` (as
+    Dagster and MLflow find theirs, from any working directory)."""
     url = os.environ.get("SPLICE_LEDGER_URL")
     if url:
         return url
-    home = os.environ.get("DAGSTER_HOME") or "dagster_home"
-    return f"sqlite:///{(Path(home) / 'ledger.sqlite').resolve()}"
+    return f"sqlite:///{(dagster_home() / 'ledger.sqlite').resolve()}"
 
 
 def _utcnow() -> datetime:

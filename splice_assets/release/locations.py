@@ -15,10 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-
-def dagster_home() -> Path:
-    """``$DAGSTER_HOME``, else the repository's ``dagster_home/`` (git-ignored), whatever the working directory."""
-    return Path(os.environ.get("DAGSTER_HOME") or Path(__file__).resolve().parents[2] / "dagster_home")
+from splice_assets.defaults import dagster_home as dagster_home  # re-exported: the layers import it from here
 
 
 def prepare_dagster_home() -> Path:
