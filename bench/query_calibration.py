@@ -12,7 +12,8 @@ value), so it is never empty. The real answer is computed on the measured rows (
 
 Reported per table, epsilon, interval kind (exact / bootstrap) and number of columns: the coverage (share of
 intervals holding the real answer), the median half-width and the median absolute error (both in rows for counts,
-relative to the real mean's absolute value for means), and their ratio. Writes bench/results/query_calibration.csv
+relative to the real mean's absolute value for means), and their ratio. A mean the model cannot answer (fewer than
+two of its rows meet the condition) is refused, as it is to a user, and counted apart. Writes bench/results/query_calibration.csv
 (one row per query) and query_calibration.md (the summary), and the headline table into docs/benchmarks.md.
 ``fair_affairs`` is the bundled demo table.
 """
@@ -116,12 +117,16 @@ def calibrate(name: str, epsilon: float, queries: int, replicates: int, max_rows
     rows = []
     for text in random_queries(real, synth.schema, queries, np.random.default_rng([QUERY_SEED, seed])):
         query = parse_query(text, synth.schema)
-        answer = answerer.answer(query)
-        truth = real_answer(query, real, synth.schema)
-        rows.append({"table": name, "epsilon": epsilon, "seed": seed, "query": text, "statistic": query.statistic,
-                     "columns": len(query.where.columns) + len(query.where.instants), "interval": answer.interval,
-                     "truth": truth, "estimate": answer.estimate, "lower": answer.lower, "upper": answer.upper,
-                     "n": len(real)})
+        row = {"table": name, "epsilon": epsilon, "seed": seed, "query": text, "statistic": query.statistic,
+               "columns": len(query.where.columns) + len(query.where.instants),
+               "truth": real_answer(query, real, synth.schema), "n": len(real)}
+        try:
+            answer = answerer.answer(query)
+        except ValueError:  # a mean over (almost) no rows of the model: refused, with the reason, to the user
+            rows.append({**row, "interval": "refused"})
+            continue
+        rows.append({**row, "interval": answer.interval, "estimate": answer.estimate, "lower": answer.lower,
+                     "upper": answer.upper})
     print(f"{name} eps={epsilon}: fit {fitted - started:.0f}s, basis {based - fitted:.0f}s, "
           f"{len(rows)} queries {time.perf_counter() - based:.0f}s", flush=True)
     return pd.DataFrame(rows)

@@ -34,7 +34,7 @@ import numpy as np
 
 from splice_assets.conditions import ColumnCondition, Conditions, parse_where
 from splice_assets.encoding import encode
-from splice_assets.fine_cells import fine_cells, per_column
+from splice_assets.fine_cells import FineCells, fine_cells, per_column
 from splice_assets.kinds import kind_of
 from splice_assets.layout import histogram_layout, layout_for, marginal_cells, marginal_sizes, pair_tables
 from splice_assets.lowering import lower_input
@@ -246,8 +246,8 @@ class QueryAnswerer:
         if len(q.where.columns) == 1 and q.where.columns[0].column in self._fine:
             c = q.where.columns[0]
             cells, table, std = self._fine[c.column]
-            if cells.per_value and c.lo is not None and c.hi is not None:  # every cell one value of the grid
-                inside = (np.asarray(cells.points) >= c.lo) & (np.asarray(cells.points) <= c.hi)
+            inside = self._whole_fine_cells(cells, c)
+            if inside is not None:
                 return self._finish(q, float(table[inside].sum()), float(inside.sum()) * std**2, exact=True)
         if not all(self._on_edges(c) for c in q.where.columns if c.levels is None):
             return None  # a range that cuts a cell, or one value of a continuous column
@@ -268,6 +268,24 @@ class QueryAnswerer:
             mask = mask * binding[i].reshape(shape)
         share, share_var = float(np.sum(mask * table)), float(np.sum(mask)) * std**2
         return self._finish(q, share, share_var, exact=True)
+
+    def _whole_fine_cells(self, cells: FineCells, c: ColumnCondition) -> np.ndarray | None:
+        """The fine cells a range holds whole (a mask), or None where it cuts one: a declared value or grid value is
+        a cell of its own; an interval is held when the range covers it and left when they share at most an edge
+        (a value on the edge that is a declared one sits in its point's cell)."""
+        if c.lo is None or c.hi is None:
+            return None
+        points = np.asarray(cells.points, dtype=np.float64)
+        inside = (points >= c.lo) & (points <= c.hi)
+        if cells.per_value:
+            return inside
+        spec = next(s for s in self.schema.columns if s.name == c.column)
+        lo, hi = Conditions.cube_range(c, spec)
+        edges = -1.0 + 2.0 * np.arange(cells.intervals + 1) / cells.intervals
+        overlap = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0.0, None) / np.diff(edges)
+        if np.any((overlap > 1e-9) & (overlap < 1.0 - 1e-9)):
+            return None
+        return np.concatenate([inside, overlap > 0.5])
 
     def _on_edges(self, c: ColumnCondition) -> bool:
         """Whether a numeric range covers whole cells of the column's measured table: both ends on its public bin
