@@ -13,9 +13,9 @@ value), so it is never empty. The real answer is computed on the measured rows (
 Reported per table, epsilon, interval kind (exact / bootstrap) and number of columns: the coverage (share of
 intervals holding the real answer), the median half-width and the median absolute error (both in rows for counts,
 relative to the real mean's absolute value for means), and their ratio. A mean the model cannot answer (fewer than
-two of its rows meet the condition) is refused, as it is to a user, and counted apart. Writes bench/results/query_calibration.csv
-(one row per query) and query_calibration.md (the summary), and the headline table into docs/benchmarks.md.
-``fair_affairs`` is the bundled demo table.
+two of its rows meet the condition) is refused, as it is to a user, and counted apart (``refused``). Writes
+bench/results/query_calibration.csv (one row per query) and query_calibration.md (the summary), and the headline
+table into docs/benchmarks.md. ``fair_affairs`` is the bundled demo table.
 """
 
 from __future__ import annotations
@@ -134,6 +134,7 @@ def calibrate(name: str, epsilon: float, queries: int, replicates: int, max_rows
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Coverage, median half-width and median |error| per table, epsilon, statistic, interval kind and columns."""
+    refused = frame[frame.interval == "refused"].groupby(["table", "epsilon"]).size().rename("refused")
     frame = frame.dropna(subset=["truth", "estimate"]).copy()
     frame["covered"] = (frame.truth >= frame.lower) & (frame.truth <= frame.upper)
     scale = np.where(frame.statistic == "count", 1.0, np.abs(frame.truth).clip(lower=1e-12))
@@ -147,20 +148,22 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
                                                       median_half_width=("half_width", "median"),
                                                       median_abs_error=("abs_error", "median")).reset_index()
     overall[["statistic", "interval", "columns"]] = ["all", "all", 0]
+    overall = overall.join(refused, on=["table", "epsilon"]).fillna({"refused": 0})
     out = pd.concat([overall, out]).sort_values(keys, kind="stable")
     out["width_over_error"] = out.median_half_width / out.median_abs_error.clip(lower=1e-12)
-    return out[[*keys, "queries", "coverage", "median_half_width", "median_abs_error", "width_over_error"]]
+    out["refused"] = out.refused.fillna(0).astype(int)
+    return out[[*keys, "queries", "refused", "coverage", "median_half_width", "median_abs_error", "width_over_error"]]
 
 
 def write_markdown(table: pd.DataFrame, path: Path) -> None:
     lines = ["# Query intervals: coverage of the 95% intervals", "",
              "Written by `python -m bench.query_calibration` (module doc: queries, real answers, widths). Half-width "
              "and |error| are in rows for counts and relative to the real mean for means; columns 0 = all queries.",
-             "", "| table | ε | statistic | interval | columns | queries | coverage | median half-width | "
-             "median abs error | width / error |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "", "| table | ε | statistic | interval | columns | queries | refused | coverage | median half-width | "
+             "median abs error | width / error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples(index=False):
         lines.append(f"| {r.table} | {r.epsilon:g} | {r.statistic} | {r.interval} | {r.columns} | {r.queries} | "
-                     f"{r.coverage:.3f} | {r.median_half_width:.4g} | {r.median_abs_error:.4g} | "
+                     f"{r.refused} | {r.coverage:.3f} | {r.median_half_width:.4g} | {r.median_abs_error:.4g} | "
                      f"{r.width_over_error:.2f} |")
     path.write_text("\n".join(lines) + "\n")
 
@@ -171,14 +174,15 @@ def headline(table: pd.DataFrame) -> str:
     kinds = table[table.statistic != "all"].groupby(["table", "epsilon", "interval"]).apply(
         lambda g: pd.Series({"queries": g.queries.sum(), "coverage": np.average(g.coverage, weights=g.queries)}),
         include_groups=False).reset_index()
-    lines = ["| table | ε | queries | coverage | width / error | exact: coverage (queries) | "
-             "bootstrap: coverage (queries) |", "|---|---|---|---|---|---|---|"]
+    lines = ["| table | ε | queries | refused | coverage | width / error | exact: coverage (queries) | "
+             "bootstrap: coverage (queries) |", "|---|---|---|---|---|---|---|---|"]
     for r in rows.itertuples(index=False):
         cells = []
         for kind in ("exact", "bootstrap"):
             k = kinds[(kinds.table == r.table) & (kinds.epsilon == r.epsilon) & (kinds.interval == kind)]
             cells.append(f"{k.coverage.iloc[0]:.3f} ({int(k.queries.iloc[0])})" if len(k) else "–")
-        lines.append(f"| {r.table} | {r.epsilon:g} | {r.queries} | {r.coverage:.3f} | {r.width_over_error:.2f} | "
+        lines.append(f"| {r.table} | {r.epsilon:g} | {r.queries} | {r.refused} | {r.coverage:.3f} | "
+                     f"{r.width_over_error:.2f} | "
                      f"{cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
 
@@ -191,9 +195,11 @@ def main() -> None:
     ap.add_argument("--replicates", type=int, default=10)
     ap.add_argument("--max-rows", type=int, default=20_000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--append", action="store_true", help="add to the existing results instead of replacing them")
+    ap.add_argument("--append", action="store_true",
+                    help="keep the existing results of other tables and epsilons instead of replacing them all")
     args = ap.parse_args()
-    frames = [pd.read_csv(CSV_OUT)] if args.append and CSV_OUT.exists() else []
+    kept = pd.read_csv(CSV_OUT) if args.append and CSV_OUT.exists() else pd.DataFrame(columns=["table", "epsilon"])
+    frames = [kept[~(kept.table.isin(args.datasets) & kept.epsilon.isin(args.epsilons))]]  # a rerun replaces them
     for name in args.datasets:
         for epsilon in args.epsilons:
             frames.append(calibrate(name, epsilon, args.queries, args.replicates, args.max_rows, args.seed))
