@@ -311,8 +311,14 @@ def test_registered_model_samples_in_a_fresh_process(released):
         f"m = mlflow.pyfunc.load_model('models:/splice-{DEMO_DATASET}@latest')\n"
         "a = m.predict(pd.DataFrame({'n_rows': [50], 'seed': [1]}))\n"
         "b = m.predict({'n_rows': 50}, params={'seed': 1})\n"
+        "q = m.predict(pd.DataFrame({'query': ['share where rate_marriage == 5', 'count']}))\n"
+        "try:\n"
+        "    m.predict({'query': 'median(affairs)'})\n"
+        "    refused = ''\n"
+        "except Exception as error:\n"
+        "    refused = str(error)\n"
         "print(json.dumps({'shape': list(a.shape), 'columns': list(a.columns), 'same': bool(a.equals(b)),"
-        " 'max_affairs': float(a['affairs'].max())}))\n"
+        " 'max_affairs': float(a['affairs'].max()), 'answers': q.to_dict('records'), 'refused': refused}))\n"
     )
     env = {**os.environ, **environment(tmp)}
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp), capture_output=True, text=True,
@@ -322,6 +328,11 @@ def test_registered_model_samples_in_a_fresh_process(released):
     schema = pd.read_parquet(Path(record["public_dir"]) / "synthetic.parquet").columns.tolist()
     assert out["shape"] == [50, len(schema)] and out["columns"] == schema
     assert out["same"] and out["max_affairs"] <= 100.0
+    # A query input answers with a 95% interval instead of sampling; a bad query is refused, quoted.
+    share, count = out["answers"]
+    assert share["interval"] == count["interval"] == "exact" and share["lower"] < share["estimate"] < share["upper"]
+    assert count["estimate"] == count["rows"] == manifest["n"]  # replace-one: n is public, exactly
+    assert "cannot read 'median(affairs)'" in out["refused"]
 
 
 def readme_registry_snippet() -> str:

@@ -565,7 +565,7 @@ def log_to_mlflow(
             logged.update(
                 log_release_model(
                     public_dir, schema.name, release_id, int(params.get("seed", measurement.seed)),
-                    register=register_model, privacy=facts,
+                    register=register_model, privacy=facts, parameters=params,
                 )
             )
             manifest["mlflow"].update(

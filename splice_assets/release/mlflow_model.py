@@ -13,13 +13,21 @@
 ``where`` (a param, or an input column that overrides it per request) samples from the model's conditional law
 given a condition in ``splice sample --where``'s text form (``conditions.parse_where``); "" is no condition.
 
+An input with a ``query`` column answers questions instead of sampling, one row of answer per query, with a 95%
+interval and its kind (``splice query``'s form; ``queries.QueryAnswerer``; the first query with a bootstrap
+interval refits the re-noised measurement 20 times in the serving process, once):
+
+    model.predict(pd.DataFrame({"query": ["count where status == 'paid'", "mean(amount) where region == 'n'"]}))
+
 The logged signature (inputs ``n_rows`` long, optional ``seed`` long and ``where`` string; params ``seed`` and
 ``where``) lets MLflow validate
 requests and serve the model; a bare int is accepted by ``unwrap_python_model().predict(None, 500)`` and by
 ``unwrap_python_model().sample(500, seed)``, not through the schema-enforcing pyfunc wrapper.
 
-Artifacts are the public bundle's ``model.npz`` + ``model.json`` (``sampling.save_model``) and ``schema.yaml``:
-mechanism outputs and public metadata only. The model is logged from code (``pyfunc_entry.py``), not pickled.
+Artifacts are the public bundle's ``model.npz`` + ``model.json`` (``sampling.save_model``), ``schema.yaml``, the
+noisy measurement (``measurement.npz`` + ``.json``) and the release's public parameters (``parameters.json``, for the
+queries' refits): mechanism outputs and public metadata only. The model is logged from code (``pyfunc_entry.py``),
+not pickled.
 Registered per dataset as ``splice-<dataset>`` through the client API (the fluent ``registered_model_name=`` prints
 "Registered model ... already exists" on every release); MLflow reserves the alias ``latest`` and resolves
 ``models:/<name>@latest`` to the highest version, i.e. the newest release.
@@ -27,6 +35,7 @@ Registered per dataset as ``splice-<dataset>`` through the client API (the fluen
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import warnings
@@ -44,6 +53,8 @@ from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 BUNDLE = "bundle"
 MODEL_STEM = "model"
 SCHEMA_FILE = "schema.yaml"
+MEASUREMENT_STEM = "measurement"
+PARAMETERS_FILE = "parameters.json"
 MAX_ROWS = 10_000_000
 
 
@@ -112,6 +123,18 @@ def parse_requests(model_input: Any, default_seed: int, params: dict[str, Any] |
     return requests
 
 
+def query_requests(model_input: Any) -> list[str] | None:
+    """The query texts of an input with a ``query`` column (a DataFrame or a dict), else None (a sampling request)."""
+    if isinstance(model_input, dict) and "query" in model_input:
+        model_input = pd.DataFrame({k: np.atleast_1d(v) for k, v in model_input.items()})
+    if not isinstance(model_input, pd.DataFrame) or "query" not in model_input.columns:
+        return None
+    texts = [q for q in model_input["query"] if isinstance(q, str) and q.strip()]
+    if len(texts) != len(model_input):
+        raise ValueError("every row of a query request needs its query text, such as \"count where status == 'paid'\"")
+    return texts
+
+
 # MLflow warns (once per process, at class creation) that predict has no type hints; it has none on purpose:
 # the logged signature describes the input. record=True keeps that notice off the CLI's stderr.
 with warnings.catch_warnings(record=True):
@@ -128,9 +151,10 @@ with warnings.catch_warnings(record=True):
 
             # Logged from code, the instance is built without arguments: the release's seed is in model_config.
             self.default_seed = int((context.model_config or {}).get("default_seed", self.default_seed))
-            bundle = Path(context.artifacts[BUNDLE])
-            self._model = load_model(bundle / MODEL_STEM)
-            self._schema = load_schema(bundle / SCHEMA_FILE)
+            self._bundle = Path(context.artifacts[BUNDLE])
+            self._model = load_model(self._bundle / MODEL_STEM)
+            self._schema = load_schema(self._bundle / SCHEMA_FILE)
+            self._answerer: Any = None  # built by the first query
 
         def sample(self, n_rows: int, seed: int | None = None, where: str | dict[str, Any] | None = None
                    ) -> pd.DataFrame:
@@ -141,7 +165,29 @@ with warnings.catch_warnings(record=True):
                 self._model, self._schema, int(n_rows), self.default_seed if seed is None else int(seed), where=where
             )
 
+        def answer(self, query: str) -> dict[str, Any]:
+            """The release's answer to ``query`` with its 95% interval (``queries``), as one output row."""
+            if self._answerer is None:
+                from splice_assets.api import Synthesizer
+                from splice_assets.measurement import Measurement
+                from splice_assets.queries import QueryAnswerer, QueryBasis
+                from splice_assets.release.settings import ReleaseSettings
+
+                settings = ReleaseSettings.from_parameters(json.loads((self._bundle / PARAMETERS_FILE).read_text()))
+                synth = Synthesizer.from_settings(self._schema, settings.synthesizer_settings())
+                synth.measurement, synth.model = Measurement.load(self._bundle / MEASUREMENT_STEM), self._model
+                self._answerer = QueryAnswerer(synth.measurement, self._schema, QueryBasis(synth.sample(2), [], 0))
+                self._synth = synth
+            if self._answerer.exact(query) is None and not self._answerer.basis.replicates:
+                from splice_assets.queries import QueryAnswerer
+
+                self._answerer = QueryAnswerer(self._answerer.measurement, self._schema, self._synth.query_basis())
+            return self._answerer.answer(query).as_dict()
+
         def predict(self, context, model_input, params=None):  # no type hints: MLflow would treat them as a schema
+            queries = query_requests(model_input)
+            if queries is not None:
+                return pd.DataFrame([self.answer(q) for q in queries])
             requests = parse_requests(model_input, self.default_seed, params)
             tables = [self.sample(n, seed, where) for n, seed, where in requests]
             return tables[0] if len(tables) == 1 else pd.concat(tables, ignore_index=True)
@@ -154,8 +200,11 @@ def log_release_model(
     default_seed: int = 0,
     register: bool = True,
     privacy: dict[str, Any] | None = None,
+    parameters: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Log the release's model in the ACTIVE MLflow run and register it as ``splice-<dataset>``.
+
+    ``parameters``: the release's public parameters (the manifest's), from which a query's refits are set up.
 
     ``privacy``: the release's public facts (``bundle.public_facts``); its headline epsilon (``epsilon_cost``), delta
     and relation tag the model version beside its release id, so the registry's version page shows them.
@@ -166,12 +215,14 @@ def log_release_model(
     with tempfile.TemporaryDirectory(prefix="splice-model-") as tmp:
         bundle = Path(tmp) / BUNDLE
         bundle.mkdir()
-        for file_name in (f"{MODEL_STEM}.npz", f"{MODEL_STEM}.json", SCHEMA_FILE):
+        for file_name in (f"{MODEL_STEM}.npz", f"{MODEL_STEM}.json", SCHEMA_FILE, f"{MEASUREMENT_STEM}.npz",
+                          f"{MEASUREMENT_STEM}.json"):
             shutil.copy2(public_dir / file_name, bundle / file_name)
+        (bundle / PARAMETERS_FILE).write_text(json.dumps({"dataset": dataset, **(parameters or {})}, default=str))
         name = registered_model_name(dataset) if register else None
         signature = ModelSignature(
-            inputs=Schema([ColSpec("long", "n_rows"), ColSpec("long", "seed", required=False),
-                           ColSpec("string", "where", required=False)]),
+            inputs=Schema([ColSpec("long", "n_rows", required=False), ColSpec("long", "seed", required=False),
+                           ColSpec("string", "where", required=False), ColSpec("string", "query", required=False)]),
             params=ParamSchema([ParamSpec("seed", "long", int(default_seed)), ParamSpec("where", "string", "")]),
         )
         with warnings.catch_warnings():
