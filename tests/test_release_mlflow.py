@@ -417,6 +417,11 @@ def test_public_quality_summary_is_derived_from_public_files_alone(released):
     assert json.loads(json.dumps(recomputed)) == stored
     affairs = stored["columns"]["affairs"]
     assert affairs["cells"] == 16 and affairs["noise_std_per_cell"] > 0 and affairs["model_tvd"] is not None
+    # The accuracy a reader needs, from sigma: a cell's 95% count error per column, and every measured pair's table.
+    n = manifest["privacy"]["n"]
+    assert affairs["count_error_95"] == pytest.approx(1.96 * affairs["noise_std_per_cell"] * n, rel=1e-3)
+    assert len(stored["pair_tables"]) == stored["pairs"] > 0 and stored["pair_count_error_95"] > 0
+    assert stored["pair_tables"]["rate_marriage x affairs"]["cells"] == 5 * 16
     # Planted check: numbers the internal report computed from real rows do not appear in the public summary.
     report = json.loads((internal / "fidelity_report.json").read_text())
     real_side = report["verdict"]["columns"]["affairs"]["real"]

@@ -10,7 +10,13 @@ Per column (its value coordinate's 1-way table of s cells, each with noise std t
 - ``expected_noise_tvd`` 0.5 s t sqrt(2/pi): the TVD the noise alone puts between the noisy table and the truth;
 - ``cells_below_noise``: cells whose noisy share is below 2 t (indistinguishable from empty);
 - ``model_tvd``: TVD between the synthetic rows' table and the noisy one (clipped at 0, renormalised). Near the
-  expected noise TVD, the model meets the statistics as closely as the noise allows; far above it, it misses them.
+  expected noise TVD, the model meets the statistics as closely as the noise allows; far above it, it misses them;
+- ``count_error_95``: 1.96 t n, the 95% error of one cell's count (the accuracy ``splice query`` gives a count of
+  that cell exactly, in rows).
+
+Per measured pair (``pair_tables``: the two columns, with a part's role where it is not the value): its cells, its
+``expected_noise_tvd`` and ``model_tvd`` as above; every pair's cells share one noise std (``pair_noise_std_per_cell``,
+``pair_count_error_95`` in rows).
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ import numpy as np
 import pandas as pd
 
 from splice_assets.encoding import encode
-from splice_assets.layout import EncodingLayout, layout_for, marginal_cells, marginal_sizes
+from splice_assets.layout import Coordinate, EncodingLayout, layout_for, marginal_cells, marginal_sizes
 from splice_assets.measurement import Measurement
 from splice_assets.postprocess.fine_tables import below_noise
 from splice_assets.private.validation import modelled_view
+from splice_assets.queries import Z95
 from splice_assets.schema import TableSchema
 
 STATEMENT = (
@@ -101,13 +108,19 @@ def quality_summary(measurement: Measurement, schema: TableSchema, synthetic: pd
                 "cells_below_noise": int((noisy < 2 * std1).sum()),
                 "values_below_noise": hidden.get(coordinate.column, []),
                 "model_tvd": _round(model),
+                "count_error_95": _round(Z95 * std1 * measurement.n),
             }
     two_way: list[tuple[float, float]] = []
+    pair_tables: dict[str, Any] = {}
     if measurement.pairs:
         counts2 = twos.astype(np.float64)
         cuts = np.cumsum(measurement.pair_sizes)[:-1]
-        for noisy, synth in zip(np.split(measurement.noisy_pairs, cuts), np.split(counts2, cuts)):
+        for pair, noisy, synth in zip(measurement.pairs, np.split(measurement.noisy_pairs, cuts),
+                                      np.split(counts2, cuts)):
             two_way.append((_tvd_to_noisy(synth, noisy), _noise_tvd(len(noisy), std2)))
+            name = " x ".join(_part_name(layout.coordinates[i]) for i in pair)
+            pair_tables[name] = {"cells": len(noisy), "expected_noise_tvd": _round(two_way[-1][1]),
+                                 "model_tvd": _round(two_way[-1][0])}
 
     def mean(values: list[tuple[float, float]], i: int) -> float | None:
         return _round(float(np.mean([v[i] for v in values]))) if values else None
@@ -119,5 +132,13 @@ def quality_summary(measurement: Measurement, schema: TableSchema, synthetic: pd
         "model_tvd_2way": mean(two_way, 0),
         "expected_noise_tvd_2way": mean(two_way, 1),
         "pairs": len(two_way),
+        "pair_noise_std_per_cell": _round(std2) if two_way else None,
+        "pair_count_error_95": _round(Z95 * std2 * measurement.n) if two_way else None,
         "columns": columns,
+        "pair_tables": pair_tables,
     }
+
+
+def _part_name(coordinate: Coordinate) -> str:
+    """A coordinate as a reader names it: its column, with the part's role where it is not the value."""
+    return coordinate.column if coordinate.role == "value" else f"{coordinate.column}.{coordinate.role}"
