@@ -5,16 +5,18 @@ conjunction of conditions, and the mean or sum of a numeric column over them (``
 Everything here reads public information only: the noisy measurement and its sigma, the fitted model, the schema
 and public seeds. Two kinds of interval, and every answer says which it is:
 
-- ``exact``: a count or share whose condition is a union of whole cells of one measured table (a 1-way table, a
-  measured pair, or one of the target's measured 3-way tables). The answer is the sum of those noisy cells, and the
-  interval the Gaussian mechanism's own: the cells' noise is N(0, sigma_T^2) each, independent, so the sum's is
-  N(0, cells * sigma_T^2) exactly (under add-remove the share divides by the noisy n, whose spread is added).
+- ``exact``: a count or share whose condition is a union of whole cells of one measured table (a 1-way table or a
+  numeric column's fine table, a measured pair, or one of the target's measured 3-way tables). The answer is the
+  sum of those noisy cells, and the interval the Gaussian mechanism's own: the cells' noise is N(0, sigma_T^2) each,
+  independent, so the sum's is N(0, cells * sigma_T^2) exactly (under add-remove the share divides by the noisy n,
+  whose spread is added).
 - ``bootstrap``: everything else. The answer is the model's, read off a large sample drawn with a public seed.
   Its spread from the noise is a parametric bootstrap: the measurement re-noised at its own sigma (a seeded
   generator: this is post-processing, not privacy noise) and refitted ``replicates`` times at zero cost
-  (``QueryBasis``). The model's misfit on the query's measured projection is added: the answer that weights the
-  measured cells of the tables inside the query's columns by the model's share of each cell meeting the query
-  differs from the model's own by more than that table's noise explains only where the model misses it.
+  (``QueryBasis``); the replicates' shift from the answer counts as bias beside their spread. The model's misfit
+  on the query's measured projection is added: the answer that weights the measured cells of the tables inside
+  the query's columns by the model's share of each cell meeting the query differs from the model's own by more
+  than that table's noise explains only where the model misses it.
 
 The bench's query-calibration command (``python -m bench.query_calibration``) measures coverage and width on the
 shared tables; docs/method.md states the method.
@@ -319,10 +321,11 @@ class QueryAnswerer:
         hold = q.where.holds(sample, self.schema)
         if q.statistic in ("count", "share"):
             share = float(hold.mean())
-            spread = np.var([q.where.holds(r, self.schema).mean() for r in self.basis.replicates], ddof=1)
+            replicate_shares = [q.where.holds(r, self.schema).mean() for r in self.basis.replicates]
             monte_carlo = share * (1.0 - share) / len(sample)
             misfit = self._misfit(q, hold, share)
-            return self._finish(q, share, float(spread) + monte_carlo + misfit, exact=False)
+            return self._finish(q, share, _mean_square_error(replicate_shares, share) + monte_carlo + misfit,
+                                exact=False)
         assert q.column is not None
         value = self._statistic(q, sample, hold)
         replicate_values = [self._statistic(q, r, q.where.holds(r, self.schema)) for r in self.basis.replicates]
@@ -335,7 +338,7 @@ class QueryAnswerer:
         if q.statistic == "sum":
             monte_carlo = monte_carlo * (self.rows * len(values) / len(sample)) ** 2
             monte_carlo += (value / len(values)) ** 2 * len(values)  # the count's own sampling spread
-        variance = float(np.nanvar(replicate_values, ddof=1)) + monte_carlo
+        variance = _mean_square_error(replicate_values, value) + monte_carlo
         half = Z95 * math.sqrt(variance) if math.isfinite(variance) else math.inf
         spec = next(s for s in self.schema.columns if s.name == q.column)
         assert spec.bounds is not None
@@ -373,6 +376,17 @@ class QueryAnswerer:
             p = np.where(total > 0, met / np.maximum(total, 1), 0.0)
             worst = max(worst, (share - float(p @ table)) ** 2 - float(np.sum(p**2)) * std**2)
         return worst
+
+
+def _mean_square_error(replicates: list[float], estimate: float) -> float:
+    """The bootstrap's spread of the replicates plus the square of their shift from the estimate: fitted to a
+    measurement with twice the noise, the replicates move from the estimate by about as much as the noise moved the
+    estimate from the truth (the parametric bootstrap's estimate of the bias, counted in the error, not corrected)."""
+    values = np.asarray(replicates, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if len(values) < 2:
+        return math.inf
+    return float(np.var(values, ddof=1) + (values.mean() - estimate) ** 2)
 
 
 def _encoded(frame: pd.DataFrame, schema: TableSchema) -> np.ndarray:
