@@ -242,11 +242,17 @@ def prepared_datasets(names: Iterable[str]) -> Iterator[tuple[str, Prepared]]:
         if prepared is not None:
             yield name, prepared
 
+
+def run_dir(p: Prepared, method: str, eps: float, seed: int) -> Path:
+    """The git-ignored folder of one run's synthetic CSV, stats JSON (``stats.json``) and log."""
+    return RAW_DIR / p.name / f"{method}_eps{eps:g}_seed{seed}"
+
+
 def run_method(
     p: Prepared, method: str, eps: float, seed: int, threads: int, aim_timeout: float
 ) -> tuple[dict, Path | None]:
-    tag = f"{method}_eps{eps:g}_seed{seed}"
-    out_dir = RAW_DIR / p.name / tag
+    out_dir = run_dir(p, method, eps, seed)
+    tag = out_dir.name
     out_dir.mkdir(parents=True, exist_ok=True)
     synth_csv, stats_json, log = out_dir / "synthetic.csv", out_dir / "stats.json", out_dir / "run.log"
     for f in (synth_csv, stats_json):

@@ -104,6 +104,7 @@ def main() -> None:
             "fit_steps": int(len(model.loss_curve)),
             "tilt_iterations": None if model.tilt is None else model.tilt.iterations,
             "tilt_chi2": None if model.tilt is None else [model.tilt.chi2_start, model.tilt.chi2_end],
+            "target_tilt_iterations": None if model.target_tilt is None else model.target_tilt.iterations,
             "links": [[l["source"], l["target"], l["lambda"]] for l in describe(model.links, model.layout)],
             "fine_couplings": [] if model.fine is None else [list(c) for c in model.fine.couplings],
             "total_in_process_s": round(time.perf_counter() - t_import, 3),

@@ -1,4 +1,5 @@
-"""Per-stage wall time and peak RSS inside one process (a 20 ms /proc sampler thread)."""
+"""Per-stage wall time, CPU time (user + system, all threads) and peak RSS inside one process (a 20 ms /proc
+sampler thread)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def _rss_kb() -> int:
 class StageTimer:
     def __init__(self, interval: float = 0.02) -> None:
         self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
         self.peak_mb: dict[str, float] = {}
         self._current = 0
         self._stop = threading.Event()
@@ -36,11 +38,12 @@ class StageTimer:
     @contextmanager
     def stage(self, name: str):
         self._current = _rss_kb()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             self.seconds[name] = round(time.perf_counter() - start, 4)
+            self.cpu_seconds[name] = round(time.process_time() - cpu_start, 4)
             self._current = max(self._current, _rss_kb())
             self.peak_mb[name] = round(self._current / 1024, 1)
 
@@ -49,6 +52,7 @@ class StageTimer:
         self._thread.join(timeout=1)
         return {
             "seconds": self.seconds,
+            "cpu_seconds": self.cpu_seconds,
             "stage_peak_rss_mb": self.peak_mb,
             "ru_maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         }
