@@ -56,6 +56,7 @@ from bench.common import (
     thread_env,
 )  # fmt: skip
 from bench.offgrid import bootstrap, dp_marginals, offgrid_metrics
+from bench.tails import TailNoise, run_noise, tail_metrics
 
 METHODS = ("splice", "splice_add_remove", "splice_paper", "aim", "mst")
 #: The peers again at the epsilon that makes them (epsilon, delta)-DP under replace-one neighbours, SPLICE's relation
@@ -87,6 +88,7 @@ COLUMNS = [
     "tvd1", "tvd2", "tvd3", "sw1", "mmd", "assoc_err", "tstr", "tstr_metric", "tstr_acc",
     "det_auc_lr", "det_auc_xgb", "dcr_closer_train", "dup_rows",
     "qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "det_auc_max", "det_auc_col",
+    "tail_beyond_max", "tail_beyond_col", "tail_cols_over_rule",
     *SDM_COLUMNS, "sdm_s",
     "n_train", "n_test", "clipped_max", "threads", "concurrent",
     "preprocess_eps", "peer_epsilon_add_remove", "timeout_s", "score_s", "load1_start", "code_version", "notes",
@@ -336,8 +338,10 @@ def sdmetrics_scores(p: Prepared, synthetic: pd.DataFrame, work: Path) -> dict:
     return {**{c: scores.get(c) for c in SDM_COLUMNS}, "sdm_s": round(time.perf_counter() - t, 1)}
 
 
-def score(p: Prepared, synthetic: pd.DataFrame, sdm_dir: Path | None = None) -> dict:
-    """Our metrics of ``synthetic``; with ``sdm_dir`` (a scratch folder) SDMetrics' too (``sdmetrics_scores``)."""
+def score(p: Prepared, synthetic: pd.DataFrame, sdm_dir: Path | None = None, noise: TailNoise | None = None) -> dict:
+    """Our metrics of ``synthetic``; with ``sdm_dir`` (a scratch folder) SDMetrics' too (``sdmetrics_scores``). The
+    tail columns (bench/tails.py) judge the real rows beyond the synthetic range by the rule where ``noise`` (a SPLICE
+    run's, ``run_noise``) is given."""
     from splice_assets.evaluation.metrics import fidelity_metrics
 
     t = time.perf_counter()
@@ -353,20 +357,25 @@ def score(p: Prepared, synthetic: pd.DataFrame, sdm_dir: Path | None = None) -> 
         "dcr_closer_train": h.get("dcr_share_closer_to_train"), "dup_rows": dup,
         # Off-grid: against the rows the generator was given (bench/offgrid.py).
         **offgrid_metrics(p.train, synthetic, p.schema, EVAL_SEED),
+        **tail_metrics(p.train, synthetic, p.schema, noise),
         "score_s": round(time.perf_counter() - t, 1),
         **(sdmetrics_scores(p, synthetic, sdm_dir) if sdm_dir is not None else {}),
     }  # fmt: skip
 
 
-def score_file(p: Prepared, path: Path, sdmetrics: bool = False) -> dict:
+def read_synthetic(path: Path, schema) -> pd.DataFrame:
+    """A table written by a run (or the bench's train split) read back through the schema's validation."""
     import dataclasses
 
     from splice_assets.private.validation import read_table, validate
 
     # Synthetic rows are checked against the schema's columns; their count (noisy under add-remove) may fall
     # below the schema's n_min, which bounds the private input, not an output.
-    table = validate(read_table(path), dataclasses.replace(p.schema, n_min=1)).table
-    return score(p, table, path.parent if sdmetrics else None)
+    return validate(read_table(path), dataclasses.replace(schema, n_min=1)).table
+
+
+def score_file(p: Prepared, path: Path, sdmetrics: bool = False, noise: TailNoise | None = None) -> dict:
+    return score(p, read_synthetic(path, p.schema), path.parent if sdmetrics else None, noise)
 
 
 def reference_rows(p: Prepared, epsilons: list[float], sdmetrics: bool = False) -> list[dict]:
@@ -479,7 +488,8 @@ def main(argv: list[str] | None = None) -> None:
         row, synth = run_method(p, m, e, s, args.threads, args.aim_timeout)
         row["concurrent"] = concurrent
         if synth is not None:
-            row.update(score_file(p, synth, args.sdmetrics))
+            noise = run_noise(p.schema, read_json(synth.parent / "stats.json"), e) if m in SPLICE_ARGS else None
+            row.update(score_file(p, synth, args.sdmetrics, noise))
         save_rows([row])
         wall = row.get("wall_s")
         print(f"[bench] {p.name} {m} eps={e:g} seed={s}: {row['status']} wall={wall:.1f}s "

@@ -199,6 +199,7 @@ def run(rows: list[tuple[str, float]], seeds: list[int], threads: int, sdmetrics
         csv_path: Path) -> pd.DataFrame:  # fmt: skip
     from bench.common import ensure_time_binary
     from bench.run import ensure_peers_venv, prepare, run_dir, run_method, save_rows, score_file
+    from bench.tails import run_noise
 
     ensure_time_binary()
     print(f"[speed] peers venv: {ensure_peers_venv()}", flush=True)
@@ -215,7 +216,8 @@ def run(rows: list[tuple[str, float]], seeds: list[int], threads: int, sdmetrics
             row, synth = run_method(p, method, eps, seed, threads, aim_timeout=math.inf)
             row["concurrent"] = False
             if synth is not None:
-                row.update(score_file(p, synth, sdmetrics))
+                noise = run_noise(p.schema, read_json(synth.parent / "stats.json"), eps) if method == SPLICE else None
+                row.update(score_file(p, synth, sdmetrics, noise))
             if save_results:
                 save_rows([row])
             stats = read_json(run_dir(p, method, eps, seed) / "stats.json")

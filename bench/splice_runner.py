@@ -93,6 +93,8 @@ def main() -> None:
         with timer.stage("write"):
             synthetic.to_csv(args.out, index=False)
     stats = timer.close()
+    from bench.tails import TailNoise
+
     stats.update(
         {
             "n": len(table),
@@ -100,6 +102,8 @@ def main() -> None:
             "relation": args.relation,
             "d": int(measurement.d),
             "sigma": float(measurement.sigma),
+            # The 1-way tables' public cell noise (frequencies), which the bench's tail rule reads (bench/tails.py).
+            "tail_noise": TailNoise.of(measurement).to_dict(),
             "fit_final_loss": float(model.final_loss),
             "fit_steps": int(len(model.loss_curve)),
             "tilt_iterations": None if model.tilt is None else model.tilt.iterations,
