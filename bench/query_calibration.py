@@ -197,15 +197,31 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--append", action="store_true",
                     help="keep the existing results of other tables and epsilons instead of replacing them all")
+    ap.add_argument("--csv", type=Path, default=CSV_OUT, help="where the per-query rows go (a second run in parallel "
+                    "writes its own file, merged by --merge)")
+    ap.add_argument("--merge", type=Path, nargs="*", default=None,
+                    help="run nothing: add these per-query files to the results and rewrite the summaries")
     args = ap.parse_args()
-    kept = pd.read_csv(CSV_OUT) if args.append and CSV_OUT.exists() else pd.DataFrame(columns=["table", "epsilon"])
+    if args.merge is not None:
+        results = pd.concat([pd.read_csv(f) for f in [CSV_OUT, *args.merge] if f.exists()], ignore_index=True)
+        results = results.drop_duplicates(["table", "epsilon", "seed", "query"], keep="last")
+        write_results(results)
+        return
+    kept = pd.read_csv(args.csv) if args.append and args.csv.exists() else pd.DataFrame(columns=["table", "epsilon"])
     frames = [kept[~(kept.table.isin(args.datasets) & kept.epsilon.isin(args.epsilons))]]  # a rerun replaces them
     for name in args.datasets:
         for epsilon in args.epsilons:
             frames.append(calibrate(name, epsilon, args.queries, args.replicates, args.max_rows, args.seed))
             results = pd.concat(frames, ignore_index=True)
-            results.to_csv(CSV_OUT, index=False)
-            write_markdown(summary(results), MD_OUT)
+            results.to_csv(args.csv, index=False)
+    if args.csv == CSV_OUT:
+        write_results(results)
+
+
+def write_results(results: pd.DataFrame) -> None:
+    """The per-query rows, their summary (query_calibration.md) and the headline in docs/benchmarks.md."""
+    results.to_csv(CSV_OUT, index=False)
+    write_markdown(summary(results), MD_OUT)
     sync_readme(headline(summary(results)), DOC, DOC_MARKERS)
     print(MD_OUT.read_text())
 

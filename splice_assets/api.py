@@ -490,7 +490,8 @@ class Synthesizer:
         return self._answerer.answer(query)
 
     def query_basis(self, replicates: int = DEFAULT_REPLICATES) -> QueryBasis:
-        """The samples ``answer`` reads (``queries.QueryBasis``), built once; public, so ``save`` keeps them."""
+        """The samples ``answer`` reads (``queries.QueryBasis``), built once per synthesizer; public (post-processing),
+        so ``QueryBasis.save`` may keep them beside the release, as ``splice query`` does."""
         if self._basis is None or len(self._basis.replicates) != replicates:
             self._basis = QueryBasis.build(self, replicates)
         return self._basis

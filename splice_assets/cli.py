@@ -803,7 +803,7 @@ def sample_command(release_id: str, n_rows: int, seed: int | None, out: str | No
 @click.argument("query")
 @click.option("--replicates", default=None, type=click.IntRange(2, 200),
               help="Re-noised refits behind a bootstrap interval, each a fit [default: 20]; built once per release "
-                   "and kept in its public folder.")
+                   "and kept beside its public bundle (<release>/query-basis).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @guarded
 def query_command(release_id: str, query: str, replicates: int | None, as_json: bool) -> None:

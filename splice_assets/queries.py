@@ -39,6 +39,7 @@ from splice_assets.encoding import encode
 from splice_assets.fine_cells import FineCells, fine_cells, per_column
 from splice_assets.kinds import kind_of
 from splice_assets.layout import histogram_layout, layout_for, marginal_cells, marginal_sizes, pair_tables
+from splice_assets.limits import Relation
 from splice_assets.lowering import lower_input
 from splice_assets.measurement import Measurement
 from splice_assets.schema import TableSchema
@@ -196,7 +197,7 @@ class QueryAnswerer:
         m = measurement
         self.layout = layout_for(schema)
         self.sizes = marginal_sizes(self.layout, m.numeric_bins)
-        if tuple(self.sizes) != tuple(m.marginal_sizes):
+        if m.marginal_sizes and tuple(self.sizes) != tuple(m.marginal_sizes):  # () when no 1-way table was measured
             raise ValueError("the measurement's 1-way tables do not match the schema's layout")
         self._tables = self._measured_tables()
         self._x = _encoded(basis.sample, schema)
@@ -226,7 +227,7 @@ class QueryAnswerer:
         """An upper bound on the noisy n's variance (add-remove; 0 under replace-one, where n is public): the
         inverse of the summed precisions of the 1-way tables' totals (the count itself only lowers it)."""
         m = self.measurement
-        if m.relation.value == "replace-one" or not m.marginal_sizes:
+        if m.relation == Relation.REPLACE_ONE or not m.marginal_sizes:
             return 0.0
         stds = m.table_noise_stds() * m.n  # per cell, in rows
         return 1.0 / float(np.sum(1.0 / (np.asarray(m.marginal_sizes) * stds**2)))

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from splice_assets.api import Synthesizer
     from splice_assets.synthetic import SyntheticModel
 
+
 def release_synthesizer(location: ReleaseLocation) -> Synthesizer:
     """The fitted synthesizer of a finished release, from its public bundle alone (schema, settings, noisy
     measurement, model): it samples, refits and answers queries at zero cost."""
