@@ -101,7 +101,10 @@ class Conditions:
         return bool(self.columns) or bool(self.instants)
 
     def describe(self) -> str:
-        return " and ".join([*(c.describe() for c in self.columns), *(c.describe() for c in self.instants)])
+        """The conditions as a user wrote them (a datetime's period, not the weeks ``parse_where`` adds for it)."""
+        weeks = {f"{t.column}.week" for t in self.instants}
+        return " and ".join([*(c.describe() for c in self.columns if c.column not in weeks),
+                             *(c.describe() for c in self.instants)])
 
     def holds(self, frame: pd.DataFrame, schema: TableSchema) -> np.ndarray:
         """Which rows of ``frame`` (``layout.decode``'s modelled frame) meet every condition."""

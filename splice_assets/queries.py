@@ -88,12 +88,22 @@ def parse_query(query: Query | str, schema: TableSchema) -> Query:
     if match.group("plain"):
         return Query(match.group("plain").lower(), where)  # type: ignore[arg-type]  # the regex's two words
     column = match.group("col").strip()
-    specs = {spec.name: spec for spec in schema.columns}
-    if column not in specs or specs[column].bounds is None or specs[column].categories is not None:
-        numeric = [s.name for s in schema.columns if s.bounds is not None and s.categories is None]
+    numeric = numeric_columns(schema)
+    if column not in numeric:
         raise ValueError(f"query: {match.group('fn')}({column}) needs a numeric column of the schema "
                          f"({', '.join(numeric) or 'it has none'}), got {column!r}")
     return Query(match.group("fn").lower(), where, column)  # type: ignore[arg-type]
+
+
+def numeric_columns(schema: TableSchema) -> dict[str, tuple[float, float]]:
+    """The columns a mean or sum can read, with the range their values lie in: the modelled numeric columns (their
+    bounds) and a rule's later numeric column (held by its offset part: unbounded here), as the output names them."""
+    parts = {p for column in schema.lowered for p in column.parts}
+    out = {s.name: s.bounds for s in schema.columns
+           if s.bounds is not None and s.categories is None and s.name not in parts}
+    out.update({c.name: (-math.inf, math.inf) for c in schema.lowered
+                if c.kind in ("integer", "continuous") and c.parts})
+    return out
 
 
 @dataclass(frozen=True)
@@ -341,10 +351,8 @@ class QueryAnswerer:
             monte_carlo += (value / len(values)) ** 2 * len(values)  # the count's own sampling spread
         variance = _mean_square_error(replicate_values, value) + monte_carlo
         half = Z95 * math.sqrt(variance) if math.isfinite(variance) else math.inf
-        spec = next(s for s in self.schema.columns if s.name == q.column)
-        assert spec.bounds is not None
-        lo, hi = (spec.bounds if q.statistic == "mean" else
-                  (min(0.0, spec.bounds[0]) * self.rows, max(0.0, spec.bounds[1]) * self.rows))
+        low, high = numeric_columns(self.schema)[q.column]
+        lo, hi = (low, high) if q.statistic == "mean" else (min(0.0, low) * self.rows, max(0.0, high) * self.rows)
         return Answer(q.describe(), value, max(lo, value - half), min(hi, value + half), "bootstrap", int(self.rows))
 
     def _statistic(self, q: Query, frame: pd.DataFrame, hold: np.ndarray) -> float:

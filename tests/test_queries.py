@@ -57,6 +57,11 @@ def test_queries_are_read_and_bad_ones_refused_naming_the_problem():
         parse_query("median(amount)", SCHEMA)
     with pytest.raises(ValueError, match="unknown column 'colour'"):
         parse_query("count where colour == 'red'", SCHEMA)
+    # A rule's later column is modelled as its offset part, and a mean reads it as the output names it.
+    ruled = parse_schema({"name": "fares", "version": 1, "n_min": 500, "rules": ["tip <= fare"], "columns": [
+        {"name": "tip", "kind": "continuous", "bounds": [0, 50]},
+        {"name": "fare", "kind": "continuous", "bounds": [0, 200]}]})
+    assert parse_query("mean(fare)", ruled).column == "fare" and parse_query("sum(tip)", ruled).column == "tip"
 
 
 @pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
