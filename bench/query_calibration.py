@@ -10,7 +10,8 @@ For each table and epsilon: fit SPLICE on the bench's train split (add-remove, t
 (each chosen column's condition holds for it: its category, or a range of 5-50% of the column's rows around its
 value), so it is never empty. The real answer is computed on the measured rows (``prepare``: cleaned, clipped).
 
-Reported per table, epsilon, interval kind (exact / bootstrap) and number of columns: the coverage (share of
+Reported per table, epsilon, interval kind (exact; bootstrap; "bootstrap, cut": a bootstrap answer with more than
+25% of its rows in cells the query cuts, ``Answer.cut_share``) and number of columns: the coverage (share of
 intervals holding the real answer), the median half-width and the median absolute error (both in rows for counts,
 relative to the real mean's absolute value for means), and their ratio. A mean the model cannot answer (fewer than
 two of its rows meet the condition) is refused, as it is to a user, and counted apart (``refused``). Writes
@@ -36,6 +37,8 @@ DOC_MARKERS = ("<!-- query-intervals:start -->", "<!-- query-intervals:end -->")
 MD_OUT = RESULTS_DIR / "query_calibration.md"
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 QUERY_SEED = 68
+#: A bootstrap answer with more than this share of its rows in cells the query cuts is reported apart.
+CUT = 0.25
 
 
 def load_table(name: str, max_rows: int) -> tuple[pd.DataFrame, Path]:
@@ -126,7 +129,7 @@ def calibrate(name: str, epsilon: float, queries: int, replicates: int, max_rows
             rows.append({**row, "interval": "refused"})
             continue
         rows.append({**row, "interval": answer.interval, "estimate": answer.estimate, "lower": answer.lower,
-                     "upper": answer.upper})
+                     "upper": answer.upper, "cut_share": answer.cut_share})
     print(f"{name} eps={epsilon}: fit {fitted - started:.0f}s, basis {based - fitted:.0f}s, "
           f"{len(rows)} queries {time.perf_counter() - based:.0f}s", flush=True)
     return pd.DataFrame(rows)
@@ -136,6 +139,9 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Coverage, median half-width and median |error| per table, epsilon, statistic, interval kind and columns."""
     refused = frame[frame.interval == "refused"].groupby(["table", "epsilon"]).size().rename("refused")
     frame = frame.dropna(subset=["truth", "estimate"]).copy()
+    if "cut_share" in frame:  # a bootstrap answer with more than CUT of its rows in cells the query cuts
+        cut = (frame.interval == "bootstrap") & (frame.cut_share > CUT)
+        frame["interval"] = frame.interval.where(~cut, "bootstrap, cut")
     frame["covered"] = (frame.truth >= frame.lower) & (frame.truth <= frame.upper)
     scale = np.where(frame.statistic == "count", 1.0, np.abs(frame.truth).clip(lower=1e-12))
     frame["half_width"] = (frame.upper - frame.lower) / 2 / scale
@@ -175,15 +181,14 @@ def headline(table: pd.DataFrame) -> str:
         lambda g: pd.Series({"queries": g.queries.sum(), "coverage": np.average(g.coverage, weights=g.queries)}),
         include_groups=False).reset_index()
     lines = ["| table | ε | queries | refused | coverage | width / error | exact: coverage (queries) | "
-             "bootstrap: coverage (queries) |", "|---|---|---|---|---|---|---|---|"]
+             f"bootstrap, ≤ {CUT:.0%} cut | bootstrap, more cut |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows.itertuples(index=False):
         cells = []
-        for kind in ("exact", "bootstrap"):
+        for kind in ("exact", "bootstrap", "bootstrap, cut"):
             k = kinds[(kinds.table == r.table) & (kinds.epsilon == r.epsilon) & (kinds.interval == kind)]
             cells.append(f"{k.coverage.iloc[0]:.3f} ({int(k.queries.iloc[0])})" if len(k) else "–")
         lines.append(f"| {r.table} | {r.epsilon:g} | {r.queries} | {r.refused} | {r.coverage:.3f} | "
-                     f"{r.width_over_error:.2f} | "
-                     f"{cells[0]} | {cells[1]} |")
+                     f"{r.width_over_error:.2f} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
 

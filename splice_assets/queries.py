@@ -117,6 +117,10 @@ class Answer:
     interval: Literal["exact", "bootstrap"]
     #: The rows the answer is about: the measured rows (the noisy n under add-remove).
     rows: int
+    #: A bootstrap answer: the share of its rows in measured cells the query cuts (a range inside a bin, a column
+    #: no table of the query holds), where the model's law inside the cells decides and no measurement checks it:
+    #: the bench's coverage falls as it grows (docs/decisions/0072). None for an exact answer.
+    cut_share: float | None = None
     level: float = 0.95
 
     def as_dict(self) -> dict[str, Any]:
@@ -125,8 +129,9 @@ class Answer:
     def describe(self) -> str:
         kind = ("exact Gaussian interval of the measured cells" if self.interval == "exact"
                 else "parametric bootstrap of the measurement, with the model's misfit")
+        cut = "" if self.cut_share is None else f"; {self.cut_share:.0%} of it in cells the query cuts"
         return (f"{self.query}: {self.estimate:,.6g}  95% interval [{self.lower:,.6g}, {self.upper:,.6g}]  "
-                f"({kind}; of {self.rows:,} measured rows)")
+                f"({kind}; of {self.rows:,} measured rows{cut})")
 
 
 def renoised(measurement: Measurement, schema: TableSchema, rng: np.random.Generator) -> Measurement:
@@ -334,9 +339,10 @@ class QueryAnswerer:
             share = float(hold.mean())
             replicate_shares = [q.where.holds(r, self.schema).mean() for r in self.basis.replicates]
             monte_carlo = share * (1.0 - share) / len(sample)
-            misfit = self._misfit(q, hold, share)
-            return self._finish(q, share, _mean_square_error(replicate_shares, share) + monte_carlo + misfit,
-                                exact=False)
+            misfit, cut = self._projection(q, hold, share)
+            answer = self._finish(q, share, _mean_square_error(replicate_shares, share) + monte_carlo + misfit,
+                                  exact=False)
+            return dataclasses.replace(answer, cut_share=round(cut, 4))
         assert q.column is not None
         value = self._statistic(q, sample, hold)
         replicate_values = [self._statistic(q, r, q.where.holds(r, self.schema)) for r in self.basis.replicates]
@@ -353,7 +359,9 @@ class QueryAnswerer:
         half = Z95 * math.sqrt(variance) if math.isfinite(variance) else math.inf
         low, high = numeric_columns(self.schema)[q.column]
         lo, hi = (low, high) if q.statistic == "mean" else (min(0.0, low) * self.rows, max(0.0, high) * self.rows)
-        return Answer(q.describe(), value, max(lo, value - half), min(hi, value + half), "bootstrap", int(self.rows))
+        cut = self._projection(q, hold, float(hold.mean()))[1]
+        return Answer(q.describe(), value, max(lo, value - half), min(hi, value + half), "bootstrap", int(self.rows),
+                      cut_share=round(cut, 4))
 
     def _statistic(self, q: Query, frame: pd.DataFrame, hold: np.ndarray) -> float:
         assert q.column is not None
@@ -364,10 +372,12 @@ class QueryAnswerer:
         mean = float(values.mean())
         return mean if q.statistic == "mean" else mean * self.rows * len(values) / len(frame)
 
-    def _misfit(self, q: Query, hold: np.ndarray, share: float) -> float:
-        """The model's squared misfit on the query's measured projection, beyond noise: for each measured table of
-        the query's coordinates, (model's share - the table's noisy cells weighted by the model's share of each
-        cell meeting the query)^2 - that weighted sum's noise variance; the largest, at least 0."""
+    def _projection(self, q: Query, hold: np.ndarray, share: float) -> tuple[float, float]:
+        """What the query's measured tables say of the model's answer: (its squared misfit beyond noise, the share
+        of its rows in cells the query cuts). For each measured table of the query's coordinates, the table's noisy
+        cells weighted by the model's share of each cell meeting the query: (model's share - that sum)^2 - the sum's
+        noise variance, the largest (at least 0); and the part of the sum from cells met only in part, the smallest
+        (on the best-measured table, how much of the answer rests on the model's law inside the cells)."""
         columns = {x.column for x in q.where.columns}
         coords = {i for i, c in enumerate(self.layout.coordinates) if c.column in columns}
         anchors = [(np.ravel_multi_index(tuple(self._cells[:, i] for i in key), table.shape), table.ravel(), std)
@@ -378,13 +388,16 @@ class QueryAnswerer:
             present = np.ones(len(self._x), dtype=bool) if cells.missing is None else self._x[:, cells.missing] <= 0
             index = np.where(present, cells.cells_of(self._x[:, cells.coordinate]), table.size)  # missing: no cell
             anchors.append((index, np.append(table, 0.0), std))
-        worst = 0.0
+        worst, cut = 0.0, 1.0
         for index, table, std in anchors:
             total = np.bincount(index, minlength=table.size)
             met = np.bincount(index, weights=hold, minlength=table.size)
             p = np.where(total > 0, met / np.maximum(total, 1), 0.0)
+            weighted = p * np.clip(table, 0.0, None)
             worst = max(worst, (share - float(p @ table)) ** 2 - float(np.sum(p**2)) * std**2)
-        return worst
+            partial = (p > 1e-9) & (p < 1.0 - 1e-9)
+            cut = min(cut, float(weighted[partial].sum() / weighted.sum()) if weighted.sum() > 0 else 1.0)
+        return worst, cut
 
 
 def _mean_square_error(replicates: list[float], estimate: float) -> float:
