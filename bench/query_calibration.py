@@ -8,14 +8,15 @@ For each table and epsilon: fit SPLICE on the bench's train split (add-remove, t
 (``--replicates`` re-noised refits), then ask ``--queries`` random conjunctive queries over 1-3 columns: counts
 (85%) and means of a numeric column (15%, where the table has one). A query is drawn around a random real row
 (each chosen column's condition holds for it: its category, or a range of 5-50% of the column's rows around its
-value), so it is never empty. The real answer is computed on the measured rows (``prepare``: cleaned, clipped).
+value), so it is never empty; a query drawn twice counts once. The real answer is computed on the measured rows
+(``prepare``: cleaned, clipped).
 
 Reported per table, epsilon, interval kind (exact; bootstrap; "bootstrap, cut": a bootstrap answer with more than
 25% of its rows in cells the query cuts, ``Answer.cut_share``) and number of columns: the coverage (share of
 intervals holding the real answer), the median half-width and the median absolute error (both in rows for counts,
 relative to the real mean's absolute value for means), and their ratio. A mean the model cannot answer (fewer than
 two of its rows meet the condition) is refused, as it is to a user, and counted apart (``refused``). Writes
-bench/results/query_calibration.csv (one row per query) and query_calibration.md (the summary), and the headline
+bench/results/query_calibration.csv.gz (one row per query) and query_calibration.md (the summary), and the headline
 table into docs/benchmarks.md. ``fair_affairs`` is the bundled demo table.
 """
 
@@ -31,7 +32,7 @@ import pandas as pd
 from bench.common import DELTA, RESULTS_DIR, dataset_file, seeded_noise, split_train_test
 from bench.report import sync_readme
 
-CSV_OUT = RESULTS_DIR / "query_calibration.csv"
+CSV_OUT = RESULTS_DIR / "query_calibration.csv.gz"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 DOC_MARKERS = ("<!-- query-intervals:start -->", "<!-- query-intervals:end -->")
 MD_OUT = RESULTS_DIR / "query_calibration.md"
@@ -137,6 +138,7 @@ def calibrate(name: str, epsilon: float, queries: int, replicates: int, max_rows
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Coverage, median half-width and median |error| per table, epsilon, statistic, interval kind and columns."""
+    frame = frame.drop_duplicates(["table", "epsilon", "seed", "query"], keep="last")  # a query drawn twice counts once
     refused = frame[frame.interval == "refused"].groupby(["table", "epsilon"]).size().rename("refused")
     frame = frame.dropna(subset=["truth", "estimate"]).copy()
     if "cut_share" in frame:  # a bootstrap answer with more than CUT of its rows in cells the query cuts
@@ -209,7 +211,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.merge is not None:
         results = pd.concat([pd.read_csv(f) for f in [CSV_OUT, *args.merge] if f.exists()], ignore_index=True)
-        results = results.drop_duplicates(["table", "epsilon", "seed", "query"], keep="last")
+        results = results.drop_duplicates(["table", "epsilon", "seed", "query"], keep="last")  # a rerun replaces
         write_results(results)
         return
     kept = pd.read_csv(args.csv) if args.append and args.csv.exists() else pd.DataFrame(columns=["table", "epsilon"])
@@ -225,7 +227,7 @@ def main() -> None:
 
 def write_results(results: pd.DataFrame) -> None:
     """The per-query rows, their summary (query_calibration.md) and the headline in docs/benchmarks.md."""
-    results.to_csv(CSV_OUT, index=False)
+    results.to_csv(CSV_OUT, index=False, float_format="%.6g")
     write_markdown(summary(results), MD_OUT)
     sync_readme(headline(summary(results)), DOC, DOC_MARKERS)
     print(MD_OUT.read_text())
