@@ -5,11 +5,9 @@ removes what killed runs left."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import stat
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,15 +19,6 @@ from splice_assets.private.ledger import BudgetLedger
 FAST = ["--k", "8", "--L", "128", "--K", "3", "--steps", "60", "--rows", "2000"]
 RELEASE = ["release", "--dataset", DEMO_DATASET, "--epsilon", "1", "--delta", "1e-9", *FAST]
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-@pytest.fixture(autouse=True)
-def streams_of_its_own(monkeypatch):
-    """Each test's process streams are throwaway ones. A Ctrl-C inside an in-process Dagster run may leave the code
-    that wrapped the streams to close them later; under the full suite on two workers a closed stream here was
-    pytest's own capture, and every later test on that worker errored at setup."""
-    monkeypatch.setattr(sys, "stdout", io.StringIO())
-    monkeypatch.setattr(sys, "stderr", io.StringIO())
 
 
 @pytest.fixture
