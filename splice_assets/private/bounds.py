@@ -494,7 +494,7 @@ def bounds_from_noisy(noisy: np.ndarray, sigma: float, integer: bool,
     """Post-processing of one column's noisy histograms (coarse then fine): the outermost decades above
     ``COARSE_Z`` sigma (the largest when none is), each end moved inward in fine buckets while the clipped noisy
     mass stays within ``CLIP_SHARE`` of the noisy row count; rounded outward for integer columns, never
-    degenerate. A public end (``known_end``, from ``bounds: [0, auto]``) is kept, and only decades on the inner
+    degenerate or inverted (ends that cross inside one decade keep the whole decade). A public end (``known_end``, from ``bounds: [0, auto]``) is kept, and only decades on the inner
     side of it count for the other."""
     coarse, fine = noisy[:COARSE.size], noisy[COARSE.size:]
     known_lo, known_hi = known_end
@@ -512,6 +512,9 @@ def bounds_from_noisy(noisy: np.ndarray, sigma: float, integer: bool,
     high_fine = FINE.inside(COARSE.lower[high_bucket], COARSE.upper[high_bucket])[::-1]
     lo = float(FINE.lower[low_fine[_inward(fine, low_fine, sigma, allowed)]]) if known_lo is None else known_lo
     hi = float(FINE.upper[high_fine[_inward(fine, high_fine, sigma, allowed)]]) if known_hi is None else known_hi
+    if known_lo is None and known_hi is None and hi <= lo and low_bucket != COARSE.zero:
+        # Both ends moved inward through one decade of noise-sized counts and crossed: keep the whole decade.
+        lo, hi = float(FINE.lower[low_fine[0]]), float(FINE.upper[high_fine[0]])
     if known_lo is not None and hi <= lo:  # nothing clears the noise above the public end: one fine bucket above it
         hi = float(FINE.upper[np.flatnonzero(FINE.upper > lo)[0]])
     if known_hi is not None and hi <= lo:
