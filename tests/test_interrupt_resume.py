@@ -1,17 +1,20 @@
-"""A release stopped by Ctrl-C or a failure, through `splice release` in this process: one line on screen (the
-spend and the resume command once charged), no private step files left, and `splice release --resume` finishing a
-charged release from its stored measurement with no new charge and no new noise. `splice ledger stale` lists and
-removes what killed runs left."""
+"""A release stopped by Ctrl-C or a failure, through `splice release` (in a process of its own,
+tests/interrupted_release.py): one line on screen (the spend and the resume command once charged), no private step
+files left, and `splice release --resume` finishing a charged release from its stored measurement with no new
+charge and no new noise. `splice ledger stale` lists and removes what killed runs left."""
 
 from __future__ import annotations
 
 import json
 import re
 import stat
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import fails_cleanly, invoke, ok, without_progress
+from helpers import fails_cleanly, ok, without_progress
 
 from splice_assets.datasets import DEMO_DATASET
 from splice_assets.private.ledger import BudgetLedger
@@ -36,6 +39,27 @@ def ledger_state(tmp: Path) -> tuple[list[tuple[str, str]], float]:
         return [(e.id, e.status) for e in book.entries(DEMO_DATASET)], book.spent(DEMO_DATASET)[0]
 
 
+@dataclass(frozen=True)
+class Stopped:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def stopped_release(target: str, behaviour: str, *args: object, modes: Path | None = None) -> Stopped:
+    """``splice ARGS`` in a process of its own with ``target`` (``module:attribute``) replaced by a Ctrl-C
+    (``interrupt``) or a failure (``fail``); the environment is the test's (monkeypatched stores)."""
+    driver = Path(__file__).with_name("interrupted_release.py")
+    command = [sys.executable, str(driver), target, behaviour, *([str(modes)] if modes else []), "--",
+               *(str(a) for a in args)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return Stopped(done.returncode, done.stdout, done.stderr)
+
+
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
@@ -54,19 +78,11 @@ def files_under(folder: Path) -> list[Path]:
 
 def test_ctrl_c_after_the_charge_then_resume_at_no_further_cost(env, monkeypatch):
     from splice_assets import api
-    from splice_assets.postprocess import chain
     from splice_assets.private import mechanism
 
-    modes = {}
-
-    def interrupted_fit(*args, **kwargs):
-        steps = next((env / "releases" / DEMO_DATASET).glob("*/internal/steps"))
-        modes.update({p.name: mode(p) for p in [steps.parent, steps, *steps.iterdir()]})
-        raise KeyboardInterrupt  # as Ctrl-C in the fit
-
-    with monkeypatch.context() as patch:
-        patch.setattr(chain, "fit", interrupted_fit)
-        result = invoke(*RELEASE)
+    result = stopped_release("splice_assets.postprocess.chain:fit", "interrupt", *RELEASE,
+                             modes=env / "modes.json")
+    modes = json.loads((env / "modes.json").read_text())
     assert result.exit_code == 130
     line = one_line(result)
     rid = UUID.search(line).group(0)
@@ -123,19 +139,12 @@ def test_ctrl_c_after_the_charge_then_resume_at_no_further_cost(env, monkeypatch
     assert "drop epsilon" in fails_cleanly("release", "--resume", rid, "--epsilon", "1")
 
 
-def test_a_failure_after_the_charge_says_what_was_spent_and_resumes_without_the_input(env, monkeypatch):
+def test_a_failure_after_the_charge_says_what_was_spent_and_resumes_without_the_input(env):
     from splice_assets.datasets import demo_data_path
-    from splice_assets.postprocess import chain
 
     source = env / "input.csv"
     source.write_bytes(demo_data_path().read_bytes())
-
-    def failing_fit(*args, **kwargs):
-        raise RuntimeError("injected fitting failure")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(chain, "fit", failing_fit)
-        result = invoke(*RELEASE, "--input", source)
+    result = stopped_release("splice_assets.postprocess.chain:fit", "fail", *RELEASE, "--input", source)
     line = one_line(result)
     rid = UUID.search(line).group(0)
     assert result.exit_code == 1 and line.startswith("Error: release failed")
@@ -152,21 +161,12 @@ def test_a_failure_after_the_charge_says_what_was_spent_and_resumes_without_the_
     assert [status for _, status in ledger_state(env)[0]] == ["committed"]
 
 
-def test_ctrl_c_before_the_charge_leaves_no_spend_and_no_files(env, monkeypatch):
-    from splice_assets import api
-    from splice_assets.dagster_layer import definitions
-
-    def interrupt(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patch:
-        patch.setattr(definitions, "build_definitions", interrupt)  # while Dagster loads
-        result = invoke(*RELEASE)
+def test_ctrl_c_before_the_charge_leaves_no_spend_and_no_files(env):
+    # While Dagster loads, then after validation, before the measurement.
+    result = stopped_release("splice_assets.dagster_layer.definitions:build_definitions", "interrupt", *RELEASE)
     assert result.exit_code == 130
     assert one_line(result) == "interrupted before the release started: nothing was charged"
-    with monkeypatch.context() as patch:
-        patch.setattr(api.Synthesizer, "encode", interrupt)  # after validation, before the measurement
-        result = invoke(*RELEASE)
+    result = stopped_release("splice_assets.api:Synthesizer.encode", "interrupt", *RELEASE)
     assert result.exit_code == 130 and one_line(result) == "interrupted: nothing was charged"
     entries, spent = ledger_state(env)
     assert spent == 0.0 and all(status == "aborted" for _, status in entries)
