@@ -494,8 +494,9 @@ def bounds_from_noisy(noisy: np.ndarray, sigma: float, integer: bool,
     """Post-processing of one column's noisy histograms (coarse then fine): the outermost decades above
     ``COARSE_Z`` sigma (the largest when none is), each end moved inward in fine buckets while the clipped noisy
     mass stays within ``CLIP_SHARE`` of the noisy row count; rounded outward for integer columns, never
-    degenerate or inverted (ends that cross inside one decade keep the whole decade). A public end (``known_end``, from ``bounds: [0, auto]``) is kept, and only decades on the inner
-    side of it count for the other."""
+    degenerate or inverted (ends that cross inside one decade keep the whole decade). A public end
+    (``known_end``, from ``bounds: [0, auto]``) is kept, and only decades on the inner side of it count for the
+    other."""
     coarse, fine = noisy[:COARSE.size], noisy[COARSE.size:]
     known_lo, known_hi = known_end
     inside = np.ones(COARSE.size, dtype=bool)
