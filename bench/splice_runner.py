@@ -46,6 +46,8 @@ def main() -> None:
                     help="linked-coordinate threshold (0 = none); default: the product's")
     ap.add_argument("--fine-bins", type=int, default=None, help="fine cells per numeric column (0 = none)")
     ap.add_argument("--fine-threshold", type=float, default=None, help="default: the product's")
+    ap.add_argument("--workload", action="append", default=None, metavar="A,B,C",
+                    help="a 3-way marginal of the workload (repeat for more); default: none")
     ap.add_argument("--out", default=None, help="synthetic CSV (omit to skip writing)")
     ap.add_argument("--stats", required=True)
     args = ap.parse_args()
@@ -70,6 +72,7 @@ def main() -> None:
     measurement_settings = MeasurementSettings(**given(
         n_directions=args.n_directions, k=args.k, marginal_share=args.marginal_share, pair_share=args.pair_share,
         fine_bins=args.fine_bins,
+        workload=None if args.workload is None else tuple(tuple(w.split(",")) for w in args.workload),
     ))
     model_settings = ModelSettings(**given(components=args.K))
     post = PostProcessingSettings(**given(tilt_chi2=args.tilt_chi2, link_lambda=args.link_lambda,

@@ -106,6 +106,18 @@ def main() -> None:
     """SPLICE: differentially private synthetic tables from sliced Chebyshev moments."""
 
 
+Workload = tuple[tuple[str, ...], ...]
+
+
+def _workload(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> Workload | None:
+    """``--workload a,b,c`` (repeated): the 3-way marginals, as the settings take them; None when not given."""
+    return tuple(tuple(name.strip() for name in value.split(",")) for value in values) or None
+
+
+_WORKLOAD_HELP = ("A 3-way marginal that matters, as three column names (a,b,c); repeat for more. Each is measured "
+                  "as a 3-way table at the pair weight, like the target's, and the model is tilted toward it.")
+
+
 @main.command()
 @click.option("--schema", "schema_path", default=None, type=click.Path(dir_okay=False),
               help="Public schema YAML (instead of --dataset).")
@@ -133,6 +145,7 @@ def main() -> None:
               help="Share of Delta^2 given to the noisy 2-way marginals of coordinate pairs (0 = none) [default: "
               f"{DEFAULT_PAIR_SHARE:g}, plus {DISCRETE_PAIR_SHARE - DEFAULT_PAIR_SHARE:g} times the schema's share of "
               "discrete columns].")
+@click.option("--workload", multiple=True, callback=_workload, metavar="A,B,C", help=_WORKLOAD_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(
     schema_path: str | None,
@@ -146,6 +159,7 @@ def plan(
     k: int,
     marginal_share: float,
     pair_share: float | None,
+    workload: Workload | None,
     relation: str,
     ledger_url: str | None,
     as_json: bool,
@@ -157,7 +171,7 @@ def plan(
     from sqlalchemy.exc import SQLAlchemyError
 
     from splice_assets.config import MeasurementSettings, Relation, SynthesizerSettings
-    from splice_assets.layout import layout_for
+    from splice_assets.layout import WORKLOAD_UNITS, layout_for
     from splice_assets.limits import HOLDOUT_FRACTION, check_rows_for
     from splice_assets.planning import ReleasePlanner
     from splice_assets.private.bounds import open_category_threshold
@@ -180,7 +194,8 @@ def plan(
         # The one settings model and the one planner, as the release: the same limits, the same messages.
         planner = ReleasePlanner.of(schema, SynthesizerSettings(
             epsilon=epsilon, delta=delta, relation=Relation.parse(relation), measurement=MeasurementSettings(
-                n_directions=n_directions, k=k, marginal_share=marginal_share, pair_share=pair_share)))
+                n_directions=n_directions, k=k, marginal_share=marginal_share, pair_share=pair_share,
+                workload=workload or ())))
         relation = planner.settings.relation
         HOLDOUT_FRACTION.check(holdout_fraction)
         rows = _planned_rows(schema.n_min, n, input_path, holdout_fraction, planner.settings.relation)
@@ -239,7 +254,11 @@ def plan(
         "interval_noise_std": next((cal.sigma / measurement_plan.fine_table_weight(c) * per_row
                                     for c in measurement_plan.fine if not c.per_value), None),
         "pair_share": measurement_plan.pair_share,
-        "pairs": cal.pair_count,
+        "pairs": cal.pair_count,  # 2-way tables and the 3-way ones (the target's, the workload's)
+        "three_way_tables": len(measurement_plan.triples),
+        # a workload table's cells count WORKLOAD_UNITS times: 1/sqrt(units) of a pair cell's noise
+        "workload_noise_std": None if not measurement_plan.workload_cells else
+        cal.pair_noise_std() / math.sqrt(WORKLOAD_UNITS) * per_row,
         "pair_noise_std": None if cal.pair_weight == 0 else cal.pair_noise_std() * per_row,
         "count_noise_std": None if cal.count_weight == 0 else cal.count_noise_std(),
         # sigma at this delta over sigma at delta = 1/(100 n), when delta is far below 1/n (else None)
@@ -358,6 +377,8 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
                    f"{result['interval_noise_std']:.6g}")
     if cal.pair_weight > 0:
         click.echo(f"noise std of a 2-way (or the target's 3-way) frequency: {cal.pair_noise_std() * per_row:.6g}")
+    if result["workload_noise_std"] is not None:
+        click.echo(f"noise std of a workload 3-way frequency: {result['workload_noise_std']:.6g}")
     if budget is None:
         click.echo(f"budget             none set for {schema.name!r} in {_redact(url)}")
     else:
@@ -409,6 +430,7 @@ def _print_plan(schema: Any, cal: Any, result: dict[str, Any], per_row: float, u
               help="Most column pairs given one joint table per component, 0 = none [default: 6].")
 @click.option("--field-iterations", "field_iterations", default=None, type=int,
               help="Pairwise field's fit iterations, 0 = no field (faster) [default: 40].")
+@click.option("--workload", multiple=True, callback=_workload, metavar="A,B,C", help=_WORKLOAD_HELP)
 @click.option("--resume", "resume_id", default=None, metavar="RELEASE",
               help="Finish RELEASE, whose run stopped after its charge, from its stored noisy measurement and settings "
               "(no other option): no new charge, no new noise.")

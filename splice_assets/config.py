@@ -66,7 +66,9 @@ class MeasurementSettings:
     (L directions, orders 1..k). The schema's target gets a 3-way table with every pair of other columns whose table
     has at most ``layout.MAX_TRIPLE_CELLS`` cells, at the pair weight, when they number at most ``target_triples``
     (0 = never; ``layout.triples_with_target``). With ``level_units`` (on: decisions 0064-0066) a coarse 1-way table
-    of many cells counts as ``measurement.level_units`` tables, its extra units paid within the 1-way share (0066)."""
+    of many cells counts as ``measurement.level_units`` tables, its extra units paid within the 1-way share (0066).
+    ``workload``: the 3-way marginals that matter to the user (three column names each), each measured as a 3-way
+    table at the pair weight like the target's, and fitted by the same tilt (docs/decisions/0073)."""
 
     n_directions: int = DEFAULT_N_DIRECTIONS
     k: int = DEFAULT_K
@@ -77,9 +79,11 @@ class MeasurementSettings:
     interval_weight: int = DEFAULT_INTERVAL_WEIGHT
     target_triples: int = DEFAULT_TARGET_TRIPLES
     level_units: bool = DEFAULT_LEVEL_UNITS
+    workload: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
         limits.check_flag("level_units", self.level_units)
+        object.__setattr__(self, "workload", workload_entries(self.workload))
         limits.N_DIRECTIONS.check(self.n_directions)
         limits.K.check(self.k)
         limits.MARGINAL_SHARE.check(self.marginal_share)
@@ -106,6 +110,54 @@ class MeasurementSettings:
             raise SettingsError(
                 f"marginal_share {self.marginal_share!r} + pair_share {self.pair_share!r} (+ the noisy count's "
                 f"{count_share!r} under add-remove) must be < 1 (the moments need a share of the budget)"
+            )
+
+
+def workload_entries(workload: Any) -> tuple[tuple[str, str, str], ...]:
+    """A workload as tuples of three distinct column names; lists (YAML, JSON, Dagster, ``a,b,c`` on the command
+    line) are taken."""
+    if isinstance(workload, str) or not isinstance(workload, (list, tuple)):
+        raise SettingsError(f"workload must be a list of 3-way marginals (three column names each), got {workload!r}")
+    entries = []
+    for entry in workload:
+        if isinstance(entry, str) or not isinstance(entry, (list, tuple)) or len(entry) != 3 or not all(
+            isinstance(name, str) and name for name in entry
+        ) or len(set(entry)) != 3:
+            raise SettingsError(
+                f"a workload entry is a 3-way marginal: three different column names, got {entry!r} (every 2-way "
+                "table is measured already, at the pair weight)"
+            )
+        entries.append((entry[0], entry[1], entry[2]))
+    return tuple(entries)
+
+
+def check_workload(measurement: MeasurementSettings, schema: TableSchema) -> None:
+    """Each workload entry names three modelled columns of ``schema`` (a datetime's parts, not the datetime), whose
+    3-way table has at most ``layout.MAX_WORKLOAD_CELLS`` cells, and the 2-way tables are measured (the 3-way ones
+    share their weight)."""
+    from splice_assets.layout import MAX_WORKLOAD_CELLS, first_coordinates, layout_for, marginal_sizes
+
+    if not measurement.workload:
+        return
+    if not measurement.for_schema(schema).pair_share:
+        raise SettingsError(
+            f"workload {[list(e) for e in measurement.workload]!r} needs the 2-way tables: pair_share is 0"
+        )
+    layout = layout_for(schema)
+    one_way = marginal_sizes(layout, COARSE_BINS)
+    sizes = {column: one_way[i] for column, i in first_coordinates(layout).items()}
+    for entry in measurement.workload:
+        for name in entry:
+            if name not in sizes:
+                parts = next((c.parts for c in schema.lowered if c.name == name), ())
+                hint = (f"name its parts instead: {', '.join(parts)}" if parts
+                        else f"the modelled columns are {', '.join(schema.column_names)}")
+                raise SettingsError(f"workload entry {list(entry)!r}: {name!r} is not a modelled column; {hint}")
+        cells = sizes[entry[0]] * sizes[entry[1]] * sizes[entry[2]]
+        if cells > MAX_WORKLOAD_CELLS:
+            raise SettingsError(
+                f"workload entry {list(entry)!r} has {cells:,} cells, above {MAX_WORKLOAD_CELLS:,}: its counts would "
+                "drown in the noise; name columns with fewer categories"
             )
 
 
@@ -173,8 +225,9 @@ class SynthesizerSettings:
         return PrivacyLoss(self.epsilon, self.delta)
 
     def check_schema(self, schema: TableSchema) -> None:
-        """The limits that need the schema: delta < 1/n_min."""
+        """The limits that need the schema: delta < 1/n_min, and a workload of its columns."""
         self.privacy_loss.check_n_min(schema.n_min)
+        check_workload(self.measurement, schema)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

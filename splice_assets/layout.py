@@ -264,6 +264,41 @@ def triples_with_target(
     return triples if len(triples) <= cap else ()
 
 
+#: A workload's 3-way table has at most this many cells: three numeric columns on their 16 coarse bins.
+MAX_WORKLOAD_CELLS = 4096
+#: A workload's 3-way table counts as this many tables of the pair family in Delta^2: its cells get a quarter of a
+#: pair cell's noise (docs/decisions/0073).
+WORKLOAD_UNITS = 16
+
+
+def first_coordinates(layout: EncodingLayout) -> dict[str, int]:
+    """Each column's first coordinate (a numeric column's values, before its sentinels' and missing flags'): the one
+    a column's 3-way table reads."""
+    first: dict[str, int] = {}
+    for i, coordinate in enumerate(layout.coordinates):
+        first.setdefault(coordinate.column, i)
+    return first
+
+
+def workload_triples(
+    layout: EncodingLayout, workload: Sequence[Sequence[str]], known: Sequence[tuple[int, int, int]] = (),
+) -> tuple[tuple[int, int, int], ...]:
+    """The 3-way tables a workload adds (public): for each entry (x, y, z) of modelled column names, (t, a, b) with
+    t the first coordinate of x and a < b the first coordinates of y and z. An entry whose three coordinates a
+    ``known`` triple (the target's) or an earlier entry already has adds nothing. The names are checked where the
+    settings meet the schema (``config.check_workload``)."""
+    first = first_coordinates(layout)
+    seen = {frozenset(triple) for triple in known}
+    triples = []
+    for x, y, z in workload:
+        a, b = sorted((first[y], first[z]))
+        triple = (first[x], a, b)
+        if frozenset(triple) not in seen:
+            seen.add(frozenset(triple))
+            triples.append(triple)
+    return tuple(triples)
+
+
 def triple_sizes(
     layout: EncodingLayout, triples: Sequence[tuple[int, int, int]], numeric_bins: int = DEFAULT_NUMERIC_BINS
 ) -> tuple[int, ...]:

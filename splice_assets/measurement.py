@@ -115,10 +115,13 @@ class Measurement:
     #: ``interval_weight`` (1 before the settings existed).
     grid_weight: int = 1
     interval_weight: int = 1
-    #: Noisy 3-way frequencies of the target with pairs of other columns (t-major), at the 2-way noise std.
+    #: Noisy 3-way frequencies (t-major) of the target with pairs of other columns, then of the workload's
+    #: marginals, each table at the 2-way noise std over sqrt(its ``triple_units``).
     noisy_triples: np.ndarray = field(default_factory=lambda: np.zeros(0))
     triples: tuple[tuple[int, int, int], ...] = ()
     triple_sizes: tuple[int, ...] = ()
+    #: How many pair-family tables each 3-way table counts as in Delta^2 (empty: one each, as before workloads).
+    triple_units: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "marginal_sizes", tuple(int(v) for v in self.marginal_sizes))
@@ -130,6 +133,9 @@ class Measurement:
         object.__setattr__(self, "fine_sizes", tuple(int(v) for v in self.fine_sizes))
         object.__setattr__(self, "triples", tuple((int(t), int(a), int(b)) for t, a, b in self.triples))
         object.__setattr__(self, "triple_sizes", tuple(int(v) for v in self.triple_sizes))
+        object.__setattr__(self, "triple_units", tuple(int(v) for v in self.triple_units))
+        if self.triple_units and len(self.triple_units) != len(self.triples):
+            raise ValueError("3-way table units do not match the triples")
         if len(self.triple_sizes) != len(self.triples) or int(np.sum(self.triple_sizes)) != self.noisy_triples.size:
             raise ValueError("noisy 3-way tables do not match the triples and their sizes")
         if int(np.sum(self.fine_sizes)) != self.noisy_fine.size:
@@ -153,6 +159,15 @@ class Measurement:
     def pair_noise_std(self) -> float:
         """Noise std of one noisy 2-way frequency: sigma / w2."""
         return self.sigma / self.pair_weight if self.pair_weight > 0 else float("inf")
+
+    def triple_noise_stds(self) -> np.ndarray:
+        """Noise std of each 3-way table's cells: sigma / (sqrt(u) w2), u its ``triple_units``."""
+        units = np.asarray(units_or_ones(self.triple_units, len(self.triples)), dtype=np.float64)
+        return self.pair_noise_std() / np.sqrt(units)
+
+    def triple_cell_noise_stds(self) -> np.ndarray:
+        """``triple_noise_stds`` of every 3-way cell, in ``noisy_triples`` order."""
+        return np.repeat(self.triple_noise_stds(), self.triple_sizes)
 
     def marginal_noise_std(self) -> float:
         """Noise std of one noisy marginal frequency of a table at one unit: sigma / w."""
@@ -193,6 +208,7 @@ class Measurement:
         meta.pop("noisy_triples")
         meta["triples"] = [list(triple) for triple in self.triples]
         meta["triple_sizes"] = list(self.triple_sizes)
+        meta["triple_units"] = list(self.triple_units)
         meta["fine_sizes"] = list(self.fine_sizes)
         meta["marginal_sizes"] = list(self.marginal_sizes)
         meta["marginal_units"] = list(self.marginal_units)
@@ -236,6 +252,7 @@ class Measurement:
             raise ValueError(f"measurement {str(stem)!r}: moments shape {moments.shape} does not match k, L")
         meta["marginal_sizes"] = tuple(meta.get("marginal_sizes", ()))
         meta["marginal_units"] = tuple(meta.get("marginal_units", ()))
+        meta["triple_units"] = tuple(meta.get("triple_units", ()))
         meta["fine_sizes"] = tuple(meta.get("fine_sizes", ()))
         return cls(noisy_moments=moments, noisy_marginals=marginals, noisy_pairs=pairs, noisy_fine=fine,
                    noisy_triples=triples, **meta)

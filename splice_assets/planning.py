@@ -59,7 +59,7 @@ class ReleasePlanner:
             # the plan hashes, and the measurement stores, the relation's value (a plain string)
             marginal_share=m.marginal_share, pair_share=m.pair_share, relation=s.relation, fine_bins=m.fine_bins,
             grid_weight=m.grid_weight, interval_weight=m.interval_weight, target_triples=m.target_triples,
-            level_units=m.level_units,
+            level_units=m.level_units, workload=m.workload,
         )
 
     def release_parts(self, n_measured: int) -> list[Part]:

@@ -147,7 +147,7 @@ def renoised(measurement: Measurement, schema: TableSchema, rng: np.random.Gener
         noisy_moments=m.noisy_moments + rng.normal(size=m.noisy_moments.shape) * m.moment_noise_std()[:, None],
         noisy_marginals=m.noisy_marginals + rng.normal(size=m.noisy_marginals.shape) * m.marginal_cell_noise_stds(),
         noisy_pairs=m.noisy_pairs + rng.normal(size=m.noisy_pairs.shape) * m.pair_noise_std(),
-        noisy_triples=m.noisy_triples + rng.normal(size=m.noisy_triples.shape) * m.pair_noise_std(),
+        noisy_triples=m.noisy_triples + rng.normal(size=m.noisy_triples.shape) * m.triple_cell_noise_stds(),
         noisy_fine=fine,
     )
 
@@ -230,8 +230,9 @@ class QueryAnswerer:
         for pair, table in zip(m.pairs, pair_tables(m.noisy_pairs, m.pairs, self.sizes)):
             tables[pair] = (table, m.pair_noise_std())
         cuts = np.cumsum(m.triple_sizes)[:-1]
-        for triple, block in zip(m.triples, np.split(m.noisy_triples, cuts) if m.triples else ()):
-            tables[triple] = (block.reshape([self.sizes[i] for i in triple]), m.pair_noise_std())
+        for triple, block, std in zip(m.triples, np.split(m.noisy_triples, cuts) if m.triples else (),
+                                      m.triple_noise_stds()):
+            tables[triple] = (block.reshape([self.sizes[i] for i in triple]), float(std))
         return tables
 
     @property

@@ -53,6 +53,8 @@ columns:
 """ + "  - {name: region, kind: categorical, categories: [" + ", ".join(f"r{i:02d}" for i in range(40)) + "]}\n"
 SCHEMA = parse_schema(__import__("yaml").safe_load(SCHEMA_YAML))
 EXTREME_ROW = {"amount": 1000.0, "age": 90, "colour": "grey", "grade": 3, "region": "r39"}
+#: A workload's 3-way table counts WORKLOAD_UNITS times in the pair family, its cells at sqrt(units) the pair weight.
+WORKLOAD = (("colour", "age", "amount"),)
 SLACK_TOLERANCE = 1e-9
 
 
@@ -101,12 +103,14 @@ def capture_sampler(monkeypatch) -> list[np.ndarray]:
 
 
 def library_vector(table: pd.DataFrame, relation: str, holdout: float, seed: int, seen: list,
-                   weights: tuple[int, int] = (DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT)) -> np.ndarray:
+                   weights: tuple[int, int] = (DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT),
+                   workload: tuple[tuple[str, ...], ...] = ()) -> np.ndarray:
     """The release path's functions in the job's order: validate -> split -> encode -> plan -> measure."""
     checked = validate(table, SCHEMA).table
     train, _ = holdout_split.split_holdout(checked, holdout, seed, relation)
     plan, calibration = measuring.make_plan(SCHEMA, len(train), 1.0, 1e-6, relation=relation,
-                                            grid_weight=weights[0], interval_weight=weights[1], level_units=True)
+                                            grid_weight=weights[0], interval_weight=weights[1], level_units=True,
+                                            workload=workload)
     with pytest.raises(Captured):
         measuring.measure(encode(train, SCHEMA), SCHEMA, plan, calibration)
     return seen.pop()
@@ -114,24 +118,28 @@ def library_vector(table: pd.DataFrame, relation: str, holdout: float, seed: int
 
 def nominal_delta(relation: str, n_measured: int,
                   weights: tuple[int, int] = (DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT),
-                  level_units: bool = DEFAULT_LEVEL_UNITS) -> tuple[float, float, measuring.MeasurementPlan]:
+                  level_units: bool = DEFAULT_LEVEL_UNITS, workload: tuple[tuple[str, ...], ...] = (),
+                  ) -> tuple[float, float, measuring.MeasurementPlan]:
     """(Delta (1 + slack) as calibrated, Delta without slack, the plan) for ``n_measured`` measured rows."""
     plan, calibration = measuring.make_plan(SCHEMA, n_measured, 1.0, 1e-6, relation=relation, grid_weight=weights[0],
-                                            interval_weight=weights[1], level_units=level_units)
+                                            interval_weight=weights[1], level_units=level_units, workload=workload)
     return calibration.sensitivity, calibration.sensitivity / (1.0 + calibration.slack), plan
 
 
 def family_norms(diff: np.ndarray, plan: measuring.MeasurementPlan) -> dict[str, float]:
     """The l2 shift of each query family in the sampler's input: moments, 1-way cells (the coordinates' tables and
     the numeric columns' fine tables, these weighted sqrt(grid_weight) or sqrt(interval_weight) times those), 2-way
-    cells (the pairs' and the target's 3-way tables, one family at one weight), count."""
+    cells (the pairs' and the 3-way tables, one family: the pair weight, sqrt(units) times it for a workload's, whose
+    cells come last), count."""
     assert plan.fine, "the product's plan measures fine tables"
     assert plan.triples, "the product's plan measures the target's 3-way tables"
     count_cells = int(plan.relation == AR)
-    tables = sum(plan.pair_sizes) + sum(plan.triple_sizes)
-    edges = np.cumsum([plan.k * plan.n_directions, sum(plan.marginal_sizes), tables, count_cells])
-    moments, coarse, two_way, count, fine = np.split(diff, edges)
-    assert fine.size == sum(plan.fine_sizes)
+    tables = sum(plan.pair_sizes) + sum(plan.triple_sizes) - plan.workload_cells  # the workload's cells come last
+    edges = np.cumsum([plan.k * plan.n_directions, sum(plan.marginal_sizes), tables, count_cells,
+                       sum(plan.fine_sizes)])
+    moments, coarse, two_way, count, fine, workload = np.split(diff, edges)
+    assert workload.size == plan.workload_cells
+    two_way = np.concatenate([two_way, workload])
     one_way = np.concatenate([coarse, fine])
     return {"moments": float(np.linalg.norm(moments)), "1-way": float(np.linalg.norm(one_way)),
             "2-way": float(np.linalg.norm(two_way)), "count": float(np.linalg.norm(count))}
@@ -139,11 +147,12 @@ def family_norms(diff: np.ndarray, plan: measuring.MeasurementPlan) -> dict[str,
 
 def check_shift(diff: np.ndarray, relation: str, n_measured: int, one_row_measured: bool | None,
                 weights: tuple[int, int] = (DEFAULT_GRID_WEIGHT, DEFAULT_INTERVAL_WEIGHT),
-                level_units: bool = DEFAULT_LEVEL_UNITS) -> float:
+                level_units: bool = DEFAULT_LEVEL_UNITS, workload: tuple[tuple[str, ...], ...] = ()) -> float:
     """Assert the whole shift is within Delta (1 + slack) and each family within its share; where one measured
     row is added or removed, or replaced by one in another cell of every table, the tables' shares are met
     exactly. Returns the shift in units of Delta."""
-    delta, bare, plan = nominal_delta(relation, n_measured, weights, level_units)
+    delta, bare, plan = nominal_delta(relation, n_measured, weights, level_units, workload)
+    assert bool(plan.triple_units) == bool(workload)
     total = float(np.linalg.norm(diff))
     assert total <= delta * (1 + SLACK_TOLERANCE), f"moved {total / delta:.3f} Delta"
     # A per-value fine table counts grid_weight times, one of intervals interval_weight times, and the 1-way share
@@ -186,6 +195,18 @@ def test_neighbours_move_the_sampler_input_by_at_most_delta(monkeypatch, relatio
     assert worst > 0.5  # the neighbours reach a large part of Delta
 
 
+@pytest.mark.parametrize("relation", [AR, RO])
+def test_a_workload_keeps_neighbours_within_delta_with_its_tables_in_the_pair_share(monkeypatch, relation):
+    """The workload's 3-way table, at sqrt(units) the pair weight, moves the 2-way family by exactly its share."""
+    seen = capture_sampler(monkeypatch)
+    rng = np.random.default_rng(5)
+    table = private_table(rng, 500)
+    base = library_vector(table, relation, 0.0, 0, seen, workload=WORKLOAD)
+    for _name, other in neighbours(rng, table, relation).items():
+        diff = library_vector(other, relation, 0.0, 0, seen, workload=WORKLOAD) - base
+        check_shift(diff, relation, 500, relation == AR, level_units=True, workload=WORKLOAD)
+
+
 def test_an_extreme_replacement_meets_the_table_shares_exactly_under_replace_one(monkeypatch):
     seen = capture_sampler(monkeypatch)
     table = private_table(np.random.default_rng(4), 500)
@@ -217,7 +238,7 @@ def test_the_split_measures_a_neighbour_of_the_measured_part(monkeypatch):
 
 
 def job_vector(tmp, table: pd.DataFrame, relation: str, name: str, monkeypatch, seen: list,
-               dataset: str = SCHEMA.name, streamed: bool = False) -> np.ndarray:
+               dataset: str = SCHEMA.name, streamed: bool = False, workload: tuple = ()) -> np.ndarray:
     """Run the release job on ``table`` until the sampler would draw; return what it was handed. ``streamed``:
     the table as a folder of three CSV files (one empty), which the job streams (``private.partitions``)."""
     source = tmp / (name if streamed else f"{name}.csv")
@@ -228,16 +249,17 @@ def job_vector(tmp, table: pd.DataFrame, relation: str, name: str, monkeypatch, 
     else:
         table.to_csv(source, index=False)
     job = build_definitions(release_resources(tmp)).resolve_job_def("release")
-    config = ReleaseConfig(dataset=dataset, input_path=str(source), relation=relation, holdout_fraction=0.2)
+    config = ReleaseConfig(dataset=dataset, input_path=str(source), relation=relation, holdout_fraction=0.2,
+                           workload=[list(entry) for entry in workload])
     with dg.DagsterInstance.ephemeral() as instance:
         result = job.execute_in_process(run_config=run_config_for(config), instance=instance, raise_on_error=False)
     assert not result.success and len(seen) == 1
     return seen.pop()
 
 
-@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize(("streamed", "workload"), [(False, ()), (True, ()), (False, WORKLOAD)])
 @pytest.mark.parametrize("relation", [AR, RO])
-def test_the_release_job_keeps_neighbours_within_delta(tmp_path, monkeypatch, relation, streamed):
+def test_the_release_job_keeps_neighbours_within_delta(tmp_path, monkeypatch, relation, streamed, workload):
     (tmp_path / "schemas").mkdir()
     (tmp_path / "schemas" / f"{SCHEMA.name}.yaml").write_text(SCHEMA_YAML)
     monkeypatch.setenv("SPLICE_SCHEMA_DIR", str(tmp_path / "schemas"))
@@ -246,11 +268,12 @@ def test_the_release_job_keeps_neighbours_within_delta(tmp_path, monkeypatch, re
     seen = capture_sampler(monkeypatch)
     rng = np.random.default_rng(2)
     table = private_table(rng, 600)
-    base = job_vector(tmp_path, table, relation, "base", monkeypatch, seen, streamed=streamed)
+    base = job_vector(tmp_path, table, relation, "base", monkeypatch, seen, streamed=streamed, workload=workload)
     shifts = {}
     for index, (name, other) in enumerate(neighbours(rng, table, relation).items()):
-        diff = job_vector(tmp_path, other, relation, f"neighbour{index}", monkeypatch, seen, streamed=streamed) - base
-        shifts[name] = check_shift(diff, relation, 600 - 120, None)
+        diff = job_vector(tmp_path, other, relation, f"neighbour{index}", monkeypatch, seen, streamed=streamed,
+                          workload=workload) - base
+        shifts[name] = check_shift(diff, relation, 600 - 120, None, workload=workload)
     assert max(shifts.values()) > 0.3, shifts
     with BudgetLedger(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as book:
         assert {e.status for e in book.entries(SCHEMA.name)} == {"aborted"}  # stopped before noise: no charge

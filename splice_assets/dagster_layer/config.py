@@ -103,6 +103,12 @@ class ReleaseConfig(dg.Config):
         "re-imposes the tilted mixture's 1-/2-way tables and is sampled from; 0 = off (faster). Post-processing.",
     )
 
+    workload: list[list[str]] = Field(
+        default=[],
+        description="3-way marginals that matter (three column names each, e.g. [[age, sex, income]]): each is "
+        "measured as a 3-way table at the pair weight, like the target's, and the model is tilted toward it.",
+    )
+
     @field_validator("relation")
     @classmethod
     def _relation(cls, value: str) -> str:

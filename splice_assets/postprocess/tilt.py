@@ -199,7 +199,7 @@ def fit_tilt(
     targets1: np.ndarray,
     std1: float | np.ndarray,
     targets2: np.ndarray,
-    std2: float,
+    std2: float | np.ndarray,
     chi2_target: float = 1.0,
     max_iterations: int = 300,
     patience: int = 10,
@@ -209,7 +209,8 @@ def fit_tilt(
     starts: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float, float, int]:
     """Potentials fitted on the ``pool`` cells (draws from the mixture) that bring a fresh ``holdout`` pool's
-    weighted tables toward the noisy targets (``std1``: the 1-way cells' noise std, one or one per cell).
+    weighted tables toward the noisy targets (``std1``: the 1-way cells' noise std, one or one per cell; ``std2``
+    alike for the 2-way and 3-way cells).
 
     Multiplicative weights with heavy-ball momentum on the pool rows. The gradient of chi^2 / 2 with respect to
     a row's log weight is g, the sum of its cells' residuals over their noise variances; each iteration adds
@@ -230,7 +231,7 @@ def fit_tilt(
     Returns the potentials (``CellTilt`` order), holdout chi^2 per cell at the start and with them, and the
     iterations used.
     """
-    if not np.all(np.asarray(std1) > 0) or not std2 > 0:
+    if not np.all(np.asarray(std1) > 0) or not np.all(np.asarray(std2) > 0):
         raise ValueError(f"noise stds must be > 0, got {std1!r} and {std2!r}")
     if not chi2_target > 0:
         raise ValueError(f"chi2_target must be > 0, got {chi2_target!r}")
@@ -240,7 +241,7 @@ def fit_tilt(
     starts = np.zeros(fit_cells.shape[1], dtype=np.int64) if starts is None else np.asarray(starts, dtype=np.int64)
     targets = np.concatenate([targets1, targets2])
     inverse_variance = np.concatenate([np.broadcast_to(np.asarray(std1, dtype=np.float64) ** -2.0, (size1,)),
-                                       np.full(size2, std2**-2.0)])
+                                       np.broadcast_to(np.asarray(std2, dtype=np.float64) ** -2.0, (size2,))])
 
     def chi2_of(cells: np.ndarray, potentials: np.ndarray) -> tuple[float, np.ndarray]:
         residual = _cell_sums(cells, starts, _normalised(-_row_sums(cells, starts, potentials)), targets.size)

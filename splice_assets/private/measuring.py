@@ -7,7 +7,7 @@ ledger reservation -> noise -> persist -> commit. Everything after it reads only
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
@@ -24,6 +24,7 @@ from splice_assets.fine_cells import (
 from splice_assets.layout import (
     DEFAULT_NUMERIC_BINS,
     DEFAULT_TARGET_TRIPLES,
+    WORKLOAD_UNITS,
     EncodingLayout,
     ScalingMode,
     coordinate_pairs,
@@ -33,6 +34,7 @@ from splice_assets.layout import (
     pair_sizes,
     triple_sizes,
     triples_with_target,
+    workload_triples,
 )
 from splice_assets.limits import Relation
 from splice_assets.measurement import (
@@ -88,9 +90,13 @@ class MeasurementPlan:
     #: ``interval_weight`` (``FineCells.weight_units``).
     grid_weight: int = 1
     interval_weight: int = 1
-    # The target's 3-way tables (``layout.triples_with_target``), measured at the pair weight beside the pairs.
+    # The target's 3-way tables (``layout.triples_with_target``), measured at the pair weight beside the pairs, then
+    # the workload's (``layout.workload_triples``).
     triples: tuple[tuple[int, int, int], ...] = ()
     triple_sizes: tuple[int, ...] = ()
+    #: How many pair-family tables each 3-way table counts as in Delta^2 (empty: one each; a workload's count
+    #: ``layout.WORKLOAD_UNITS``): its cells are weighted sqrt(u) w2.
+    triple_units: tuple[int, ...] = ()
 
     @property
     def fine_sizes(self) -> tuple[int, ...]:
@@ -112,6 +118,16 @@ class MeasurementPlan:
         units = np.asarray(units_or_ones(self.marginal_units, len(self.marginal_sizes)), dtype=np.float64)
         return np.repeat(np.sqrt(units) * self.marginal_weight, self.marginal_sizes)
 
+    @property
+    def workload_cells(self) -> int:
+        """How many of the 3-way cells, at the end, are the workload's (its tables count more than once)."""
+        return int(sum(size for size, units in zip(self.triple_sizes, self.triple_units) if units > 1))
+
+    def triple_table_weights(self) -> np.ndarray:
+        """The weight of every 3-way cell: sqrt(u) w2, u its table's ``triple_units``."""
+        units = np.asarray(units_or_ones(self.triple_units, len(self.triples)), dtype=np.float64)
+        return np.repeat(np.sqrt(units) * self.pair_weight, self.triple_sizes)
+
     def fine_table_weight(self, column: FineCells) -> float:
         """The weight of a fine table's cells: sqrt(units) w, with units = ``column.weight_units``."""
         return math.sqrt(column.weight_units(self.grid_weight, self.interval_weight)) * self.marginal_weight
@@ -119,7 +135,7 @@ class MeasurementPlan:
     @property
     def mechanism(self) -> str:
         families = ["sliced-chebyshev"] + ["marginals"] * bool(self.marginal_sizes) + ["pairs"] * bool(self.pairs)
-        families += ["target-triples"] * bool(self.triples)
+        families += ["target-triples"] * bool(self.triples) + ["workload"] * bool(self.triple_units)
         return "gaussian/" + "+".join(families + ["fine"] * bool(self.fine))
 
     def public_params(self) -> dict[str, object]:
@@ -146,6 +162,8 @@ class MeasurementPlan:
             **({"marginal_units": list(self.marginal_units), "one_way_share": self.one_way_share}
                if self.coarse_units != len(self.marginal_sizes) else {}),
             **({"target_triples": len(self.triples)} if self.triples else {}),
+            **({"triples": [list(t) for t in self.triples], "triple_units": list(self.triple_units)}
+               if self.triple_units else {}),
         }
 
 
@@ -185,6 +203,7 @@ def make_plan(
     interval_weight: int = DEFAULT_INTERVAL_WEIGHT,
     target_triples: int = DEFAULT_TARGET_TRIPLES,
     level_units: bool = DEFAULT_LEVEL_UNITS,
+    workload: Sequence[Sequence[str]] = (),
 ) -> tuple[MeasurementPlan, privacy.Calibration]:
     """Validate the parameters against the schema's public n_min and calibrate the one Gaussian mechanism.
 
@@ -197,9 +216,10 @@ def make_plan(
     ``pair_share`` goes to the 2-way histograms of every pair of coordinates from different columns (None: by the
     schema, ``defaults.default_pair_share``; both 0 = the paper's moments only). The schema's target and every pair
     of other columns with a small table get a 3-way table when they number at most ``target_triples``
-    (``layout.triples_with_target``), one more table at the pair weight each. The row count ``n`` enters the plan
-    under replace-one only; under add-remove it is private, so it is not read, and ``DEFAULT_COUNT_SHARE`` of
-    Delta^2 buys a noisy count instead.
+    (``layout.triples_with_target``), one more table at the pair weight each; so does every 3-way marginal of the
+    ``workload`` (column names, three each; ``layout.workload_triples``) that the target's do not hold. The row
+    count ``n`` enters the plan under replace-one only; under add-remove it is private, so it is not read, and
+    ``DEFAULT_COUNT_SHARE`` of Delta^2 buys a noisy count instead.
     """
     privacy.validate_parameters(epsilon, delta, k, n_directions, schema.n_min)
     pair_share = default_pair_share(schema) if pair_share is None else pair_share
@@ -215,7 +235,11 @@ def make_plan(
     pairs = coordinate_pairs(layout) if pair_share > 0 else ()
     cells = pair_sizes(layout, pairs, numeric_bins)
     triples = () if not pairs else triples_with_target(layout, schema.target, target_triples, numeric_bins)
+    favoured = () if not pairs else workload_triples(layout, workload, triples)
+    triple_units = (1,) * len(triples) + (WORKLOAD_UNITS,) * len(favoured) if favoured else ()
+    triples += favoured
     three_way = triple_sizes(layout, triples, numeric_bins)
+    triple_tables = sum(units_or_ones(triple_units, len(triples)))
     # A coarse or fine table weighted sqrt(u) w (u its units) moves by as much as u tables at w: it counts u
     # times; a 3-way table is one more table at the pair weight (each row adds 1 to one of its cells, as to a pair's).
     tables = one_way_units(sum(units), fine, grid_weight, interval_weight)
@@ -229,7 +253,7 @@ def make_plan(
             "pair_share, grid_weight or interval_weight"
         )
     weights = privacy.query_weights(
-        share1, pair_share, n_directions, k, tables, len(pairs) + len(triples), relation, count_share,
+        share1, pair_share, n_directions, k, tables, len(pairs) + triple_tables, relation, count_share,
     )
     plan = MeasurementPlan(
         schema.name, schema.version, public_n, epsilon, delta, n_directions, k, seed, scaling,
@@ -237,12 +261,14 @@ def make_plan(
         marginal_share, numeric_bins, sizes, weights.marginal, units if sum(units) != len(units) else (), pair_share,
         pairs, cells, weights.pair, relation,
         weights.row_count, fine_bins if fine else 0, fine, grid_weight, interval_weight, triples=triples,
-        triple_sizes=three_way,
+        triple_sizes=three_way, triple_units=triple_units,
     )
     calibration = privacy.calibrate(
         epsilon, delta, public_n, n_directions, k, relation,
         marginal_coordinates=tables, marginal_cells=table_cells, marginal_weight=weights.marginal,
-        pair_count=len(pairs) + len(triples), pair_cells=int(sum(cells)) + sum(three_way), pair_weight=weights.pair,
+        pair_count=len(pairs) + triple_tables,
+        pair_cells=int(sum(cells)) + int(np.dot(units_or_ones(triple_units, len(triples)), three_way)),
+        pair_weight=weights.pair,
         count_weight=weights.row_count,
     )
     return plan, calibration
@@ -391,7 +417,8 @@ def measure_exact(
     (every coordinate's at sqrt(u) w, u its ``level_units``, and every numeric column's fine table at sqrt(u) w,
     where a missing value adds to no cell; u = grid_weight for a per-value table, interval_weight for one of
     intervals; C counts each table u times) and of each pair's and
-    each target triple's (P tables in all, at one weight w2); replacing one row moves
+    each 3-way table's (the target's at w2, a workload's at sqrt(u) w2, u = ``WORKLOAD_UNITS``; P counts each
+    table u times, the pairs and the target's once); replacing one row moves
     [m_j/sqrt(j), w * h1, w2 * h2] by at most sqrt(4 L H_k + 2 w^2 C + 2 w2^2 P)/n. Under add-remove the vector is
     [S_j/sqrt(j), w * c1, w2 * c2, wn * n] of sums and counts, and one row moves it by at most
     sqrt(L H_k + w^2 C + w2^2 P + wn^2). Either is calibration.sensitivity (float slack included). A failure before
@@ -417,18 +444,21 @@ def measure_exact(
             relation=plan.relation,
             params_hash=params_hash(plan.public_params()),
         )
-    # The target's triples follow the pairs at their weight.
-    first_pairs = np.concatenate([stats.pairs, stats.triples])
+    # The target's 3-way tables follow the pairs at their weight; the workload's come last, at theirs (so the cells
+    # before them are noised in the same order with a workload as without).
+    split = stats.triples.size - plan.workload_cells
+    first_pairs = np.concatenate([stats.pairs, stats.triples[:split]])
     counted = [] if stats.count is None else [float(stats.count)]
+    triple_weights = plan.triple_table_weights()
     try:
         cell_weights = np.concatenate([
-            plan.coarse_table_weights(), np.full(first_pairs.size, plan.pair_weight),
+            plan.coarse_table_weights(), np.full(stats.pairs.size, plan.pair_weight), triple_weights[:split],
             np.full(len(counted), plan.count_weight),
-            *(np.full(column.size, plan.fine_table_weight(column)) for column in plan.fine),
+            *(np.full(column.size, plan.fine_table_weight(column)) for column in plan.fine), triple_weights[split:],
         ])
         noisy_moments, noisy_cells = privacy.add_noise_joint(
-            stats.moments, np.concatenate([stats.marginals, first_pairs, counted, stats.fine]), cell_weights,
-            calibration.sigma,
+            stats.moments, np.concatenate([stats.marginals, first_pairs, counted, stats.fine, stats.triples[split:]]),
+            cell_weights, calibration.sigma,
         )
     except BaseException:
         if ledger is not None and entry_id is not None:
@@ -436,8 +466,10 @@ def measure_exact(
         raise
     # From here on noise has been drawn: a failure leaves the spend counted.
     marginals, rest = np.split(noisy_cells, [int(sum(plan.marginal_sizes))])
+    rest, workload = np.split(rest, [rest.size - plan.workload_cells])
     pairs, noisy_count, fine = np.split(rest, [first_pairs.size, first_pairs.size + len(counted)])
-    pairs, triples = np.split(pairs, [pairs.size - stats.triples.size])
+    pairs, triples = np.split(pairs, [stats.pairs.size])
+    triples = np.concatenate([triples, workload])
     if plan.relation == Relation.REPLACE_ONE:
         measurement = measurement_of(plan, calibration, stats.d, noisy_moments, marginals, pairs, entry_id, fine=fine,
                                      triples=triples)
@@ -510,4 +542,5 @@ def measurement_of(
         noisy_triples=np.zeros(0) if triples is None else triples,
         triples=() if triples is None else plan.triples,
         triple_sizes=() if triples is None else plan.triple_sizes,
+        triple_units=() if triples is None else plan.triple_units,
     )

@@ -17,6 +17,9 @@ Per column (its value coordinate's 1-way table of s cells, each with noise std t
 Per measured pair (``pair_tables``: the two columns, with a part's role where it is not the value): its cells, its
 ``expected_noise_tvd`` and ``model_tvd`` as above; every pair's cells share one noise std (``pair_noise_std_per_cell``,
 ``pair_count_error_95`` in rows).
+
+Per 3-way table of the settings' workload (``workload_tables``): its cells, ``noise_std_per_cell`` (a quarter of a
+pair cell's), ``expected_noise_tvd``, ``model_tvd`` and ``count_error_95`` as above.
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ import numpy as np
 import pandas as pd
 
 from splice_assets.encoding import encode
-from splice_assets.layout import Coordinate, EncodingLayout, layout_for, marginal_cells, marginal_sizes
+from splice_assets.layout import (
+    Coordinate,
+    EncodingLayout,
+    layout_for,
+    marginal_cells,
+    marginal_sizes,
+    triple_cell_index,
+)
 from splice_assets.measurement import Measurement
 from splice_assets.postprocess.fine_tables import below_noise
 from splice_assets.private.validation import modelled_view
@@ -122,6 +132,21 @@ def quality_summary(measurement: Measurement, schema: TableSchema, synthetic: pd
             pair_tables[name] = {"cells": len(noisy), "expected_noise_tvd": _round(two_way[-1][1]),
                                  "model_tvd": _round(two_way[-1][0])}
 
+    workload_tables: dict[str, Any] = {}
+    favoured = [j for j, units in enumerate(measurement.triple_units) if units > 1]
+    if favoured:
+        cells = marginal_cells(x, layout, measurement.numeric_bins)
+        blocks = np.split(measurement.noisy_triples, np.cumsum(measurement.triple_sizes)[:-1])
+        for j in favoured:
+            triple, noisy, std3 = measurement.triples[j], blocks[j], float(measurement.triple_noise_stds()[j])
+            synth3 = np.bincount(triple_cell_index(cells, sizes, triple), minlength=noisy.size).astype(np.float64)
+            workload_tables[" x ".join(_part_name(layout.coordinates[i]) for i in triple)] = {
+                "cells": len(noisy), "noise_std_per_cell": _round(std3),
+                "expected_noise_tvd": _round(_noise_tvd(len(noisy), std3)),
+                "model_tvd": _round(_tvd_to_noisy(synth3, noisy)),
+                "count_error_95": _round(Z95 * std3 * measurement.n),
+            }
+
     def mean(values: list[tuple[float, float]], i: int) -> float | None:
         return _round(float(np.mean([v[i] for v in values]))) if values else None
 
@@ -136,6 +161,7 @@ def quality_summary(measurement: Measurement, schema: TableSchema, synthetic: pd
         "pair_count_error_95": _round(Z95 * std2 * measurement.n) if two_way else None,
         "columns": columns,
         "pair_tables": pair_tables,
+        "workload_tables": workload_tables,
     }
 
 

@@ -22,6 +22,7 @@ from splice_assets.config import (
     PostProcessingSettings,
     Relation,
     SynthesizerSettings,
+    workload_entries,
 )
 from splice_assets.datasets import DEMO_DATASET, demo_data_path
 from splice_assets.defaults import DEFAULT_HOLDOUT_FRACTION, DEFAULT_MAX_UNPARSEABLE_SHARE
@@ -63,9 +64,11 @@ class ReleaseSettings:
     field_iterations: int = PostProcessingSettings.field_iterations
     relation: Relation = Relation.REPLACE_ONE  # a plain string is taken (``Relation.parse``)
     max_unparseable_share: float = DEFAULT_MAX_UNPARSEABLE_SHARE
+    workload: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
         limits.check_dataset_name(self.dataset)
+        object.__setattr__(self, "workload", workload_entries(self.workload))  # release.json holds lists
         object.__setattr__(self, "relation", Relation.parse(self.relation))
         limits.N_SYNTHETIC.check(self.n_synthetic)
         limits.HOLDOUT_FRACTION.check(self.holdout_fraction)
