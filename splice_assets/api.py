@@ -485,7 +485,10 @@ class Synthesizer:
         a fit); later answers reuse them (``query_basis``)."""
         if self.measurement is None or self.model is None:
             raise NotFitted("fit (or load) a synthesizer before asking it questions")
-        if self._answerer is None or len(self._answerer.basis.replicates) != replicates:
+        exact = QueryAnswerer(self.measurement, self.schema).exact(query)  # no refits for a measured answer
+        if exact is not None:
+            return exact
+        if self._answerer is None or self._answerer.basis is None or len(self._answerer.basis.replicates) != replicates:
             self._answerer = QueryAnswerer(self.measurement, self.schema, self.query_basis(replicates))
         return self._answerer.answer(query)
 

@@ -845,15 +845,17 @@ def query_command(release_id: str, query: str, replicates: int | None, as_json: 
     if synth.model is None or synth.measurement is None:
         raise fail(f"release {location.release_id!r} has no fitted model in its public bundle")
     replicates = replicates or DEFAULT_REPLICATES
-    folder = location.root / "query-basis"  # public post-processing, beside the bundle (export copies the bundle)
-    basis = QueryBasis.load(folder) if (folder / "basis.json").is_file() else None
-    if basis is None or len(basis.replicates) != replicates:
-        if not as_json:
-            click.echo(f"building the query basis of {location.release_id}: {replicates} re-noised refits "
-                       "(once per release)", err=True)
-        basis = QueryBasis.build(synth, replicates)
-        basis.save(folder)
-    answer = QueryAnswerer(synth.measurement, synth.schema, basis).answer(parsed)
+    answer = QueryAnswerer(synth.measurement, synth.schema).exact(parsed)  # a measured answer needs no refits
+    if answer is None:
+        folder = location.root / "query-basis"  # public post-processing, beside the bundle (export copies it)
+        basis = QueryBasis.load(folder) if (folder / "basis.json").is_file() else None
+        if basis is None or len(basis.replicates) != replicates:
+            if not as_json:
+                click.echo(f"building the query basis of {location.release_id}: {replicates} re-noised refits "
+                           "(once per release)", err=True)
+            basis = QueryBasis.build(synth, replicates)
+            basis.save(folder)
+        answer = QueryAnswerer(synth.measurement, synth.schema, basis).answer(parsed)
     if as_json:
         _json_out(answer.as_dict())
     else:

@@ -25,6 +25,7 @@ shared tables; docs/method.md states the method.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -205,9 +206,10 @@ class QueryBasis:
 
 
 class QueryAnswerer:
-    """Answers queries of one release from its measurement, schema and ``QueryBasis``."""
+    """Answers queries of one release from its measurement, schema and ``QueryBasis`` (None: exact answers only,
+    ``exact``; no refit is needed for them)."""
 
-    def __init__(self, measurement: Measurement, schema: TableSchema, basis: QueryBasis) -> None:
+    def __init__(self, measurement: Measurement, schema: TableSchema, basis: QueryBasis | None = None) -> None:
         self.measurement, self.schema, self.basis = measurement, schema, basis
         m = measurement
         self.layout = layout_for(schema)
@@ -215,8 +217,6 @@ class QueryAnswerer:
         if m.marginal_sizes and tuple(self.sizes) != tuple(m.marginal_sizes):  # () when no 1-way table was measured
             raise ValueError("the measurement's 1-way tables do not match the schema's layout")
         self._tables = self._measured_tables()
-        self._x = _encoded(basis.sample, schema)
-        self._cells = marginal_cells(self._x, self.layout, m.numeric_bins)
         #: Column -> (its fine cells, their noisy frequencies, noise std per cell), for the numeric columns.
         fine = fine_cells(schema, m.fine_bins, m.numeric_bins) if m.fine_sizes else ()
         self._fine = {cells.column: (cells, table, m.fine_noise_std(cells.per_value))
@@ -252,6 +252,17 @@ class QueryAnswerer:
         q = parse_query(query, self.schema)
         exact = self._exact(q)
         return exact if exact is not None else self._bootstrap(q)
+
+    @functools.cached_property
+    def _x(self) -> np.ndarray:
+        """The basis sample, encoded (the bootstrap's rows)."""
+        if self.basis is None:
+            raise ValueError("this answer needs the model's bootstrap: give the answerer a QueryBasis")
+        return _encoded(self.basis.sample, self.schema)
+
+    @functools.cached_property
+    def _cells(self) -> np.ndarray:
+        return marginal_cells(self._x, self.layout, self.measurement.numeric_bins)
 
     def exact(self, query: Query | str) -> Answer | None:
         """The exact answer, or None where the query is not a union of whole measured cells (no bootstrap)."""
@@ -334,6 +345,8 @@ class QueryAnswerer:
     # -- bootstrap: the model's answer ------------------------------------------------------------------------
 
     def _bootstrap(self, q: Query) -> Answer:
+        if self.basis is None:
+            raise ValueError("this answer needs the model's bootstrap: give the answerer a QueryBasis")
         sample = self.basis.sample
         hold = q.where.holds(sample, self.schema)
         if q.statistic in ("count", "share"):

@@ -156,8 +156,10 @@ def test_query_answers_with_an_interval_and_refuses_a_bad_query(cli_env):
     assert "cannot read 'median(age)'" in fails_cleanly("query", rid, "median(age)")
     exact = json.loads(ok("query", rid, "share where rate_marriage == 5", "--json").output)
     assert exact["interval"] == "exact" and exact["lower"] < exact["estimate"] < exact["upper"]
+    assert not (Path(cli_env["record"]["public_dir"]).parent / "query-basis").exists()  # a measured answer: no refits
     printed = ok("query", rid, "mean(affairs) where educ == 16", "--replicates", "2").output
     assert "mean(affairs) where educ == 16: " in printed and "parametric bootstrap" in printed
+    assert (Path(cli_env["record"]["public_dir"]).parent / "query-basis" / "basis.json").is_file()
     # The basis is built once per release and read back by the next query.
     again = ok("query", rid, "mean(affairs) where educ == 16", "--replicates", "2").output
     assert again == printed.splitlines()[-1] + "\n"

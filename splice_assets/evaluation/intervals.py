@@ -26,16 +26,13 @@ from splice_assets.fine_cells import fine_cells, per_column
 from splice_assets.kinds.scales import value_of
 from splice_assets.layout import layout_for, pair_tables
 from splice_assets.measurement import Measurement
-from splice_assets.queries import Query, QueryAnswerer, QueryBasis
+from splice_assets.queries import Query, QueryAnswerer
 from splice_assets.schema import ColumnSpec, TableSchema
 
 #: Largest categories asked of each discrete column, measured pairs asked of, and queries in all.
 TOP_CATEGORIES = 2
 TOP_PAIRS = 6
 MAX_QUERIES = 30
-#: Synthetic rows handed to the answerer: the exact path never reads them, and encoding them all would cost a
-#: large release seconds for nothing.
-BASIS_ROWS = 1_000
 
 
 @dataclass(frozen=True)
@@ -148,11 +145,10 @@ def _half_way(shares: np.ndarray) -> int:
     return int(np.searchsorted(np.cumsum(clipped), total / 2.0)) if total > 0 else 0
 
 
-def interval_check(measurement: Measurement, schema: TableSchema, measured: pd.DataFrame, synthetic: pd.DataFrame,
-                   seed: int, measured_count: int | None = None) -> IntervalCheck:
+def interval_check(measurement: Measurement, schema: TableSchema, measured: pd.DataFrame,
+                   measured_count: int | None = None) -> IntervalCheck:
     """The section's rows. ``measured``: the measured rows (validated, the modelled columns), or a sample of them
-    when ``measured_count`` (their exact number) is larger: its real counts are then its shares times that number.
-    ``synthetic``: the release's rows (only their first ``BASIS_ROWS`` are encoded; the exact path reads none)."""
+    when ``measured_count`` (their exact number) is larger: its real counts are then its shares times that number."""
     t0 = time.perf_counter()
     count = len(measured) if measured_count is None else int(measured_count)
     sampled = count != len(measured)
@@ -160,7 +156,7 @@ def interval_check(measurement: Measurement, schema: TableSchema, measured: pd.D
                  else f"the {count:,} measured rows")
     if not measurement.marginal_sizes:  # no 1-way tables: nothing a public rule could pick, nothing exact to ask
         return IntervalCheck((), real_rows, 0, time.perf_counter() - t0)
-    answerer = QueryAnswerer(measurement, schema, QueryBasis(synthetic.head(BASIS_ROWS), [], seed))
+    answerer = QueryAnswerer(measurement, schema)  # exact answers only: no model rows, no refits
     scale = count / max(len(measured), 1)
     rows: list[IntervalRow] = []
     skipped = 0

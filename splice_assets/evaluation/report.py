@@ -605,7 +605,7 @@ def build_report(
     intervals = None
     if measurement is not None:
         with progress.stage("report: answers with intervals (exact, on the measured rows)"):
-            intervals = interval_check(measurement, schema, real_train, output_rows, seed, measured_count)
+            intervals = interval_check(measurement, schema, real_train, measured_count)
     with progress.stage("report: verdict, plots, HTML"):
         result = verdict(compared, synthetic, schema, metrics, references, has_holdout, clipped_shares)
         html_text = render_html(compared, synthetic, schema, release_facts, metrics, references, expectations,

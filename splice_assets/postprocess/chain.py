@@ -50,12 +50,8 @@ FIELD_CHI2_Z = 3.0
 #: (the noise level): above it the field, fitted to the mixture's sample, cost 2-way TVD and TSTR, and on very
 #: large tables it was fitted only to be dropped (docs/decisions/0034).
 FIELD_NEEDS_CHI2 = 1.05
-#: A workload's 3-way table enters the 3-way tilt only where the model misfits it beyond its noise: chi^2 per cell of
-#: the noisy table against the model's pool above 1 + WORKLOAD_MISFIT_Z sqrt(2 / cells). Where the model already
-#: holds it within the noise, tilting toward it fitted the noise (docs/decisions/0073).
-WORKLOAD_MISFIT_Z = 2.0
-#: ... and is fitted to this chi^2 per cell (the noise level) while the target's tables go to ``target_tilt_chi2``:
-#: its noise is scaled by sqrt(WORKLOAD_TILT_CHI2 / target_tilt_chi2) in the tilt (docs/decisions/0073).
+#: The 3-way tilt fits a workload's tables to this chi^2 per cell (the noise level) while the target's go to
+#: ``target_tilt_chi2``: their noise is scaled by sqrt(WORKLOAD_TILT_CHI2 / target_tilt_chi2) (docs/decisions/0073).
 WORKLOAD_TILT_CHI2 = 1.0
 
 
@@ -252,24 +248,6 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
     return replace(with_field if kept else model, field_choice=choice)
 
 
-def _misfit_triples(cells: np.ndarray, measurement: Measurement) -> list[int]:
-    """The 3-way tables the tilt fits: every target table, and each workload table (one counted more than once,
-    ``triple_units``) whose noisy frequencies the model's pool rows (``cells``: their cell in each 3-way table) misfit
-    beyond the noise of both (``WORKLOAD_MISFIT_Z``). Post-processing of the noisy tables and the model's draws."""
-    units = measurement.triple_units or (1,) * len(measurement.triples)
-    blocks = np.split(measurement.noisy_triples, np.cumsum(measurement.triple_sizes)[:-1])
-    rows = max(len(cells), 1)
-    kept = []
-    for j, (block, std, unit) in enumerate(zip(blocks, measurement.triple_noise_stds(), units)):
-        model = np.bincount(cells[:, j], minlength=block.size) / rows
-        # Both sides are noisy: the table by the mechanism, the model's frequencies by the pool's draws.
-        variance = std**2 + model * (1.0 - model) / rows
-        chi2 = float(np.sum((model - block) ** 2 / variance)) / block.size
-        if unit == 1 or chi2 > 1.0 + WORKLOAD_MISFIT_Z * math.sqrt(2.0 / block.size):
-            kept.append(j)
-    return kept
-
-
 def fit_target_tilt(
     model: SyntheticModel, measurement: Measurement, schema: TableSchema, config: FitConfig
 ) -> SyntheticModel:
@@ -279,8 +257,7 @@ def fit_target_tilt(
     field or its tilted mixture), ``config.tilt_pool_factor`` per measured row each (at most ``TILT_CHUNK_ROWS``),
     stopped at ``config.target_tilt_chi2`` on the second. Sampling then draws that many rows per output row and
     resamples them by these potentials. The model is returned as it is without triples, a tilt or a target tilt
-    (``target_tilt_chi2`` = 0). A workload's 3-way tables join the target's where the model misfits them beyond the
-    noise (``_misfit_triples``); with none left, the model is returned as it is.
+    (``target_tilt_chi2`` = 0). A workload's 3-way tables join the target's, fitted to ``WORKLOAD_TILT_CHI2``.
 
     The pairwise steps can not hold a 3-way table: the field is the maximum-entropy joint of the 2-way tables, and
     the mixture's components carry little of a target that is a function of several columns (docs/decisions/0049).
@@ -297,22 +274,14 @@ def fit_target_tilt(
             table_cells(matched_rows(model, pool_rows, rng, integer_bounds), layout, bins, pairs, "C", True, triples)
             for _ in range(2)
         )
-        kept = _misfit_triples(pool[:, layout.d + len(pairs):], measurement)
-        if not kept:
-            return model
-        columns = [*range(layout.d + len(pairs)), *(layout.d + len(pairs) + j for j in kept)]
-        pool, holdout = (np.ascontiguousarray(cells[:, columns]) for cells in (pool, holdout))
-        blocks = np.split(measurement.noisy_triples, np.cumsum(measurement.triple_sizes)[:-1])
         # A workload table is fitted to WORKLOAD_TILT_CHI2, not below its noise level as the target's class boundary.
-        units = measurement.triple_units or (1,) * len(triples)
-        stds = [std * (1.0 if unit == 1 else math.sqrt(WORKLOAD_TILT_CHI2 / config.target_tilt_chi2))
-                for std, unit in zip(measurement.triple_noise_stds(), units)]
-        triples = tuple(triples[j] for j in kept)
+        units = np.asarray(measurement.triple_units or (1,) * len(triples))
+        scale = np.where(units > 1, math.sqrt(WORKLOAD_TILT_CHI2 / config.target_tilt_chi2), 1.0)
         potentials, chi2_start, chi2_end, iterations = fit_tilt(
             pool, holdout, measurement.noisy_marginals, measurement.marginal_cell_noise_stds(),
-            np.concatenate([measurement.noisy_pairs, *(blocks[j] for j in kept)]),
+            np.concatenate([measurement.noisy_pairs, measurement.noisy_triples]),
             np.concatenate([np.full(measurement.noisy_pairs.size, measurement.pair_noise_std()),
-                            *(np.full(blocks[j].size, stds[j]) for j in kept)]),
+                            np.repeat(measurement.triple_noise_stds() * scale, measurement.triple_sizes)]),
             config.target_tilt_chi2, config.tilt_max_iterations, starts=table_starts(layout, bins, pairs, triples),
         )
     target_tilt = CellTilt(bins, pairs, potentials, config.tilt_pool_factor, chi2_start, chi2_end, iterations, triples)

@@ -170,15 +170,15 @@ with warnings.catch_warnings(record=True):
             if self._answerer is None:
                 from splice_assets.api import Synthesizer
                 from splice_assets.measurement import Measurement
-                from splice_assets.queries import QueryAnswerer, QueryBasis
+                from splice_assets.queries import QueryAnswerer
                 from splice_assets.release.settings import ReleaseSettings
 
                 settings = ReleaseSettings.from_parameters(json.loads((self._bundle / PARAMETERS_FILE).read_text()))
                 synth = Synthesizer.from_settings(self._schema, settings.synthesizer_settings())
                 synth.measurement, synth.model = Measurement.load(self._bundle / MEASUREMENT_STEM), self._model
-                self._answerer = QueryAnswerer(synth.measurement, self._schema, QueryBasis(synth.sample(2), [], 0))
+                self._answerer = QueryAnswerer(synth.measurement, self._schema)  # exact answers need no basis
                 self._synth = synth
-            if self._answerer.exact(query) is None and not self._answerer.basis.replicates:
+            if self._answerer.basis is None and self._answerer.exact(query) is None:
                 from splice_assets.queries import QueryAnswerer
 
                 self._answerer = QueryAnswerer(self._answerer.measurement, self._schema, self._synth.query_basis())
