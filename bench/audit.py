@@ -83,6 +83,8 @@ columns:
   - {{name: region, kind: categorical, categories: [{REGIONS}]}}
   - {{name: when, kind: datetime, bounds: auto, resolution: auto}}
 """
+#: A workload 3-way table in the main measurement, at its units (docs/decisions/0073): audited with the rest.
+WORKLOAD = (("colour", "region", "score"),)
 #: A row at the far end of every column: other decades, other decimals, other step cells, the top knot cell, the
 #: last month of the grid on a second.
 EXTREME_ROW = {"amount": 987654.321, "age": 99999, "score": 50.0, "colour": "grey", "grade": 3, "region": "r39",
@@ -164,7 +166,7 @@ def trace(table: pd.DataFrame, relation: str, sampler: Callable[[np.ndarray, flo
           replay: Trace | None = None) -> Trace:
     """Run the release path on ``table`` up to the main measurement's noise, recording every noisy step. The base
     run (``replay`` None) gets real noise from ``sampler``; a neighbour gets the base run's outputs back."""
-    from splice_assets import Synthesizer
+    from splice_assets import MeasurementSettings, Synthesizer
 
     out = Trace([], [], [], [], {})
     select_values = bounds.select_values
@@ -194,7 +196,7 @@ def trace(table: pd.DataFrame, relation: str, sampler: Callable[[np.ndarray, flo
 
         return record(VALUES_STEP, _dense(counts, columns), sigma, real)
 
-    synth = Synthesizer(audit_schema(), EPSILON, DELTA, relation)
+    synth = Synthesizer(audit_schema(), EPSILON, DELTA, relation, measurement=MeasurementSettings(workload=WORKLOAD))
     out.multipliers["estimate"] = float(synth.privacy_split()[1] or math.inf)
     with _patched(mechanism, "gaussian_noise", noise), _patched(bounds, "select_values", selection):
         cleaned = synth.prepare(table, None)
@@ -437,7 +439,8 @@ def run(size: str = "full", defect: str | None = None, seed: int = 0,
 def markdown(rows: list[Row], size: str, defect: str | None) -> str:
     lines = [f"Privacy audit (`python -m bench.audit{' --quick' if size == 'quick' else ''}"
              f"{f' --plant {defect}' if defect else ''}`): ε = {EPSILON}, δ = {DELTA:g}, a 400-row table with "
-             "every kind of `auto` entry and its worst-case neighbours. Audited ε is a lower bound at the claimed δ "
+             "every kind of `auto` entry, a workload 3-way table in the measurement, and its worst-case neighbours. "
+             "Audited ε is a lower bound at the claimed δ "
              f"(confidence 1 − {ALPHA:g} per Clopper-Pearson bound, 1 − {ALPHA_SD:g} on the sampler's sd); a step "
              "holds when it does not exceed its claim.", "",
              "| relation | step | claimed ε | audited ε | shift / Δ | worst neighbour | holds |",

@@ -93,6 +93,8 @@ def test_workload_tables_count_their_units_in_the_pair_share(relation):
     params = favoured.public_params()
     assert params["triple_units"][-1] == WORKLOAD_UNITS and params["triples"][-1] == [0, 1, 2]
     assert "workload" in favoured.mechanism and "triple_units" not in plain.public_params()
+    only, _ = measuring.make_plan(NO_TARGET, 1000, 1.0, 1e-6, relation=relation, workload=[("a", "b", "c")])
+    assert only.mechanism.endswith("+pairs+workload+fine")  # no target: no target tables
 
 
 def workload_rule_table(rng: np.random.Generator, n: int) -> pd.DataFrame:

@@ -135,7 +135,8 @@ class MeasurementPlan:
     @property
     def mechanism(self) -> str:
         families = ["sliced-chebyshev"] + ["marginals"] * bool(self.marginal_sizes) + ["pairs"] * bool(self.pairs)
-        families += ["target-triples"] * bool(self.triples) + ["workload"] * bool(self.triple_units)
+        workload = sum(units > 1 for units in self.triple_units)
+        families += ["target-triples"] * (len(self.triples) > workload) + ["workload"] * bool(workload)
         return "gaussian/" + "+".join(families + ["fine"] * bool(self.fine))
 
     def public_params(self) -> dict[str, object]:
