@@ -115,7 +115,8 @@ def _workload(ctx: click.Context, param: click.Parameter, values: tuple[str, ...
 
 
 _WORKLOAD_HELP = ("A 3-way marginal that matters, as three column names (a,b,c); repeat for more. Each is measured "
-                  "as a 3-way table at the pair weight, like the target's, and the model is tilted toward it.")
+                  "as a 3-way table with a quarter of a 2-way cell's noise (the other tables get more), and the "
+                  "model is tilted toward it.")
 
 
 @main.command()

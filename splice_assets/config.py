@@ -68,7 +68,8 @@ class MeasurementSettings:
     (0 = never; ``layout.triples_with_target``). With ``level_units`` (on: decisions 0064-0066) a coarse 1-way table
     of many cells counts as ``measurement.level_units`` tables, its extra units paid within the 1-way share (0066).
     ``workload``: the 3-way marginals that matter to the user (three column names each), each measured as a 3-way
-    table at the pair weight like the target's, and fitted by the same tilt (docs/decisions/0073)."""
+    table counting ``layout.WORKLOAD_UNITS`` tables of the pair share (a quarter of a pair cell's noise), and fitted
+    by the target's tilt (docs/decisions/0073)."""
 
     n_directions: int = DEFAULT_N_DIRECTIONS
     k: int = DEFAULT_K

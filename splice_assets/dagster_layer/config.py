@@ -106,7 +106,8 @@ class ReleaseConfig(dg.Config):
     workload: list[list[str]] = Field(
         default=[],
         description="3-way marginals that matter (three column names each, e.g. [[age, sex, income]]): each is "
-        "measured as a 3-way table at the pair weight, like the target's, and the model is tilted toward it.",
+        "measured as a 3-way table with a quarter of a 2-way cell's noise (the other tables get more), and the "
+        "model is tilted toward it.",
     )
 
     @field_validator("relation")
