@@ -37,11 +37,9 @@ OTHERS = 20
 
 def pick_workload(schema, tables: int, max_cells: int) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
     """(the workload, the other marginals): a public function of the schema (seed 0)."""
-    from splice_assets.layout import DEFAULT_NUMERIC_BINS, first_coordinates, layout_for, marginal_sizes
+    from splice_assets.layout import column_cells, layout_for
 
-    layout = layout_for(schema)
-    cells = marginal_sizes(layout, DEFAULT_NUMERIC_BINS)
-    sizes = {column: cells[i] for column, i in first_coordinates(layout).items()}
+    sizes = column_cells(layout_for(schema))
     names = [n for n in schema.column_names if n != schema.target]
     triples = [t for t in itertools.combinations(names, 3) if np.prod([sizes[c] for c in t]) <= max_cells]
     order = np.random.default_rng(0).permutation(len(triples))

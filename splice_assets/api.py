@@ -485,10 +485,12 @@ class Synthesizer:
         a fit); later answers reuse them (``query_basis``)."""
         if self.measurement is None or self.model is None:
             raise NotFitted("fit (or load) a synthesizer before asking it questions")
-        exact = QueryAnswerer(self.measurement, self.schema).exact(query)  # no refits for a measured answer
+        if self._answerer is None or self._answerer.measurement is not self.measurement:  # a new fit: a new basis
+            self._answerer, self._basis = QueryAnswerer(self.measurement, self.schema), None  # exact: no refits
+        exact = self._answerer.exact(query)
         if exact is not None:
             return exact
-        if self._answerer is None or self._answerer.basis is None or len(self._answerer.basis.replicates) != replicates:
+        if self._answerer.basis is None or len(self._answerer.basis.replicates) != replicates:
             self._answerer = QueryAnswerer(self.measurement, self.schema, self.query_basis(replicates))
         return self._answerer.answer(query)
 

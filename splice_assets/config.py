@@ -136,7 +136,7 @@ def check_workload(measurement: MeasurementSettings, schema: TableSchema) -> Non
     """Each workload entry names three modelled columns of ``schema`` (a datetime's parts, not the datetime), whose
     3-way table has at most ``layout.MAX_WORKLOAD_CELLS`` cells, and the 2-way tables are measured (the 3-way ones
     share their weight)."""
-    from splice_assets.layout import MAX_WORKLOAD_CELLS, first_coordinates, layout_for, marginal_sizes
+    from splice_assets.layout import MAX_WORKLOAD_CELLS, column_cells, layout_for
 
     if not measurement.workload:
         return
@@ -144,9 +144,7 @@ def check_workload(measurement: MeasurementSettings, schema: TableSchema) -> Non
         raise SettingsError(
             f"workload {[list(e) for e in measurement.workload]!r} needs the 2-way tables: pair_share is 0"
         )
-    layout = layout_for(schema)
-    one_way = marginal_sizes(layout, COARSE_BINS)
-    sizes = {column: one_way[i] for column, i in first_coordinates(layout).items()}
+    sizes = column_cells(layout_for(schema), COARSE_BINS)
     for entry in measurement.workload:
         for name in entry:
             if name not in sizes:

@@ -280,6 +280,12 @@ def first_coordinates(layout: EncodingLayout) -> dict[str, int]:
     return first
 
 
+def column_cells(layout: EncodingLayout, numeric_bins: int = DEFAULT_NUMERIC_BINS) -> dict[str, int]:
+    """Each column's cell count on its first coordinate (``first_coordinates``): its side of a 3-way table."""
+    sizes = marginal_sizes(layout, numeric_bins)
+    return {column: sizes[i] for column, i in first_coordinates(layout).items()}
+
+
 def workload_triples(
     layout: EncodingLayout, workload: Sequence[Sequence[str]], known: Sequence[tuple[int, int, int]] = (),
 ) -> tuple[tuple[int, int, int], ...]:

@@ -137,8 +137,9 @@ def quality_summary(measurement: Measurement, schema: TableSchema, synthetic: pd
     if favoured:
         cells = marginal_cells(x, layout, measurement.numeric_bins)
         blocks = np.split(measurement.noisy_triples, np.cumsum(measurement.triple_sizes)[:-1])
+        stds3 = measurement.triple_noise_stds()
         for j in favoured:
-            triple, noisy, std3 = measurement.triples[j], blocks[j], float(measurement.triple_noise_stds()[j])
+            triple, noisy, std3 = measurement.triples[j], blocks[j], float(stds3[j])
             synth3 = np.bincount(triple_cell_index(cells, sizes, triple), minlength=noisy.size).astype(np.float64)
             workload_tables[" x ".join(_part_name(layout.coordinates[i]) for i in triple)] = {
                 "cells": len(noisy), "noise_std_per_cell": _round(std3),
