@@ -12,7 +12,11 @@ product measures them:
   interval between two real quantiles, a random half of a discrete column's categories);
 - ``missing_values``: integer values (or categories) holding >= 1% of the real rows that the synthetic rows never
   take; ``det_auc_max`` / ``det_auc_col``: the largest per-column detection AUC and its column (a single-feature
-  classifier of real vs synthetic on the same cells, at least 0.5).
+  classifier of real vs synthetic on the same cells, at least 0.5);
+- ``pair_r_strong`` / ``pair_r_err`` / ``pair_r_flips``: the strong pairs (Pearson r of two numeric or ordinal
+  columns, as ``association_matrix`` computes it) with real |r| >= ``STRONG_R``, the largest |r_real - r_synthetic|
+  among them (NaN when there are none), and the pairs with real |r| >= ``FLIP_R`` whose synthetic r has the other
+  sign (``pair_trends``).
 
 Scored for every method alike, and for the references: independent marginals and a bootstrap of train (non-DP),
 and ``dp_marginals``, the noise floor of a 1-way table at a given epsilon.
@@ -31,6 +35,9 @@ INTEGER_LEVELS = 200
 DECILES = np.linspace(0.1, 0.9, 9)
 TRIPLES = 200
 QUERIES = 2000
+#: Issue 71's targets: pairs with real |r| >= STRONG_R keep r within .1; none with real |r| >= FLIP_R flips sign.
+STRONG_R = 0.5
+FLIP_R = 0.2
 
 
 def cells(real: pd.Series, synthetic: pd.Series, spec) -> tuple[np.ndarray, np.ndarray]:
@@ -169,6 +176,23 @@ def offgrid_metrics(train: pd.DataFrame, synthetic: pd.DataFrame, schema: TableS
         "missing_values": missing,
         "det_auc_max": aucs[worst],
         "det_auc_col": names[worst],
+        **pair_trends(train, synthetic, schema),
+    }
+
+
+def pair_trends(train: pd.DataFrame, synthetic: pd.DataFrame, schema: TableSchema) -> dict:
+    """The strong Pearson pairs' largest error and the sign flips (see the module docstring)."""
+    from splice_assets.evaluation.metrics import association_kinds, association_matrix
+
+    upper = np.triu_indices(len(schema.columns), k=1)
+    pearson = association_kinds(schema)[upper] == "pearson"
+    real = association_matrix(train, schema)[upper][pearson]
+    synth = association_matrix(synthetic, schema)[upper][pearson]
+    strong = np.abs(real) >= STRONG_R
+    return {
+        "pair_r_strong": int(strong.sum()),
+        "pair_r_err": float(np.abs(real - synth)[strong].max()) if strong.any() else float("nan"),
+        "pair_r_flips": int(((np.abs(real) >= FLIP_R) & (real * synth < 0)).sum()),
     }
 
 

@@ -88,7 +88,7 @@ COLUMNS = [
     "tvd1", "tvd2", "tvd3", "sw1", "mmd", "assoc_err", "tstr", "tstr_metric", "tstr_acc",
     "det_auc_lr", "det_auc_xgb", "dcr_closer_train", "dup_rows",
     "qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "det_auc_max", "det_auc_col",
-    "tail_beyond_max", "tail_beyond_col", "tail_cols_over_rule",
+    "tail_beyond_max", "tail_beyond_col", "tail_cols_over_rule", "pair_r_strong", "pair_r_err", "pair_r_flips",
     *SDM_COLUMNS, "sdm_s",
     "n_train", "n_test", "clipped_max", "threads", "concurrent",
     "preprocess_eps", "peer_epsilon_add_remove", "timeout_s", "score_s", "load1_start", "code_version", "notes",

@@ -46,6 +46,23 @@ def test_independent_columns_lose_the_dependence_a_bootstrap_keeps():
     assert ind["qtvd2"] > 4 * boot["qtvd2"] and ind["range_mae"] > 3 * boot["range_mae"]
 
 
+def test_strong_pairs_halved_and_flipped_signs_are_seen():
+    """length ~ width has r near 1: kept by a bootstrap (error below .02, no flip); a synthetic width that is half
+    the real one plus noise keeps its sign but loses r; a mirrored width flips it."""
+    t = dependent(4000, 8)
+    rng = np.random.default_rng(9)
+    boot = offgrid_metrics(t, bootstrap(t, 10), SCHEMA)
+    assert boot["pair_r_strong"] >= 1 and boot["pair_r_err"] < 0.02 and boot["pair_r_flips"] == 0
+    halved, mirrored = t.copy(), t.copy()
+    spread = t["length"].std()
+    halved["width"] = (t["length"] + rng.normal(0, 1.7 * spread, len(t))).clip(0, 100)
+    mirrored["width"] = (100 - t["length"]).clip(0, 100)
+    weak = offgrid_metrics(t, halved, SCHEMA)
+    assert 0.3 < weak["pair_r_err"] < 0.7 and weak["pair_r_flips"] == 0
+    flipped = offgrid_metrics(t, mirrored, SCHEMA)
+    assert flipped["pair_r_err"] > 1.5 and flipped["pair_r_flips"] >= 1
+
+
 def test_integer_resolution_and_lost_values_are_seen():
     t = dependent(4000, 4)
     gappy = t.copy()
