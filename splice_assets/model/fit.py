@@ -61,6 +61,7 @@ from splice_assets.model.settings import (  # noqa: F401 (re-exported: the fit's
     DEFAULT_FINE_STRATIFIED,
     DEFAULT_FINE_THRESHOLD,
     DEFAULT_ISLAND_Z,
+    DEFAULT_TAIL_NOISE_SHARE,
     DEFAULT_TAIL_Z,
     NUMERIC_MODELS,
     FitConfig,

@@ -42,6 +42,11 @@ DEFAULT_TAIL_Z = 1.0
 #: ``FitConfig.marginal_island_z``: an outer run of coarse bins cut off from the rest by bins that look empty is read
 #: as noise while its mass stays within this many noise std (0 = never).
 DEFAULT_ISLAND_Z = 3.0
+#: ``FitConfig.marginal_tail_noise_share``: tails are cut only through bins whose noise std is within this share of
+#: the rows. Above it the test has no power: a run of k bins within z sd of zero may hold (z + 2) sd sqrt(k) of real
+#: mass, and at 65 columns on 1,438 rows (a bin's std .075) the cut took 70% of a column's rows into one bin; the
+#: shared tables' bins are at .0008-.013 (docs/decisions/0074-tails-at-high-noise.md).
+DEFAULT_TAIL_NOISE_SHARE = 0.03
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,9 @@ class FitConfig:
     #: noise above z sd ends the run the first cut may take, and in a narrow bin of an integer column (a log-scale
     #: count's 0-1) its mass became a spike at one value; z = 3, not 2 (docs/decisions/0054-islands-of-noise.md).
     marginal_island_z: float = DEFAULT_ISLAND_Z
+    #: Both cuts stop at a bin whose pooled noise std is above this share of the rows (``trimmed_tails``; inf =
+    #: never): such a table is projected whole (docs/decisions/0074-tails-at-high-noise.md).
+    marginal_tail_noise_share: float = DEFAULT_TAIL_NOISE_SHARE
     #: Pool each numeric column's noisy fine table into its coarse 1-way target (``pooled_marginals``).
     pool_fine_tables: bool = True
     #: Shrink each categorical column's pooled 1-way target toward its mean cell (``fine_tables.shrunk_toward``).
@@ -177,7 +185,7 @@ class FitConfig:
                                ("tail_penalty", False), ("init_jitter", False), ("marginal_loss_weight", False),
                                ("pair_loss_weight", False), ("joint_min_misfit", False), ("fine_threshold", False),
                                ("fine_coupling", False), ("marginal_tail_z", False),
-                               ("marginal_island_z", False)):
+                               ("marginal_island_z", False), ("marginal_tail_noise_share", False)):
             value = getattr(self, name)
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
             if not ok or value < 0 or (positive and not 0 < value < math.inf):

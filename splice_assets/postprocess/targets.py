@@ -17,6 +17,7 @@ from splice_assets.fine_cells import FineCells
 from splice_assets.layout import EncodingLayout, pair_tables
 from splice_assets.measurement import Measurement
 from splice_assets.model.fit import (
+    DEFAULT_TAIL_NOISE_SHARE,
     DEFAULT_TAIL_Z,
     FitConfig,
     FittedMixture,
@@ -80,7 +81,7 @@ def _pooled(measurement: Measurement, fine: Sequence[FineCells] = ()) -> tuple[l
 
 
 def trimmed_tails(frequencies: np.ndarray, noise_std: float | np.ndarray, z: float = DEFAULT_TAIL_Z,
-                  island_z: float = 0.0) -> np.ndarray:
+                  island_z: float = 0.0, noise_share: float = DEFAULT_TAIL_NOISE_SHARE) -> np.ndarray:
     """A numeric column's noisy coarse table as a distribution over the bins left when its outermost runs of bins
     that look empty are cut: from each end, the longest run of k bins whose noisy mass is at most z times its
     noise std (noise_std * sqrt(k) for equal stds) and whose innermost bin is at most z times its own; the kept bins
@@ -88,7 +89,8 @@ def trimmed_tails(frequencies: np.ndarray, noise_std: float | np.ndarray, z: flo
     std noise_std * sqrt(k), so a run of truly empty bins is kept with probability about Phi(-z), and a run holding
     more than about 2 z noise_std * sqrt(k) of mass is never cut. (Projecting the whole table instead would give
     every cut bin back a share of the mass the noise left missing.) A bin of noise std 0 is empty by the schema
-    (``_pooled``): it stays 0.
+    (``_pooled``): it stays 0. A bin whose noise std is above ``noise_share`` ends the cut (a run's noise would
+    hide real mass of that size), so a table as noisy as that is projected whole.
 
     With ``island_z`` > 0 the cut then goes on past an island (``_island_cut``): an outer run of bins whose mass is
     within ``island_z`` of its noise std, separated from the rest by a gap of bins each within z of its own. One
@@ -102,10 +104,11 @@ def trimmed_tails(frequencies: np.ndarray, noise_std: float | np.ndarray, z: flo
         view, view_std = (out[lo:hi][::-1], std[lo:hi][::-1]) if from_top else (out[lo:hi], std[lo:hi])
         runs = np.cumsum(view[:-1])
         spread = np.sqrt(np.cumsum(view_std[:-1] ** 2))
-        within = np.flatnonzero((runs <= z * spread) & (view[:-1] <= z * view_std[:-1]))
+        testable = np.cumprod(view_std[:-1] <= noise_share).astype(bool)
+        within = np.flatnonzero((runs <= z * spread) & (view[:-1] <= z * view_std[:-1]) & testable)
         cut = int(within[-1]) + 1 if len(within) else 0
         if island_z > 0:
-            cut += _island_cut(view[cut:], view_std[cut:], z, island_z)
+            cut += _island_cut(view[cut:], view_std[cut:], z, island_z, noise_share)
         if from_top:
             hi -= cut
         else:
@@ -118,18 +121,19 @@ def trimmed_tails(frequencies: np.ndarray, noise_std: float | np.ndarray, z: flo
     return trimmed
 
 
-def _island_cut(view: np.ndarray, std: np.ndarray, z: float, island_z: float) -> int:
+def _island_cut(view: np.ndarray, std: np.ndarray, z: float, island_z: float, noise_share: float) -> int:
     """How many bins to cut from the start of ``view`` (outermost first): the largest a + g such that the first a
     bins (the island, its innermost bin above z times its noise std) hold at most ``island_z`` times their noise
-    std and the next g (the gap) each at most z times their own, with at least one bin left after them; 0 when there
-    is none. Post-processing of the noisy table."""
+    std and the next g (the gap) each at most z times their own, with at least one bin left after them, every one of
+    them of noise std within ``noise_share``; 0 when there is none. Post-processing of the noisy table."""
     bins = len(view)
-    empty = view <= z * std  # a bin of noise std 0 is empty by the schema
+    testable = std <= noise_share
+    empty = (view <= z * std) & testable  # a bin of noise std 0 is empty by the schema
     island_mass = np.cumsum(view)
     island_spread = np.sqrt(np.cumsum(std ** 2))
     best = 0
     for a in range(1, bins - 1):
-        if empty[a - 1] or island_mass[a - 1] > island_z * island_spread[a - 1]:
+        if not testable[:a].all() or empty[a - 1] or island_mass[a - 1] > island_z * island_spread[a - 1]:
             continue
         g = 0
         while a + g < bins - 1 and empty[a + g]:
@@ -142,11 +146,11 @@ def _island_cut(view: np.ndarray, std: np.ndarray, z: float, island_z: float) ->
 def marginal_targets(
     measurement: Measurement, layout: EncodingLayout | None = None, tail_z: float = 0.0,
     fine: Sequence[FineCells] = (), shrink_categories: bool = False, island_z: float = 0.0,
-    smooth_ordinals: bool = False,
+    smooth_ordinals: bool = False, tail_noise_share: float = DEFAULT_TAIL_NOISE_SHARE,
 ) -> MarginalTargets | None:
     """The measurement's noisy 1-way marginals, pooled with its 2-way margins and its ``fine`` tables
     (``pooled_marginals``), as targets (None without them); with ``layout`` and ``tail_z`` > 0, every numeric
-    column's tails trimmed (``trimmed_tails``), and with ``shrink_categories`` every other coordinate's table
+    column's tails trimmed (``trimmed_tails``, where the noise std of a bin is within ``tail_noise_share``), and with ``shrink_categories`` every other coordinate's table
     shrunk toward its mean cell, its frequent cells left alone (``fine_tables.shrunk_toward``); with
     ``smooth_ordinals`` too, an ordinal column of ``MIN_SMOOTHED_LEVELS`` categories or more toward its
     log-quadratic shape instead (``ordinal_shape``; its missing level as pooled)."""
@@ -157,7 +161,7 @@ def marginal_targets(
         for i, coordinate in enumerate(layout.coordinates):
             if coordinate.is_binned or not coordinate.is_discrete:
                 if tail_z > 0:
-                    tables[i] = trimmed_tails(tables[i], stds[i], tail_z, island_z)
+                    tables[i] = trimmed_tails(tables[i], stds[i], tail_z, island_z, tail_noise_share)
             elif shrink_categories and np.all(stds[i] > 0):
                 k = coordinate.ordered if smooth_ordinals and coordinate.ordered >= MIN_SMOOTHED_LEVELS else None
                 table = tables[i][:k]
@@ -212,7 +216,8 @@ def fit_targets(
     """The 1-way targets a fit with ``config`` reads (``marginal_targets`` with its tail cut, fine-table pooling and
     category shrinkage, an ordinal's toward its shape); the couplings take their margins from the same ones."""
     return marginal_targets(measurement, layout, config.marginal_tail_z, fine if config.pool_fine_tables else (),
-                            config.shrink_categories, config.marginal_island_z, config.smooth_ordinals)
+                            config.shrink_categories, config.marginal_island_z, config.smooth_ordinals,
+                            config.marginal_tail_noise_share)
 
 
 def pair_targets(measurement: Measurement) -> PairTargets | None:
