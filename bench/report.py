@@ -200,13 +200,18 @@ def mst_table(s: pd.DataFrame) -> list[str]:
             refs = " / ".join(_fmt(get(o, key)) or "–" for o in others)
             return f"{_fmt(get(ours, key))} ({refs})"
 
-        strong = get(ours, "pair_r_strong")
+        def count(row: dict, key: str) -> str:
+            value = get(row, key)
+            return "" if math.isnan(value) else f"{value:g}"
+
+        strong = count(ours, "pair_r_strong")
+        strong_cell = ("no pair" if strong == "0" else
+                       f"{_fmt(get(ours, 'pair_r_err'), 2)} ({_fmt(get(mst, 'pair_r_err'), 2)}; {strong})")
         rows.append(f"| {ds} | {cell('tstr', mst)} | {cell('sdm_quality', mst, independent)} "
                     f"| {cell('sdm_pairs', mst, independent)} "
-                    f"| {_fmt(get(ours, 'pair_r_err'), 2)} ({_fmt(get(mst, 'pair_r_err'), 2)}; "
-                    f"{'' if math.isnan(strong) else f'{strong:g}'}) "
-                    f"| {_fmt(get(ours, 'pair_r_flips'), 0)} ({_fmt(get(mst, 'pair_r_flips'), 0)}) "
-                    f"| {_fmt(get(ours, 'tail_cols_over_rule'), 0)} | {', '.join(misses) or 'none'} |")
+                    f"| {strong_cell} "
+                    f"| {count(ours, 'pair_r_flips')} ({count(mst, 'pair_r_flips')}) "
+                    f"| {count(ours, 'tail_cols_over_rule')} | {', '.join(misses) or 'none'} |")
     if not rows:
         return []
     return [

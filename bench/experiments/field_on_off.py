@@ -18,6 +18,7 @@ import argparse
 from bench.experiments.helpers import scores
 from bench.experiments.schema_variants import gap_share, rule_share, spike_share, tail_error, tail_share
 from bench.experiments.within_bin_copula import spearman_errors
+from bench.offgrid import pair_trends
 from bench.run import prepared_datasets
 from splice_assets import PostProcessingSettings, Synthesizer
 from splice_assets.evaluation.metrics import tstr
@@ -28,7 +29,7 @@ KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "tvd2", "tvd3", "tstr", "chi2")
 
 def release_scores(prepared, synth: Synthesizer, seed: int, rows=None) -> dict[str, float]:
     """``helpers.scores`` of the release's rows, ``schema_variants.tail_share``, ``gap_share``, ``spike_share``,
-    ``tail_error`` and ``rule_share``, ``strong``
+    ``tail_error`` and ``rule_share``, ``offgrid.pair_trends``, ``strong``
     (the mean |Spearman error| over the numeric pairs with real |Spearman| >= 0.8; NaN: none) and TSTR (the best
     learner's primary metric). ``rows``: the release's rows if the caller sampled them (as this would)."""
     rows = sample_table(synth.model, synth.schema, len(prepared.train), seed) if rows is None else rows
@@ -41,7 +42,8 @@ def release_scores(prepared, synth: Synthesizer, seed: int, rows=None) -> dict[s
             "spikes": spike_share(prepared.train, rows, prepared.schema),
             "tail_error": tail_error(prepared.train, rows, prepared.schema),
             "gaps": gap_share(prepared.train, rows, prepared.schema),
-            "rules": rule_share(prepared.train, rows, prepared.schema), "strong": strong, "tstr": best, "chi2": chi2}
+            "rules": rule_share(prepared.train, rows, prepared.schema), "strong": strong, "tstr": best, "chi2": chi2,
+            **pair_trends(prepared.train, rows, prepared.schema)}
 
 
 def main() -> None:

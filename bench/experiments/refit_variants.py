@@ -11,7 +11,9 @@ integer column's values held by 0.1% of the real rows that are never drawn, ``sc
 ``tail_error`` (the error of the shares beyond the real 1% and 99% quantiles, ``schema_variants.tail_error``),
 ``rules`` (the share of synthetic rows that keep the real rows' functions between discrete columns,
 ``schema_variants.rule_share``),
-``strong`` (the mean |Spearman error| over the numeric pairs with real |Spearman| >= 0.8) and TSTR
+``strong`` (the mean |Spearman error| over the numeric pairs with real |Spearman| >= 0.8), ``pair_r_err`` and
+``pair_r_flips`` (``bench.offgrid.pair_trends``: the largest r error of the pairs with real |r| >= .5, and the sign
+flips) and TSTR
 (the best learner's AUC or R² on the real test split).
 
     .venv/bin/python -m bench.experiments.refit_variants --datasets churn nursery \\
@@ -38,7 +40,7 @@ from splice_assets.experimental import fit_variant
 from splice_assets.schema import TableSchema
 
 KEYS = ("qtvd1", "qtvd2", "qtvd3", "range_mae", "missing_values", "qtvd1_max", "det_auc_max", "tvd1", "tvd2", "tails",
-        "gaps", "spikes", "tail_error", "rules", "strong", "tstr")
+        "gaps", "spikes", "tail_error", "rules", "strong", "pair_r_err", "pair_r_flips", "tstr")
 
 
 def overrides(variant: str) -> dict[str, Any]:

@@ -111,6 +111,13 @@ class FitConfig:
     #: or above which its (discrete) target is redrawn from the table given its source when sampling (0 = none).
     #: 0.6: lower TVD, while 0.4 let a spurious link in (docs/decisions/0009-linked-coordinates.md).
     link_lambda: float = 0.6
+    #: A link's conditional is balanced to its two columns' 1-way targets (``links.balanced``): noised apart, they
+    #: made the matching move hundreds of adult rows off the link (docs/decisions/0075-link-margins.md).
+    link_balance: bool = True
+    #: A link's conditional keeps, in each source cell's row, only the cells whose noisy count clears this many pair
+    #: noise std (a row with none keeps all): the positive noise of the empty cells put hundreds of adult rows off
+    #: its code-label link (0 = keep all; docs/decisions/0075-link-margins.md).
+    link_cell_z: float = 3.0
     #: Joint parts (``model``): up to this many disjoint measured pairs whose noisy 2-way table the product EM
     #: start misfits by a mean squared standardised residual of at least ``joint_min_misfit`` (1 = the noise
     #: level; ``product_em.pair_misfit``), largest chi^2 excess first, get one joint table per component instead
@@ -185,12 +192,13 @@ class FitConfig:
                                ("tail_penalty", False), ("init_jitter", False), ("marginal_loss_weight", False),
                                ("pair_loss_weight", False), ("joint_min_misfit", False), ("fine_threshold", False),
                                ("fine_coupling", False), ("marginal_tail_z", False),
-                               ("marginal_island_z", False), ("marginal_tail_noise_share", False)):
+                               ("marginal_island_z", False), ("marginal_tail_noise_share", False),
+                               ("link_cell_z", False)):
             value = getattr(self, name)
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
             if not ok or value < 0 or (positive and not 0 < value < math.inf):
                 raise ValueError(f"{name} must be a number {'in (0, inf)' if positive else '>= 0'}, got {value!r}")
-        for name in ("pool_fine_tables", "shrink_categories", "smooth_ordinals", "fine_level_first",
+        for name in ("link_balance", "pool_fine_tables", "shrink_categories", "smooth_ordinals", "fine_level_first",
                      "fine_exponential_tails", "fine_knot_shapes", "fine_stratified", "fine_capacity_shapes",
                      "fine_corrected_spikes"):
             if not isinstance(getattr(self, name), bool):

@@ -26,7 +26,7 @@ from splice_assets.model.settings import check_post_processing
 from splice_assets.postprocess.draws import TILT_CHUNK_ROWS, integer_coordinates, matched_rows, proposal_rows
 from splice_assets.postprocess.field import FieldChoice, fit_field
 from splice_assets.postprocess.fine_tables import FineTables, choose_couplings
-from splice_assets.postprocess.links import choose_links
+from splice_assets.postprocess.links import balanced, choose_links
 from splice_assets.postprocess.synthetic_model import SyntheticModel
 from splice_assets.postprocess.targets import fit_denoised, fit_targets
 from splice_assets.postprocess.tilt import CellTilt, fit_tilt, table_cells, table_starts
@@ -187,8 +187,11 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
     if config.link_lambda > 0:
         links = choose_links(
             measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda,
+            cell_noise=measurement.pair_noise_std(), cell_z=config.link_cell_z,
         )
         model = replace(model, links=links)
+        if config.link_balance and model.marginal_targets is not None:
+            model = replace(model, links=balanced(links, model.marginal_targets, layout))
     if config.tilt_chi2 == 0:
         return model
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))
