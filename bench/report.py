@@ -165,6 +165,24 @@ def targets_table(s: pd.DataFrame) -> list[str]:
 PAIR_R_TARGET = 0.1
 
 
+def _value(row: dict, key: str) -> float:
+    value = row.get(key, float("nan"))
+    return float("nan") if value is None else float(value)
+
+
+def _below(ours: dict, key: str, *others: dict) -> bool:
+    return any(_value(ours, key) < _value(other, key) for other in others)  # NaN compares False: no run, no miss
+
+
+def _beside(ours: dict, key: str, *others: dict) -> str:
+    return f"{_fmt(_value(ours, key))} ({' / '.join(_fmt(_value(o, key)) or '–' for o in others)})"
+
+
+def _count(row: dict, key: str) -> str:
+    value = _value(row, key)
+    return "" if math.isnan(value) else f"{value:g}"
+
+
 def mst_table(s: pd.DataFrame) -> list[str]:
     """Markdown lines: per dataset, ``splice_add_remove`` at ``TARGET_EPSILON`` against ``mst`` (same ε) and the
     non-DP ``ref_independent`` on what a user judges with: TSTR, SDMetrics' overall and Column Pair Trends scores,
@@ -180,38 +198,21 @@ def mst_table(s: pd.DataFrame) -> list[str]:
         if ours is None:
             continue
 
-        def get(row: dict, key: str) -> float:
-            value = row.get(key, float("nan"))
-            return float("nan") if value is None else float(value)
-
-        def below(key: str, *others: dict) -> bool:
-            return any(get(ours, key) < get(o, key) for o in others)  # NaN compares False: no run, no miss
-
         misses = [name for name, missed in (
-            ("TSTR", below("tstr", mst)),
-            ("SDM quality", below("sdm_quality", mst, independent)),
-            ("SDM pairs", below("sdm_pairs", mst, independent)),
-            ("strong r", get(ours, "pair_r_err") > PAIR_R_TARGET),
-            ("flips", get(ours, "pair_r_flips") > 0),
-            ("tails", get(ours, "tail_cols_over_rule") > 0),
+            ("TSTR", _below(ours, "tstr", mst)),
+            ("SDM quality", _below(ours, "sdm_quality", mst, independent)),
+            ("SDM pairs", _below(ours, "sdm_pairs", mst, independent)),
+            ("strong r", _value(ours, "pair_r_err") > PAIR_R_TARGET),
+            ("flips", _value(ours, "pair_r_flips") > 0),
+            ("tails", _value(ours, "tail_cols_over_rule") > 0),
         ) if missed]
-
-        def cell(key: str, *others: dict) -> str:
-            refs = " / ".join(_fmt(get(o, key)) or "–" for o in others)
-            return f"{_fmt(get(ours, key))} ({refs})"
-
-        def count(row: dict, key: str) -> str:
-            value = get(row, key)
-            return "" if math.isnan(value) else f"{value:g}"
-
-        strong = count(ours, "pair_r_strong")
+        strong = _count(ours, "pair_r_strong")
         strong_cell = ("no pair" if strong == "0" else
-                       f"{_fmt(get(ours, 'pair_r_err'), 2)} ({_fmt(get(mst, 'pair_r_err'), 2)}; {strong})")
-        rows.append(f"| {ds} | {cell('tstr', mst)} | {cell('sdm_quality', mst, independent)} "
-                    f"| {cell('sdm_pairs', mst, independent)} "
-                    f"| {strong_cell} "
-                    f"| {count(ours, 'pair_r_flips')} ({count(mst, 'pair_r_flips')}) "
-                    f"| {count(ours, 'tail_cols_over_rule')} | {', '.join(misses) or 'none'} |")
+                       f"{_fmt(_value(ours, 'pair_r_err'), 2)} ({_fmt(_value(mst, 'pair_r_err'), 2)}; {strong})")
+        rows.append(f"| {ds} | {_beside(ours, 'tstr', mst)} | {_beside(ours, 'sdm_quality', mst, independent)} "
+                    f"| {_beside(ours, 'sdm_pairs', mst, independent)} | {strong_cell} "
+                    f"| {_count(ours, 'pair_r_flips')} ({_count(mst, 'pair_r_flips')}) "
+                    f"| {_count(ours, 'tail_cols_over_rule')} | {', '.join(misses) or 'none'} |")
     if not rows:
         return []
     return [

@@ -304,6 +304,7 @@ def test_params_hash_is_canonical():
 
 def test_default_ledger_url(monkeypatch, tmp_path):
     monkeypatch.delenv("SPLICE_LEDGER_URL", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # a test's own mlflow.set_tracking_uri writes it
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     assert default_ledger_url() == f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     monkeypatch.delenv("DAGSTER_HOME")

@@ -428,3 +428,19 @@ def test_public_quality_summary_is_derived_from_public_files_alone(released):
     text = (public / "quality.json").read_text()
     for value in (real_side["zero_share"], real_side["quantiles"]["95%"], report["metrics"]["marginals"]["one_way"]):
         assert f"{value:.4g}" not in text, value
+
+
+def test_a_release_leaves_the_tracking_uri_variable_as_it_found_it(monkeypatch, tmp_path):
+    """``mlflow.set_tracking_uri`` writes $MLFLOW_TRACKING_URI (MLflow 3); the release's MLflow block restores it, so
+    the next in-process release under another $DAGSTER_HOME does not log to this one's store."""
+    from splice_assets.release.bundle import _tracking_uri_set
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with _tracking_uri_set(uri):
+        assert os.environ.get("MLFLOW_TRACKING_URI") == uri
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
+    with _tracking_uri_set(uri):
+        pass
+    assert os.environ["MLFLOW_TRACKING_URI"] == "sqlite:///elsewhere.db"

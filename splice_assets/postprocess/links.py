@@ -7,8 +7,9 @@ cell predicts v's cell, the draws that sampling and the tilt start from redraw v
 conditional P(v | u). The tilt is then fitted on such draws and corrects what the redraw lost (v's dependence on
 the other coordinates, as far as the 2-way tables show it). Matching onto the 1-way targets moves a link's two
 coordinates with the fewest moves, guided by the table (``sampling.fewest_moves``), so it keeps the pair. The
-conditional keeps only the cells whose noisy counts clear the noise, and is balanced to both columns' 1-way targets
-(``balanced``), so the redraw has no noise to copy and the matching no rows to move off the link.
+conditional keeps only the cells whose noisy counts clear the noise (a rare row keeps all), and is balanced to both
+columns' 1-way targets (``balanced``), so the redraw copies less noise and the matching has no rows to move off the
+link.
 
 Choice: Goodman-Kruskal lambda of the simplex-projected noisy table, lambda(v | u) = (sum_u max_v p(u, v) - max_v
 p(v)) / (1 - max_v p(v)), the share of the errors in guessing v's cell that knowing u's cell removes. Pairs at or
@@ -93,11 +94,13 @@ def goodman_kruskal(joint: np.ndarray) -> float:
 
 def _conditional(joint: np.ndarray, held: np.ndarray) -> np.ndarray:
     """Rows of ``joint`` on their ``held`` cells, normalised. A source cell whose row holds none (its counts all within
-    the noise) or no mass gets the target's marginal: it says nothing of v, and ``balanced`` then gives its rows to
-    the target cells the other rows leave short."""
+    the noise: a rare level) keeps its whole row, whose largest cell is still its likeliest target (the target's
+    marginal instead broke coil2000's rules, docs/decisions/0075); one with no mass gets the target's marginal."""
     kept = np.where(held, joint, 0.0)
+    kept = np.where((kept.sum(axis=1) > 0)[:, None], kept, joint)
     rows = kept.sum(axis=1, keepdims=True)
-    marginal = joint.sum(axis=0) / joint.sum()
+    total = float(joint.sum())
+    marginal = joint.sum(axis=0) / total if total > 0 else np.full(joint.shape[1], 1.0 / joint.shape[1])
     return np.where(rows > 0, kept / np.where(rows > 0, rows, 1.0), marginal)
 
 
@@ -105,11 +108,11 @@ def balanced(links: Sequence[Link], targets: MarginalTargets, layout: EncodingLa
              iterations: int = BALANCE_ITERATIONS) -> tuple[Link, ...]:
     """Each link's conditional made to carry its source's 1-way target onto its target's: the joint t(u) P(v | u)
     scaled to both margins by iterative proportional fitting, then conditioned on u again. Its cells at 0 stay 0, so
-    the rows a source cell's noisy counts pin keep their target cells, and the rows that carry no information (the
-    marginal, ``_conditional``) fill the target cells the rest leave short: the rare levels of a code and its label
-    instead of the noise of their rows. Without it, the redraw's margin of v and v's own 1-way target differed by the
-    noise of two separately measured tables (2.3% of adult's rows for education_num and education), and matching
-    moved that many rows off the link. Post-processing of public targets and noisy tables."""
+    the rows a source cell's noisy counts pin keep their target cells, and the rows within the noise (whole rows,
+    ``_conditional``) lean toward the target cells the rest leave short. Without it, the redraw's margin of v and v's
+    own 1-way target differed by the noise of two separately measured tables (2.3% of adult's rows for education_num
+    and education), and matching moved that many rows off the link. Post-processing of public targets and noisy
+    tables."""
     tables = targets.per_coordinate(layout)
     out = []
     for link in links:
@@ -120,6 +123,9 @@ def balanced(links: Sequence[Link], targets: MarginalTargets, layout: EncodingLa
             joint *= np.where(columns > 0, target / np.where(columns > 0, columns, 1.0), 0.0)[None, :]
             rows = joint.sum(axis=1)
             joint *= np.where(rows > 0, source / np.where(rows > 0, rows, 1.0), 0.0)[:, None]
+        if not np.isfinite(joint).all() or joint.sum() <= 0:  # targets the link cannot carry (no common support)
+            out.append(link)
+            continue
         out.append(replace(link, conditional=_conditional(joint, joint > 0)))
     return tuple(out)
 

@@ -150,10 +150,10 @@ def marginal_targets(
 ) -> MarginalTargets | None:
     """The measurement's noisy 1-way marginals, pooled with its 2-way margins and its ``fine`` tables
     (``pooled_marginals``), as targets (None without them); with ``layout`` and ``tail_z`` > 0, every numeric
-    column's tails trimmed (``trimmed_tails``, where the noise std of a bin is within ``tail_noise_share``), and with ``shrink_categories`` every other coordinate's table
-    shrunk toward its mean cell, its frequent cells left alone (``fine_tables.shrunk_toward``); with
-    ``smooth_ordinals`` too, an ordinal column of ``MIN_SMOOTHED_LEVELS`` categories or more toward its
-    log-quadratic shape instead (``ordinal_shape``; its missing level as pooled)."""
+    column's tails trimmed (``trimmed_tails``, through bins of noise std within ``tail_noise_share``), and with
+    ``shrink_categories`` every other coordinate's table shrunk toward its mean cell, its frequent cells left alone
+    (``fine_tables.shrunk_toward``); with ``smooth_ordinals`` too, an ordinal column of ``MIN_SMOOTHED_LEVELS``
+    categories or more toward its log-quadratic shape instead (``ordinal_shape``; its missing level as pooled)."""
     if not measurement.marginal_sizes:
         return None
     tables, stds = _pooled(measurement, fine)

@@ -17,7 +17,8 @@ import json
 import os
 import subprocess
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +54,24 @@ def code_version() -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         pass
     return out
+
+
+@contextmanager
+def _tracking_uri_set(uri: str) -> Iterator[None]:
+    """MLflow's tracking URI set for one block. ``mlflow.set_tracking_uri`` also writes $MLFLOW_TRACKING_URI (MLflow
+    3), which ``locations.tracking_uri`` reads first: left behind, it sent the next in-process release under another
+    $DAGSTER_HOME to this one's store. The variable is restored on exit."""
+    import mlflow
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before
 
 
 def escape_formula(value: object) -> object:
@@ -500,9 +519,8 @@ def log_to_mlflow(
 
     from splice_assets.release.mlflow_model import log_release_model
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _tracking_uri_set(tracking_uri):
         warnings.simplefilter("ignore")
-        mlflow.set_tracking_uri(tracking_uri)
         mlflow.set_experiment(experiment_id=ensure_experiment(schema.name, artifact_location))
         with mlflow.start_run(run_name=release_id) as run:
             # Params: the public config (never the input path) and every public privacy fact.
