@@ -63,7 +63,8 @@ def choose_links(
     cell_noise: float = 0.0,
     cell_z: float = 0.0,
 ) -> tuple[Link, ...]:
-    """Links from the noisy 2-way tables of ``pairs`` (in ``layout``'s cells, numeric columns on ``numeric_bins``)."""
+    """Links from the noisy 2-way tables of ``pairs`` (in ``layout``'s cells, numeric columns on ``numeric_bins``);
+    each conditional keeps the cells whose noisy count is above ``cell_z`` times ``cell_noise`` (``_conditional``)."""
     sizes = marginal_sizes(layout, numeric_bins)
     candidates = []
     for (a, b), noisy in zip(pairs, pair_tables(noisy_pairs, pairs, sizes)):
