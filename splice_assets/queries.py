@@ -253,12 +253,17 @@ class QueryAnswerer:
         exact = self._exact(q)
         return exact if exact is not None else self._bootstrap(q)
 
+    @property
+    def _bootstrap_basis(self) -> QueryBasis:
+        """The basis the bootstrap reads; an answerer built without one answers exact queries only."""
+        if self.basis is None:
+            raise ValueError("this answer needs the model's bootstrap: give the answerer a QueryBasis")
+        return self.basis
+
     @functools.cached_property
     def _x(self) -> np.ndarray:
         """The basis sample, encoded (the bootstrap's rows)."""
-        if self.basis is None:
-            raise ValueError("this answer needs the model's bootstrap: give the answerer a QueryBasis")
-        return _encoded(self.basis.sample, self.schema)
+        return _encoded(self._bootstrap_basis.sample, self.schema)
 
     @functools.cached_property
     def _cells(self) -> np.ndarray:
@@ -345,13 +350,12 @@ class QueryAnswerer:
     # -- bootstrap: the model's answer ------------------------------------------------------------------------
 
     def _bootstrap(self, q: Query) -> Answer:
-        if self.basis is None:
-            raise ValueError("this answer needs the model's bootstrap: give the answerer a QueryBasis")
-        sample = self.basis.sample
+        basis = self._bootstrap_basis
+        sample = basis.sample
         hold = q.where.holds(sample, self.schema)
         if q.statistic in ("count", "share"):
             share = float(hold.mean())
-            replicate_shares = [q.where.holds(r, self.schema).mean() for r in self.basis.replicates]
+            replicate_shares = [q.where.holds(r, self.schema).mean() for r in basis.replicates]
             monte_carlo = share * (1.0 - share) / len(sample)
             misfit, cut = self._projection(q, hold, share)
             answer = self._finish(q, share, _mean_square_error(replicate_shares, share) + monte_carlo + misfit,
@@ -359,7 +363,7 @@ class QueryAnswerer:
             return dataclasses.replace(answer, cut_share=round(cut, 4))
         assert q.column is not None
         value = self._statistic(q, sample, hold)
-        replicate_values = [self._statistic(q, r, q.where.holds(r, self.schema)) for r in self.basis.replicates]
+        replicate_values = [self._statistic(q, r, q.where.holds(r, self.schema)) for r in basis.replicates]
         values = sample[q.column].to_numpy(dtype=np.float64, na_value=np.nan)[hold]
         values = values[np.isfinite(values)]
         if len(values) < 2:

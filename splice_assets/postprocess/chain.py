@@ -189,9 +189,9 @@ def fit_pairwise(measurement: Measurement, schema: TableSchema, config: FitConfi
             measurement.noisy_pairs, measurement.pairs, layout, measurement.numeric_bins, config.link_lambda,
             cell_noise=measurement.pair_noise_std(), cell_z=config.link_cell_z,
         )
-        model = replace(model, links=links)
         if config.link_balance and model.marginal_targets is not None:
-            model = replace(model, links=balanced(links, model.marginal_targets, layout))
+            links = balanced(links, model.marginal_targets, layout)
+        model = replace(model, links=links)
     if config.tilt_chi2 == 0:
         return model
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), _TAG_TILT_POOL]))
